@@ -1,0 +1,48 @@
+"""Sentiment classifier: Transformer encoder + masked-mean (or [CLS]) pooling + linear head."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from model.config import ModelConfig
+from model.layers import Embeddings, Encoder, init_weights, make_padding_mask
+
+
+class SentimentClassifier(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        assert cfg.task == "sentiment", cfg.task
+        self.cfg = cfg
+        self.embed = Embeddings(cfg.vocab_size, cfg.d_model, cfg.max_len, cfg.dropout)
+        self.encoder = Encoder(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.head = nn.Linear(cfg.d_model, len(cfg.labels))
+        init_weights(self, cfg.d_model)
+
+    def encode(self, ids: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor, list[Tensor]]:
+        """ids (B, S) -> hidden (B, S, D), mask (B, 1, 1, S), per-layer attention (B, H, S, S) if asked."""
+        mask = make_padding_mask(ids, self.cfg.pad_id)
+        hidden, weights = self.encoder(self.embed(ids), mask, need_weights)
+        return hidden, mask, weights
+
+    def pool(self, hidden: Tensor, mask: Tensor) -> Tensor:
+        """(B, S, D) -> (B, D): mean over real tokens, or the first ([CLS]) position."""
+        if self.cfg.pooling == "cls":
+            return hidden[:, 0]
+        keep = mask[:, 0, 0, :, None].to(hidden.dtype)  # (B, S, 1)
+        return (hidden * keep).sum(1) / keep.sum(1).clamp_min(1.0)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """ids (B, S) -> logits (B, C)."""
+        hidden, mask, _ = self.encode(ids)
+        return self.head(self.dropout(self.pool(hidden, mask)))
+
+    def mlm_logits(self, hidden: Tensor) -> Tensor:
+        """Masked-LM pretraining head tied to the token embedding: (B, S, D) -> (B, S, V)."""
+        return hidden @ self.embed.token.weight.t()
+
+    @torch.inference_mode()
+    def predict(self, ids: Tensor) -> Tensor:
+        """ids (B, S) -> class probabilities (B, C) in float32."""
+        return self(ids).float().softmax(-1)

@@ -1,0 +1,87 @@
+"""Model configuration: one frozen dataclass saved as JSON next to the weights (nanoGPT's GPTConfig)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Task = Literal["sentiment", "translation"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of a Transformer from "Attention Is All You Need" plus its task head.
+
+    Paper names: d_model, n_heads, n_layers (encoder), d_ff, dropout, max_len.
+    """
+
+    task: Task
+    vocab_size: int
+    d_model: int = 256
+    n_heads: int = 4
+    n_layers: int = 4  # encoder layers
+    n_decoder_layers: int = 3  # translation only
+    d_ff: int = 1024
+    dropout: float = 0.1
+    attn_dropout: float = 0.0
+    max_len: int = 512
+    norm_first: bool = True  # pre-norm trains more stably; False is the paper's post-norm
+    tie_embeddings: bool = True  # shared source/target/output embedding (one shared vocabulary)
+    pad_id: int = 0
+    unk_id: int = 1
+    bos_id: int = 2
+    eos_id: int = 3
+    # sentiment
+    labels: tuple[str, ...] = ()
+    pooling: Literal["mean", "cls"] = "mean"
+    cls_id: int | None = None  # token prepended when pooling == "cls"
+    # translation
+    source_langs: tuple[str, ...] = ()
+    target_langs: tuple[str, ...] = ()
+    # target-language token ids when one decoder serves several target languages (replaces BOS)
+    target_lang_ids: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if self.task not in ("sentiment", "translation"):
+            raise ValueError(f"task must be 'sentiment' or 'translation', got {self.task!r}")
+        if self.task == "sentiment" and len(self.labels) < 2:
+            raise ValueError(f"a sentiment model needs at least 2 labels, got {self.labels!r}")
+        if self.pooling == "cls" and self.cls_id is None:
+            raise ValueError("pooling='cls' needs cls_id")
+        if self.task == "translation" and not (self.source_langs and self.target_langs):
+            raise ValueError("a translation model needs source_langs and target_langs")
+        for name in ("pad_id", "unk_id", "bos_id", "eos_id"):
+            if not 0 <= getattr(self, name) < self.vocab_size:
+                raise ValueError(
+                    f"{name}={getattr(self, name)} is outside the vocabulary (size {self.vocab_size})"
+                )
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def start_id(self, target_lang: str | None = None) -> int:
+        """First decoder token: the target-language token of a multilingual decoder, else BOS."""
+        if self.target_lang_ids:
+            if target_lang not in self.target_lang_ids:
+                raise ValueError(f"target_lang {target_lang!r} not in {sorted(self.target_lang_ids)}")
+            return self.target_lang_ids[target_lang]
+        return self.bos_id
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown model config keys: {unknown}")
+        data = dict(data)
+        for key in ("labels", "source_langs", "target_langs"):
+            if key in data:
+                data[key] = tuple(data[key])
+        return cls(**data)

@@ -1,0 +1,198 @@
+"""Batched greedy and beam search over a Translator's KV-cached decoder.
+
+Greedy is beam search with beam_size=1 (CTranslate2's convention); `greedy_decode` is a dedicated, cheaper
+loop kept for parity tests and for the serving fast path. Both force EOS at each example's length limit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from model.translator import DecoderState, Translator
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """Decoding settings; the limit on generated tokens (EOS included) for a source of n tokens is
+    min(max_length, ceil(max_length_ratio * n + max_length_offset))."""
+
+    beam_size: int = 4
+    max_length: int = 256
+    max_length_ratio: float = 2.0
+    max_length_offset: int = 10
+    length_penalty: float = 0.6  # GNMT alpha; 0 ranks by the plain sum of log-probabilities
+    num_hypotheses: int = 1
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+        if not 1 <= self.num_hypotheses <= self.beam_size:
+            raise ValueError(
+                f"num_hypotheses must be in 1..beam_size={self.beam_size}, got {self.num_hypotheses}"
+            )
+        if self.max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {self.max_length}")
+        if self.length_penalty < 0:
+            raise ValueError(f"length_penalty must be >= 0, got {self.length_penalty}")
+
+    def limit(self, src_len: int) -> int:
+        return max(
+            1, min(self.max_length, math.ceil(self.max_length_ratio * src_len + self.max_length_offset))
+        )
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # generated ids, without the start token and EOS
+    score: float  # log_prob / length_penalty(len(tokens) + 1)
+    log_prob: float  # sum of token log-probabilities, EOS included
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT length penalty ((5 + |Y|) / 6) ** alpha (Wu et al., 2016)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def pad_ids(seqs: list[list[int]], pad_id: int, device: torch.device | str = "cpu") -> Tensor:
+    """Right-pad token id lists into a (B, S) long tensor."""
+    width = max(len(s) for s in seqs)
+    out = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return out.to(device)
+
+
+def _start(
+    model: Translator, src: Tensor, start_ids: Tensor | None
+) -> tuple[DecoderState, Tensor, list[int]]:
+    memory, mask, _ = model.encode(src)
+    if start_ids is None:
+        start_ids = torch.full((src.size(0),), model.cfg.bos_id, dtype=torch.long, device=src.device)
+    lengths = mask[:, 0, 0, :].sum(-1).tolist()
+    return model.init_state(memory, mask), start_ids, lengths
+
+
+def _force_eos(log_probs: Tensor, rows: Tensor, eos_id: int) -> Tensor:
+    """At the length limit only EOS may follow: (N, V) -> (N, V) with the other entries of `rows` at -inf."""
+    if rows.any():
+        forced = torch.full_like(log_probs, float("-inf"))
+        forced[:, eos_id] = log_probs[:, eos_id]
+        log_probs = torch.where(rows[:, None], forced, log_probs)
+    return log_probs
+
+
+@torch.inference_mode()
+def greedy_decode(
+    model: Translator, src: Tensor, options: DecodeOptions | None = None, start_ids: Tensor | None = None
+) -> list[list[Hypothesis]]:
+    """src (B, S) padded ids -> one hypothesis per example; finished rows leave the batch."""
+    opts = options or DecodeOptions(beam_size=1)
+    eos = model.cfg.eos_id
+    state, tokens, src_lens = _start(model, src, start_ids)
+    limits = torch.tensor([opts.limit(n) for n in src_lens], device=src.device)
+    active = torch.arange(src.size(0), device=src.device)  # example index of each row
+    out: list[list[int]] = [[] for _ in src_lens]
+    log_prob = [0.0] * len(src_lens)
+    results: list[list[Hypothesis]] = [[] for _ in src_lens]
+    for t in range(int(limits.max())):
+        log_probs, state = model.decode_step(tokens, state)
+        log_probs = _force_eos(log_probs, limits[active] == t + 1, eos)
+        best, tokens = log_probs.max(-1)
+        keep = []
+        for row, (ex, tok, lp) in enumerate(
+            zip(active.tolist(), tokens.tolist(), best.tolist(), strict=True)
+        ):
+            log_prob[ex] += lp
+            if tok == eos:
+                results[ex] = [
+                    Hypothesis(
+                        out[ex], log_prob[ex] / length_penalty(t + 1, opts.length_penalty), log_prob[ex]
+                    )
+                ]
+            else:
+                out[ex].append(tok)
+                keep.append(row)
+        if not keep:
+            break
+        if len(keep) < len(active):
+            index = torch.tensor(keep, device=src.device)
+            state, tokens, active = state.select(index), tokens[index], active[index]
+    return results
+
+
+@torch.inference_mode()
+def beam_search(
+    model: Translator, src: Tensor, options: DecodeOptions | None = None, start_ids: Tensor | None = None
+) -> list[list[Hypothesis]]:
+    """src (B, S) padded ids -> per example, `num_hypotheses` hypotheses sorted best first.
+
+    Each step expands the K alive beams of every unfinished example, keeps the best 2K candidates, finalizes
+    those ending in EOS among the top K, and continues with the best K others. An example is done when it has
+    K finished hypotheses or reaches its length limit (where EOS is forced). The KV cache is reordered by beam
+    origin, and finished examples are dropped from the batch.
+    """
+    opts = options or DecodeOptions()
+    k, eos, alpha = opts.beam_size, model.cfg.eos_id, opts.length_penalty
+    dev = src.device
+    state, start, src_lens = _start(model, src, start_ids)
+    n = src.size(0)
+    limits = [opts.limit(s) for s in src_lens]
+    rows = torch.arange(n, device=dev).repeat_interleave(k)
+    state, tokens = state.select(rows), start[rows]  # (n*K,)
+    scores = torch.full((n, k), float("-inf"), device=dev)
+    scores[:, 0] = 0.0  # only the first beam expands at step 0
+    prefixes: list[list[list[int]]] = [[[] for _ in range(k)] for _ in range(n)]
+    active = list(range(n))  # example index of each block of K rows
+    finished: list[list[Hypothesis]] = [[] for _ in range(n)]
+    for t in range(max(limits)):
+        log_probs, state = model.decode_step(tokens, state)  # (A*K, V)
+        at_limit = torch.tensor([limits[ex] == t + 1 for ex in active], device=dev).repeat_interleave(k)
+        log_probs = _force_eos(log_probs, at_limit, eos)
+        vocab = log_probs.size(-1)
+        cand = (scores.view(-1, 1) + log_probs).view(len(active), k * vocab)
+        top_scores, top_idx = cand.topk(min(2 * k, k * vocab), dim=1)  # (A, 2K)
+        origins, words = (top_idx // vocab).tolist(), (top_idx % vocab).tolist()
+        top_scores_l = top_scores.tolist()
+        next_rows, next_tokens, next_scores, next_active, next_prefixes = [], [], [], [], []
+        for a, ex in enumerate(active):
+            beams: list[tuple[int, int, float]] = []
+            for rank, (o, w, s) in enumerate(zip(origins[a], words[a], top_scores_l[a], strict=True)):
+                if s == float("-inf"):
+                    break
+                if w == eos:
+                    if rank < k:
+                        finished[ex].append(Hypothesis(prefixes[ex][o], s / length_penalty(t + 1, alpha), s))
+                elif len(beams) < k:
+                    beams.append((o, w, s))
+            if len(finished[ex]) >= k or limits[ex] == t + 1 or not beams:
+                continue
+            beams += [beams[-1][:2] + (float("-inf"),)] * (
+                k - len(beams)
+            )  # pad a short beam with dead copies
+            next_active.append(ex)
+            next_rows += [a * k + o for o, _, _ in beams]
+            next_tokens += [w for _, w, _ in beams]
+            next_scores.append([s for _, _, s in beams])
+            next_prefixes.append([prefixes[ex][o] + [w] for o, w, _ in beams])
+        if not next_active:
+            break
+        for ex, p in zip(next_active, next_prefixes, strict=True):
+            prefixes[ex] = p
+        state = state.select(torch.tensor(next_rows, device=dev))
+        tokens = torch.tensor(next_tokens, device=dev)
+        scores = torch.tensor(next_scores, device=dev)
+        active = next_active
+    return [sorted(f, key=lambda h: h.score, reverse=True)[: opts.num_hypotheses] for f in finished]
+
+
+def decode(
+    model: Translator, src: Tensor, options: DecodeOptions, start_ids: Tensor | None = None
+) -> list[list[Hypothesis]]:
+    """Dispatch: beam_size 1 takes the dedicated greedy loop (same tokens as beam search with K=1)."""
+    if options.beam_size == 1:
+        return greedy_decode(model, src, options, start_ids)
+    return beam_search(model, src, options, start_ids)

@@ -1,0 +1,260 @@
+"""Building blocks of the Transformer (Vaswani et al., 2017): embeddings, attention, encoder and decoder stacks.
+
+Dims: B batch, S source length, T target length, D d_model, H heads, Dh head dim, V vocabulary.
+Masks are bool, True = may attend, shaped to broadcast over heads: padding (B, 1, 1, S), causal (1, 1, T, T).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from model.config import ModelConfig
+
+
+def make_padding_mask(ids: Tensor, pad_id: int) -> Tensor:
+    """(B, S) token ids -> (B, 1, 1, S) bool, True on real tokens."""
+    return (ids != pad_id)[:, None, None, :]
+
+
+def make_causal_mask(t: int, device: torch.device) -> Tensor:
+    """(1, 1, T, T) bool lower triangle: position i sees positions <= i."""
+    return torch.ones(t, t, dtype=torch.bool, device=device).tril()[None, None]
+
+
+class Embeddings(nn.Module):
+    """Token embedding scaled by sqrt(d_model) plus the fixed sinusoidal position encoding."""
+
+    def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float) -> None:
+        super().__init__()
+        self.token = nn.Embedding(vocab_size, d_model)
+        self.scale = math.sqrt(d_model)
+        position = torch.arange(max_len, dtype=torch.float32)[:, None]  # (L, 1)
+        div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, d_model)
+        pe[:, 0::2] = torch.sin(position * div)
+        pe[:, 1::2] = torch.cos(position * div)
+        self.register_buffer("pe", pe, persistent=False)  # (L, D), rebuilt at load, never saved
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, ids: Tensor, start: int = 0) -> Tensor:
+        """(B, T) ids at positions start..start+T-1 -> (B, T, D)."""
+        t = ids.size(1)
+        if start + t > self.pe.size(0):
+            raise ValueError(f"sequence of {start + t} tokens exceeds max_len={self.pe.size(0)}")
+        x = self.token(ids) * self.scale + self.pe[start : start + t].to(self.token.weight.dtype)
+        return self.dropout(x)
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention over H heads; SDPA fast path, or an explicit path returning weights."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim = n_heads, d_model // n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.dropout = dropout
+
+    def _heads(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
+
+    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, S, D) -> keys and values, each (B, H, S, Dh); cached by the decoder."""
+        return self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
+
+    def attend(
+        self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """Queries from x (B, T, D) over k, v (B, H, S, Dh) -> (B, T, D), weights (B, H, T, S) or None."""
+        q = self._heads(self.q_proj(x))
+        p = self.dropout if self.training else 0.0
+        weights = None
+        if need_weights:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B, H, T, S)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            weights = scores.float().softmax(dim=-1).to(q.dtype)
+            out = F.dropout(weights, p) @ v
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        b, _, t, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(b, t, -1)), weights
+
+    def forward(
+        self, x: Tensor, context: Tensor, mask: Tensor | None, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        return self.attend(x, *self.project_kv(context), mask, need_weights)
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: Linear(D, d_ff) -> ReLU -> dropout -> Linear(d_ff, D)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+class Residual(nn.Module):
+    """x + dropout(sublayer(norm(x))) in pre-norm, norm(x + dropout(sublayer(x))) in the paper's post-norm."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def pre(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.norm_first else x
+
+    def post(self, x: Tensor, y: Tensor) -> Tensor:
+        x = x + self.dropout(y)
+        return x if self.norm_first else self.norm(x)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.res1 = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.res2 = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+
+    def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        h = self.res1.pre(x)
+        y, w = self.self_attn(h, h, mask, need_weights)
+        x = self.res1.post(x, y)
+        x = self.res2.post(x, self.ff(self.res2.pre(x)))
+        return x, w
+
+
+@dataclass
+class LayerCache:
+    """Decoder KV cache of one layer: self-attention grows by one step, cross-attention is fixed."""
+
+    self_k: Tensor  # (B, H, t, Dh)
+    self_v: Tensor
+    cross_k: Tensor  # (B, H, S, Dh), computed once from the encoder output
+    cross_v: Tensor
+
+    def select(self, index: Tensor) -> LayerCache:
+        """Keep/reorder batch rows (beam origin, finished rows dropped)."""
+        return LayerCache(
+            *(t.index_select(0, index) for t in (self.self_k, self.self_v, self.cross_k, self.cross_v))
+        )
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.res1 = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.res2 = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.res3 = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        self_mask: Tensor,
+        memory_mask: Tensor,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Teacher forcing over the whole target: x (B, T, D), memory (B, S, D)."""
+        h = self.res1.pre(x)
+        y, w_self = self.self_attn(h, h, self_mask, need_weights)
+        x = self.res1.post(x, y)
+        y, w_cross = self.cross_attn(self.res2.pre(x), memory, memory_mask, need_weights)
+        x = self.res2.post(x, y)
+        x = self.res3.post(x, self.ff(self.res3.pre(x)))
+        return x, w_self, w_cross
+
+    def step(self, x: Tensor, cache: LayerCache, memory_mask: Tensor) -> tuple[Tensor, LayerCache]:
+        """One new position x (B, 1, D) attending to the cached prefix and the memory."""
+        h = self.res1.pre(x)
+        k, v = self.self_attn.project_kv(h)
+        k = torch.cat([cache.self_k, k], dim=2)
+        v = torch.cat([cache.self_v, v], dim=2)
+        y, _ = self.self_attn.attend(h, k, v, None)  # the prefix is all visible: no mask
+        x = self.res1.post(x, y)
+        y, _ = self.cross_attn.attend(self.res2.pre(x), cache.cross_k, cache.cross_v, memory_mask)
+        x = self.res2.post(x, y)
+        x = self.res3.post(x, self.ff(self.res3.pre(x)))
+        return x, LayerCache(k, v, cache.cross_k, cache.cross_v)
+
+
+class Encoder(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
+        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+
+    def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+        """x (B, S, D), mask (B, 1, 1, S) -> (B, S, D) and per-layer weights (B, H, S, S) if asked."""
+        weights = []
+        for layer in self.layers:
+            x, w = layer(x, mask, need_weights)
+            if w is not None:
+                weights.append(w)
+        return self.norm(x), weights
+
+
+class Decoder(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
+        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+
+    def forward(
+        self, x: Tensor, memory: Tensor, self_mask: Tensor, memory_mask: Tensor, need_weights: bool = False
+    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        w_self, w_cross = [], []
+        for layer in self.layers:
+            x, ws, wc = layer(x, memory, self_mask, memory_mask, need_weights)
+            if ws is not None and wc is not None:
+                w_self.append(ws)
+                w_cross.append(wc)
+        return self.norm(x), w_self, w_cross
+
+    def init_cache(self, memory: Tensor) -> list[LayerCache]:
+        """Cross-attention K/V from memory (B, S, D), once; empty self-attention caches."""
+        caches = []
+        for layer in self.layers:
+            ck, cv = layer.cross_attn.project_kv(memory)
+            empty = ck.new_zeros(ck.size(0), ck.size(1), 0, ck.size(3))
+            caches.append(LayerCache(empty, empty, ck, cv))
+        return caches
+
+    def step(
+        self, x: Tensor, caches: list[LayerCache], memory_mask: Tensor
+    ) -> tuple[Tensor, list[LayerCache]]:
+        new = []
+        for layer, cache in zip(self.layers, caches, strict=True):
+            x, cache = layer.step(x, cache, memory_mask)
+            new.append(cache)
+        return self.norm(x), new
+
+
+def init_weights(module: nn.Module, d_model: int) -> None:
+    """Xavier-uniform linear weights, zero biases, N(0, d_model^-0.5) embeddings (unit variance after scaling)."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=d_model**-0.5)
