@@ -35,6 +35,7 @@ class ModelConfig:
     # sentiment
     labels: tuple[str, ...] = ()
     pooling: Literal["mean", "cls"] = "mean"
+    truncation: Literal["head", "head_tail"] = "head"  # inputs over max_len tokens keep the head (and tail)
     cls_id: int | None = None  # token prepended when pooling == "cls"
     # translation
     source_langs: tuple[str, ...] = ()

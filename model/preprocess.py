@@ -1,0 +1,35 @@
+"""Text -> model input ids, shared by training and serving so both see exactly the same inputs."""
+
+from __future__ import annotations
+
+from model.config import ModelConfig
+from model.tokenizer import Tokenizer
+
+
+def truncate(ids: list[int], limit: int, mode: str) -> list[int]:
+    """Keep `limit` ids: the head, or the first third and the last two thirds (head+tail, Sun et al. 2019)."""
+    if len(ids) <= limit:
+        return ids
+    if mode == "head_tail":
+        head = limit // 3
+        return ids[:head] + ids[len(ids) - (limit - head) :]
+    return ids[:limit]
+
+
+def classifier_ids(tokenizer: Tokenizer, text: str, cfg: ModelConfig) -> list[int]:
+    """[CLS]? + pieces + EOS, within max_len (never empty, so a blank text still has one real position)."""
+    prefix = [cfg.cls_id] if cfg.pooling == "cls" and cfg.cls_id is not None else []
+    body = truncate(tokenizer.encode(text), cfg.max_len - len(prefix) - 1, cfg.truncation)
+    return prefix + body + [cfg.eos_id]
+
+
+def source_ids(tokenizer: Tokenizer, text: str, cfg: ModelConfig) -> list[int]:
+    """Translator source: pieces + EOS, within max_len."""
+    return tokenizer.encode(text)[: cfg.max_len - 1] + [cfg.eos_id]
+
+
+def target_ids(
+    tokenizer: Tokenizer, text: str, cfg: ModelConfig, target_lang: str | None = None
+) -> list[int]:
+    """Translator target with its start token: [start] + pieces + [EOS] (decoder input = [:-1], labels = [1:])."""
+    return [cfg.start_id(target_lang)] + tokenizer.encode(text)[: cfg.max_len - 2] + [cfg.eos_id]

@@ -1,0 +1,145 @@
+"""Turn a TrainConfig into a tokenizer, a ModelConfig and tokenized train/valid sets."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from model import ModelConfig, Tokenizer
+from model.preprocess import classifier_ids, source_ids, target_ids
+from training.config import TrainConfig
+from training.data import LabeledText, Pair, load_split, resolve_data_dir
+from training.tokenizers import train_tokenizer
+
+log = logging.getLogger(__name__)
+LABELS = ("negative", "positive")  # label 0 / 1 of NSMC and IMDb
+
+
+@dataclass
+class Corpus:
+    """One translation corpus: training pairs and the valid set kept as raw references for BLEU."""
+
+    name: str
+    source_lang: str
+    target_lang: str
+    valid_src: list[list[int]] = field(default_factory=list)
+    valid_refs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Prepared:
+    model_cfg: ModelConfig
+    tokenizer: Tokenizer
+    tokenizer_path: Path
+    train: list[tuple[list[int], list[int] | int]]  # (src ids, target ids) or (ids, label)
+    valid: list[tuple[list[int], int]]  # sentiment only
+    corpora: list[Corpus]  # translation only
+
+
+def languages(dataset: str) -> tuple[str, str]:
+    """'tatoeba-fr-en' -> ('fr', 'en')."""
+    parts = dataset.split("-")
+    if len(parts) < 3:
+        raise ValueError(f"cannot read a language pair from dataset name {dataset!r} (expected NAME-SRC-TGT)")
+    return parts[-2], parts[-1]
+
+
+def _tokenizer(cfg: TrainConfig, texts: list[str], controls: list[str]) -> tuple[Tokenizer, Path]:
+    path = cfg.run_dir / "tokenizer.model"
+    if not path.exists():  # trained once per run; a resumed run reuses it
+        log.info(
+            "training a %s tokenizer (vocab %d) on %d texts", cfg.spm_model_type, cfg.vocab_size, len(texts)
+        )
+        train_tokenizer(
+            texts,
+            path,
+            cfg.vocab_size,
+            model_type=cfg.spm_model_type,
+            control_symbols=controls,
+            seed=cfg.seed,
+        )
+    return Tokenizer(path), path
+
+
+def prepare(cfg: TrainConfig) -> Prepared:
+    data_dir = resolve_data_dir(cfg.data_dir or None)
+    names = [n.strip() for n in cfg.dataset.split(",") if n.strip()]
+    if cfg.task == "sentiment":
+        return _prepare_sentiment(cfg, names, data_dir)
+    return _prepare_translation(cfg, names, data_dir)
+
+
+def _model_cfg(cfg: TrainConfig, tok: Tokenizer, **task: object) -> ModelConfig:
+    return ModelConfig(
+        vocab_size=tok.vocab_size,
+        d_model=cfg.d_model,
+        n_heads=cfg.n_heads,
+        n_layers=cfg.n_layers,
+        n_decoder_layers=cfg.n_decoder_layers,
+        d_ff=cfg.d_ff,
+        dropout=cfg.dropout,
+        attn_dropout=cfg.attn_dropout,
+        norm_first=cfg.norm_first,
+        pad_id=tok.pad_id,
+        unk_id=tok.unk_id,
+        bos_id=tok.bos_id,
+        eos_id=tok.eos_id,
+        **task,  # type: ignore[arg-type]
+    )
+
+
+def _prepare_sentiment(cfg: TrainConfig, names: list[str], data_dir: Path) -> Prepared:
+    train: list[LabeledText] = [x for n in names for x in load_split(n, "train", data_dir)]  # type: ignore[misc]
+    valid: list[LabeledText] = [x for n in names for x in load_split(n, "valid", data_dir)]  # type: ignore[misc]
+    texts = [x.text for x in train]
+    if cfg.pretrain_dataset:
+        texts += load_split(cfg.pretrain_dataset, "train", data_dir)  # type: ignore[arg-type]
+    tok, tok_path = _tokenizer(cfg, texts, ["[CLS]", "[MASK]"])
+    mcfg = _model_cfg(
+        cfg,
+        tok,
+        task="sentiment",
+        labels=LABELS,
+        pooling=cfg.pooling,
+        cls_id=tok.piece_to_id("[CLS]"),
+        max_len=cfg.max_src_len,
+        truncation=cfg.truncation,
+    )
+    enc = [(classifier_ids(tok, x.text, mcfg), x.label) for x in train]
+    val = [(classifier_ids(tok, x.text, mcfg), x.label) for x in valid]
+    return Prepared(mcfg, tok, tok_path, enc, val, [])  # type: ignore[arg-type]
+
+
+def _prepare_translation(cfg: TrainConfig, names: list[str], data_dir: Path) -> Prepared:
+    splits = {n: (load_split(n, "train", data_dir), load_split(n, "valid", data_dir)) for n in names}
+    pairs = {n: languages(n) for n in names}
+    targets = sorted({t for _, t in pairs.values()})
+    controls = [f"<2{t}>" for t in targets] if len(targets) > 1 else []
+    texts = [s for train, _ in splits.values() for p in train for s in (p.src, p.tgt)]  # type: ignore[union-attr]
+    tok, tok_path = _tokenizer(cfg, texts, controls)
+    mcfg = _model_cfg(
+        cfg,
+        tok,
+        task="translation",
+        max_len=max(cfg.max_src_len, cfg.max_tgt_len) + 2,
+        source_langs=tuple(sorted({s for s, _ in pairs.values()})),
+        target_langs=tuple(targets),
+        target_lang_ids={t: tok.piece_to_id(f"<2{t}>") for t in targets} if controls else {},
+    )
+    train, corpora = [], []
+    for n, (tr, va) in splits.items():
+        src_lang, tgt_lang = pairs[n]
+        for p in tr:
+            assert isinstance(p, Pair)
+            s, t = source_ids(tok, p.src, mcfg), target_ids(tok, p.tgt, mcfg, tgt_lang)
+            if len(s) <= cfg.max_src_len + 1 and len(t) <= cfg.max_tgt_len + 2:
+                train.append((s, t))
+        c = Corpus(n, src_lang, tgt_lang)
+        for p in va[: cfg.eval_max_examples]:
+            assert isinstance(p, Pair)
+            c.valid_src.append(source_ids(tok, p.src, mcfg))
+            c.valid_refs.append(p.tgt)
+        corpora.append(c)
+    log.info("%d training pairs (after dropping over-long ones)", len(train))
+    return Prepared(mcfg, tok, tok_path, train, [], corpora)  # type: ignore[arg-type]

@@ -1,0 +1,51 @@
+"""Train a sentencepiece tokenizer on training text only (ids: pad 0, unk 1, bos 2, eos 3)."""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import sentencepiece as spm
+
+SPECIAL_IDS = {"pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3}
+
+
+def train_tokenizer(
+    texts: Iterable[str],
+    out_path: str | Path,
+    vocab_size: int,
+    *,
+    model_type: str = "unigram",
+    control_symbols: Sequence[str] = (),
+    character_coverage: float = 0.9995,
+    max_sentences: int = 2_000_000,
+    seed: int = 0,
+    num_threads: int = 2,
+) -> Path:
+    """Write `<out_path>` (.model) trained on `texts`; control symbols ([CLS], <2en>) follow the 4 special ids."""
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [t.replace("\n", " ").strip() for t in texts]
+    lines = [t for t in lines if t]
+    if len(lines) > max_sentences:
+        lines = random.Random(seed).sample(lines, max_sentences)
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "corpus.txt"
+        corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        spm.SentencePieceTrainer.train(
+            input=str(corpus),
+            model_prefix=str(out_path.with_suffix("")),
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=character_coverage,
+            control_symbols=list(control_symbols),
+            input_sentence_size=max_sentences,
+            shuffle_input_sentence=True,
+            num_threads=num_threads,
+            minloglevel=2,
+            **SPECIAL_IDS,
+        )
+    (out_path.with_suffix(".vocab")).unlink(missing_ok=True)
+    return out_path.with_suffix(".model")

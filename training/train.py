@@ -1,0 +1,301 @@
+"""Training loop for both tasks: single process or `torchrun` DDP, bf16 autocast, exact resume.
+
+Run state lives in runs/<name>/: state.pt (model, optimizer, scheduler, RNG, data position: our own file,
+loaded with weights_only=True), best/ (checkpoint of the best validation metric), metrics.jsonl, curves.png.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from model import DecodeOptions, build_model, load_checkpoint, pad_ids, save_checkpoint
+from model.inference import classify_ids, translate_ids
+from training.batches import shard, token_batches
+from training.config import TrainConfig
+from training.metrics import accuracy_f1, bleu_chrf
+from training.plots import plot_curves
+from training.prepare import Prepared, prepare
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Progress:
+    step: int = 0
+    epoch: int = 0
+    batch: int = 0  # batches of the current epoch already consumed
+    best: float = -math.inf
+    bad_evals: int = 0
+    done: bool = False
+
+
+def setup_distributed() -> tuple[int, int]:
+    """(rank, world size); initialises the process group under torchrun (gloo on CPU, nccl on GPU)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return (dist.get_rank() if world > 1 else 0), world
+
+
+def lr_lambda(cfg: TrainConfig, total: int):  # noqa: ANN201
+    """Linear warmup, then cosine decay to min_lr_ratio at `total` steps."""
+
+    def f(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        frac = min(1.0, (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac))
+
+    return f
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW; no weight decay on biases, norms and embeddings."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (decay if p.dim() >= 2 and "embed" not in name else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
+
+
+def batch_loss(
+    model: torch.nn.Module, data: Prepared, idx: list[int], cfg: TrainConfig, dev: torch.device
+) -> tuple[torch.Tensor, int]:
+    """Mean loss over the batch's target tokens (or examples) and their count."""
+    pad = data.model_cfg.pad_id
+    if data.model_cfg.task == "sentiment":
+        ids = pad_ids([data.train[i][0] for i in idx], pad, dev)
+        labels = torch.tensor([data.train[i][1] for i in idx], device=dev)
+        return F.cross_entropy(model(ids).float(), labels), len(idx)
+    src = pad_ids([data.train[i][0] for i in idx], pad, dev)
+    tgt = pad_ids([data.train[i][1] for i in idx], pad, dev)  # type: ignore[misc]
+    logits = model(src, tgt[:, :-1]).float()
+    gold = tgt[:, 1:]
+    loss = F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)),
+        gold.reshape(-1),
+        ignore_index=pad,
+        label_smoothing=cfg.label_smoothing,
+    )
+    return loss, int((gold != pad).sum())
+
+
+def evaluate(model: torch.nn.Module, data: Prepared, cfg: TrainConfig) -> dict[str, float]:
+    """Validation metric(s); `metric` is what selects the best checkpoint."""
+    model.eval()
+    if data.model_cfg.task == "sentiment":
+        probs = classify_ids(model, [x for x, _ in data.valid])  # type: ignore[arg-type]
+        res = accuracy_f1(probs.argmax(-1).tolist(), [y for _, y in data.valid])
+        out = {"metric": res["accuracy"], **res}
+    else:
+        opts = DecodeOptions(beam_size=cfg.eval_beam_size, max_length=cfg.max_tgt_len + 1)
+        out, scores = {}, []
+        for c in data.corpora:
+            hyps = translate_ids(model, c.valid_src, opts, c.target_lang)  # type: ignore[arg-type]
+            texts = [data.tokenizer.decode(h[0].tokens) for h in hyps]
+            res = bleu_chrf(texts, c.valid_refs)
+            out[f"bleu/{c.name}"], out[f"chrf/{c.name}"] = res["bleu"], res["chrf"]
+            scores.append(res["bleu"])
+        out["metric"] = sum(scores) / len(scores)
+    model.train()
+    return out
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "python": random.getstate()}
+
+
+def _set_rng_state(s: dict[str, Any]) -> None:
+    torch.set_rng_state(s["torch"])
+    random.setstate(s["python"])
+
+
+def _save_state(
+    path: Path,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    sched: Any,
+    prog: Progress,
+    cfg: TrainConfig,
+) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "scheduler": sched.state_dict(),
+            "progress": vars(prog),
+            "rng": _rng_state(),
+            "config": cfg.to_dict(),
+        },
+        tmp,
+    )
+    tmp.replace(path)  # atomic: a kill mid-save never leaves a broken state.pt
+
+
+def _log_jsonl(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def init_from(model: torch.nn.Module, path: str) -> None:
+    """Copy every tensor of a checkpoint whose name and shape match (e.g. a masked-LM pretrained encoder)."""
+    src = load_checkpoint(path).model.state_dict()
+    own = model.state_dict()
+    matched = {k: v for k, v in src.items() if k in own and own[k].shape == v.shape}
+    model.load_state_dict(matched, strict=False)
+    log.info("initialised %d/%d tensors from %s", len(matched), len(own), path)
+
+
+def train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
+    """Train (or resume) the run in cfg.run_dir; returns the best checkpoint directory."""
+    rank, world = setup_distributed()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    run = cfg.run_dir
+    run.mkdir(parents=True, exist_ok=True)
+    if world > 1:  # rank 0 trains the tokenizer; the others wait and reuse it
+        if rank == 0:
+            data = prepare(cfg)
+        dist.barrier()
+        if rank != 0:
+            data = prepare(cfg)
+    else:
+        data = prepare(cfg)
+    dev = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    model = build_model(data.model_cfg).to(dev)
+    if cfg.init_from:
+        init_from(model, cfg.init_from)
+    opt = make_optimizer(model, cfg)
+    lengths = [len(s) + (len(t) if isinstance(t, list) else 0) for s, t in data.train]
+    per_epoch = len(shard(token_batches(lengths, cfg.batch_tokens, cfg.seed, 0), rank, world))
+    total = cfg.max_steps or cfg.epochs * per_epoch
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, total))
+    prog = Progress()
+    state_path = run / "state.pt"
+    if state_path.exists():
+        st = torch.load(state_path, map_location=dev, weights_only=True)
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["optimizer"])
+        sched.load_state_dict(st["scheduler"])
+        prog = Progress(**st["progress"])
+        _set_rng_state(st["rng"])
+        log.info(
+            "resumed from %s at step %d (epoch %d, batch %d)", state_path, prog.step, prog.epoch, prog.batch
+        )
+    if prog.done:
+        return run / "best"
+    ddp = DistributedDataParallel(model) if world > 1 else model
+    autocast = torch.autocast(dev.type, dtype=torch.bfloat16) if cfg.bf16 else nullcontext()
+    metrics_path = run / "metrics.jsonl"
+    eval_every = cfg.eval_every or per_epoch
+    model.train()
+    t0, tokens_seen = time.time(), 0
+    while prog.epoch < cfg.epochs and not prog.done:
+        batches = shard(token_batches(lengths, cfg.batch_tokens, cfg.seed, prog.epoch), rank, world)
+        bar = tqdm(
+            total=len(batches),
+            initial=prog.batch,
+            desc=f"epoch {prog.epoch}",
+            disable=rank != 0,
+            mininterval=1 if sys.stderr.isatty() else 60,
+            file=sys.stderr,
+        )
+        for idx in batches[prog.batch :]:
+            with autocast:
+                loss, n = batch_loss(ddp, data, idx, cfg, dev)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            sched.step()
+            prog.step, prog.batch = prog.step + 1, prog.batch + 1
+            tokens_seen += sum(lengths[i] for i in idx)
+            bar.update(1)
+            if rank == 0 and (prog.step % 50 == 0 or cfg.dry_run or prog.step <= 3):
+                rate = tokens_seen * world / (time.time() - t0)
+                bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{rate:.0f}")
+                _log_jsonl(
+                    metrics_path,
+                    {
+                        "step": prog.step,
+                        "epoch": prog.epoch,
+                        "loss": loss.item(),
+                        "grad_norm": float(grad_norm),
+                        "lr": sched.get_last_lr()[0],
+                        "tokens_per_s": rate,
+                    },
+                )
+            last_of_epoch = prog.batch == len(batches)
+            if prog.step % eval_every == 0 or last_of_epoch or cfg.dry_run or prog.step == total:
+                if last_of_epoch:
+                    prog.epoch, prog.batch = prog.epoch + 1, 0
+                _checkpoint(model, opt, sched, prog, cfg, data, rank, world, state_path, metrics_path)
+            elif rank == 0 and prog.step % cfg.save_every == 0:
+                _save_state(state_path, model, opt, sched, prog, cfg)
+            if prog.done or prog.step >= total or cfg.dry_run or (stop_at_step and prog.step >= stop_at_step):
+                prog.done = prog.done or prog.step >= total or cfg.dry_run
+                break
+        bar.close()
+        if cfg.dry_run or (stop_at_step and prog.step >= stop_at_step):
+            break
+    if rank == 0:
+        _save_state(state_path, model, opt, sched, prog, cfg)
+    return run / "best"
+
+
+def _checkpoint(
+    model,
+    opt,
+    sched,
+    prog: Progress,
+    cfg: TrainConfig,
+    data: Prepared,
+    rank: int,
+    world: int,  # noqa: ANN001
+    state_path: Path,
+    metrics_path: Path,
+) -> None:
+    """Evaluate on rank 0, keep the best checkpoint, apply early stopping, save the resumable state."""
+    if rank == 0:
+        res = evaluate(model, data, cfg)
+        improved = res["metric"] > prog.best
+        if improved:
+            prog.best, prog.bad_evals = res["metric"], 0
+            save_checkpoint(
+                cfg.run_dir / "best",
+                model,
+                data.tokenizer_path,
+                dtype=torch.float16,
+                training={"config": cfg.to_dict(), "step": prog.step, "epoch": prog.epoch},
+                metrics={"valid": res},
+            )
+        else:
+            prog.bad_evals += 1
+            prog.done = prog.bad_evals >= cfg.patience
+        _log_jsonl(metrics_path, {"step": prog.step, "epoch": prog.epoch, "eval": res, "best": prog.best})
+        log.info("step %d epoch %d: %s (best %.4f)", prog.step, prog.epoch, res, prog.best)
+        plot_curves(metrics_path, cfg.run_dir / "curves.png")
+        _save_state(state_path, model, opt, sched, prog, cfg)
+    if world > 1:
+        flag = torch.tensor([int(prog.done)])
+        dist.broadcast(flag, 0)
+        prog.done = bool(flag.item())
