@@ -137,6 +137,7 @@ class TrainConfig:
     bf16: bool = False  # autocast; on CPUs without avx512_bf16/AMX it is ~3x slower than fp32 (measured)
     # evaluation
     eval_every: int = 0  # optimizer steps; 0 = once per epoch
+    log_every: int = 50  # optimizer steps between metrics.jsonl lines
     save_every: int = 500  # optimizer steps between resumable state saves (besides every evaluation)
     eval_max_examples: int = 2000  # of the valid split
     eval_beam_size: int = 1  # greedy during training is ~4x cheaper; the evaluate CLI uses 4

@@ -43,6 +43,7 @@ class Progress:
     best: float = -math.inf
     bad_evals: int = 0
     done: bool = False
+    seconds: float = 0.0  # training wall time over all sessions
 
 
 def setup_distributed() -> tuple[int, int]:
@@ -208,7 +209,7 @@ def train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
     metrics_path = run / "metrics.jsonl"
     eval_every = cfg.eval_every or per_epoch
     model.train()
-    t0, tokens_seen = time.time(), 0
+    t0, tokens_seen, seconds0 = time.time(), 0, prog.seconds
     while prog.epoch < cfg.epochs and not prog.done:
         batches = shard(token_batches(lengths, cfg.batch_tokens, cfg.seed, prog.epoch), rank, world)
         bar = tqdm(
@@ -228,9 +229,10 @@ def train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
             opt.step()
             sched.step()
             prog.step, prog.batch = prog.step + 1, prog.batch + 1
+            prog.seconds = seconds0 + time.time() - t0
             tokens_seen += sum(lengths[i] for i in idx)
             bar.update(1)
-            if rank == 0 and (prog.step % 50 == 0 or cfg.dry_run or prog.step <= 3):
+            if rank == 0 and (prog.step % cfg.log_every == 0 or cfg.dry_run or prog.step <= 3):
                 rate = tokens_seen * world / (time.time() - t0)
                 bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{rate:.0f}")
                 _log_jsonl(
@@ -285,7 +287,8 @@ def _checkpoint(
                 model,
                 data.tokenizer_path,
                 dtype=torch.float16,
-                training={"config": cfg.to_dict(), "step": prog.step, "epoch": prog.epoch},
+                training={"config": cfg.to_dict(), "step": prog.step, "epoch": prog.epoch,
+                                      "seconds": round(prog.seconds)},
                 metrics={"valid": res},
             )
         else:

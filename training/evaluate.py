@@ -1,0 +1,96 @@
+"""Evaluation CLI: score a checkpoint on a data file with the server's inference code.
+
+  python -m training evaluate --checkpoint checkpoints/translate-fr-en \
+      --data ../shared/data/tatoeba/fra-eng/test.tsv --format tatoeba [--beam-size 4] [--limit 500]
+
+The last line printed is one JSON object (accuracy / macro_f1 / n, or bleu / chrf / signatures / n / decoding).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from model import DecodeOptions, LoadedModel, load_checkpoint
+from model.inference import classify_texts, translate_texts
+from training.data import read_imdb, read_nsmc, read_parallel, read_tsv_pairs
+from training.metrics import accuracy_f1, bleu_chrf
+
+log = logging.getLogger(__name__)
+FORMATS = ("nsmc", "imdb", "tatoeba", "multi30k")
+
+
+def evaluate_sentiment(loaded: LoadedModel, data: Path, fmt: str, limit: int = 0) -> dict[str, Any]:
+    rows = read_nsmc(data) if fmt == "nsmc" else read_imdb(data)
+    rows = rows[:limit] if limit else rows
+    probs = classify_texts(loaded.model, loaded.tokenizer, [r.text for r in rows])  # type: ignore[arg-type]
+    return accuracy_f1(probs.argmax(-1).tolist(), [r.label for r in rows])
+
+
+def read_pairs(loaded: LoadedModel, data: Path, fmt: str, source_lang: str, target_lang: str) -> tuple[list[str], list[str]]:
+    if fmt == "tatoeba":
+        pairs = read_tsv_pairs(data, source_lang, target_lang)
+    else:  # multi30k: --data is the split prefix, e.g. .../multi30k/test -> test.de + test.en
+        pairs = read_parallel(f"{data}.{source_lang}", f"{data}.{target_lang}")
+    return [p.src for p in pairs], [p.tgt for p in pairs]
+
+
+def evaluate_translation(
+    loaded: LoadedModel, data: Path, fmt: str, options: DecodeOptions, limit: int = 0,
+    source_lang: str | None = None, target_lang: str | None = None,
+) -> dict[str, Any]:
+    src_lang = source_lang or loaded.config.source_langs[0]
+    tgt_lang = target_lang or loaded.config.target_langs[0]
+    srcs, refs = read_pairs(loaded, data, fmt, src_lang, tgt_lang)
+    if limit:
+        srcs, refs = srcs[:limit], refs[:limit]
+    hyps = translate_texts(loaded.model, loaded.tokenizer, srcs, options, tgt_lang)  # type: ignore[arg-type]
+    res = bleu_chrf([h[0][0] for h in hyps], refs)
+    res["decoding"] = {"beam_size": options.beam_size, "length_penalty": options.length_penalty,
+                       "max_length": options.max_length, "max_length_ratio": options.max_length_ratio,
+                       "max_length_offset": options.max_length_offset}
+    res["pair"] = f"{src_lang}-{tgt_lang}"
+    return res
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    loaded = load_checkpoint(args.checkpoint, device="cuda" if torch.cuda.is_available() else "cpu")
+    t0 = time.time()
+    if loaded.config.task == "sentiment":
+        if args.format not in ("nsmc", "imdb"):
+            raise SystemExit(f"error: --format {args.format} is a translation format; {loaded.name} is a sentiment model")
+        res = evaluate_sentiment(loaded, args.data, args.format, args.limit)
+    else:
+        if args.format not in ("tatoeba", "multi30k"):
+            raise SystemExit(f"error: --format {args.format} is a sentiment format; {loaded.name} is a translator")
+        opts = DecodeOptions(beam_size=args.beam_size, length_penalty=args.length_penalty)
+        res = evaluate_translation(loaded, args.data, args.format, opts, args.limit, args.source_lang, args.target_lang)
+    res["checkpoint"] = str(args.checkpoint)
+    res["data"] = str(args.data)
+    res["seconds"] = round(time.time() - t0, 1)
+    return res
+
+
+def cli(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m training evaluate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", type=Path, required=True, help="checkpoint directory")
+    p.add_argument("--data", type=Path, required=True, help="data file (multi30k: split prefix, e.g. .../test)")
+    p.add_argument("--format", choices=FORMATS, required=True)
+    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--length-penalty", type=float, default=0.6)
+    p.add_argument("--limit", type=int, default=0, help="first N examples only (0 = all)")
+    p.add_argument("--source-lang")
+    p.add_argument("--target-lang")
+    p.add_argument("--threads", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(json.dumps(run(args), ensure_ascii=False))
+    return 0

@@ -1,0 +1,126 @@
+"""Ship a run's best checkpoint: evaluate on the test split, write metrics.json and the model card.
+
+  python -m training ship --run /work/runs/translate-fr-en [--name translate-fr-en] [--dest checkpoints]
+
+Refuses to replace a shipped checkpoint unless the new test metric is better (`--force` overrides).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from model import load_checkpoint
+from model.checkpoint import read_config
+from training.data import resolve_data_dir
+from training.evaluate import run as evaluate_run
+
+# dataset -> (test file relative to the data dir, evaluate --format, headline metric)
+TEST_SETS: dict[str, tuple[str, str, str]] = {
+    "nsmc": ("nsmc/ratings_test.tsv", "nsmc", "accuracy"),
+    "imdb": ("imdb/test.tsv", "imdb", "accuracy"),
+    "tatoeba-fr-en": ("tatoeba/fra-eng/test.tsv", "tatoeba", "bleu"),
+    "tatoeba-es-en": ("tatoeba/spa-eng/test.tsv", "tatoeba", "bleu"),
+    "tatoeba-en-fr": ("tatoeba/fra-eng/test.tsv", "tatoeba", "bleu"),
+    "tatoeba-en-es": ("tatoeba/spa-eng/test.tsv", "tatoeba", "bleu"),
+    "multi30k-de-en": ("multi30k/test", "multi30k", "bleu"),
+    "multi30k-en-de": ("multi30k/test", "multi30k", "bleu"),
+}
+DATA_NOTES = {
+    "nsmc": "NSMC (Naver Sentiment Movie Corpus v1.0, CC0): official 150K train (5% held out for validation) / 50K test",
+    "imdb": "IMDb Large Movie Review Dataset (Maas et al. 2011): official 25K train (5% held out) / 20K of the official 25K test",
+    "tatoeba": "Tatoeba sentence pairs via manythings.org (CC-BY 2.0 FR, attribution: www.manythings.org/anki and tatoeba.org), grouped leakage-free train/valid/test splits",
+    "multi30k": "Multi30k task 1 (Elliott et al. 2016): official train / valid / test2016 (flickr)",
+}
+
+
+def _size_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file()) / 2**20
+
+
+def model_card(name: str, meta: dict[str, Any], test: dict[str, Any], valid: dict[str, Any], command: str, size_mb: float) -> str:
+    cfg, train = meta["model"], meta.get("training", {})
+    tcfg = train.get("config", {})
+    dataset = tcfg.get("dataset", "?")
+    note = DATA_NOTES.get(dataset.split("-")[0], dataset)
+    hours = train.get("seconds", 0) / 3600
+    metric_lines = "\n".join(f"| {k} | {v} |" for k, v in test.items() if not isinstance(v, dict))
+    arch = (f"d_model={cfg['d_model']}, n_heads={cfg['n_heads']}, encoder layers={cfg['n_layers']}"
+            + (f", decoder layers={cfg['n_decoder_layers']}" if cfg["task"] == "translation" else "")
+            + f", d_ff={cfg['d_ff']}, vocab={cfg['vocab_size']} (sentencepiece {tcfg.get('spm_model_type', 'unigram')}),"
+            f" {'pre' if cfg['norm_first'] else 'post'}-norm, max_len={cfg['max_len']}")
+    return f"""# {name}
+
+From-scratch Transformer ({cfg['task']}), trained on this project's CPU; no pretrained weights.
+
+- **Data**: {note} (`{dataset}`).
+- **Architecture**: {arch}.
+- **Training**: {train.get('step', '?')} optimizer steps, {train.get('epoch', '?')} epochs, {hours:.1f} h on a 2-core CPU (fp32).
+- **Size**: {size_mb:.1f} MB on disk (fp16 safetensors + tokenizer).
+- **Date**: {datetime.now(UTC).date().isoformat()}
+
+## Reproduce
+
+```
+{command}
+python -m training ship --run runs/{tcfg.get('name') or name} --name {name}
+```
+
+## Test metrics
+
+Measured with `{test.get('command', '')}`:
+
+| metric | value |
+|---|---|
+{metric_lines}
+
+Validation (best checkpoint): `{json.dumps({k: v for k, v in valid.items() if k != 'n'})}`
+"""
+
+
+def cli(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m training ship", description=__doc__)
+    p.add_argument("--run", type=Path, required=True, help="run directory holding best/")
+    p.add_argument("--name", help="checkpoint name (default: the run directory name)")
+    p.add_argument("--dest", type=Path, default=Path(__file__).resolve().parents[1] / "checkpoints")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--force", action="store_true")
+    args = p.parse_args(argv)
+    best = args.run / "best"
+    name = args.name or args.run.name
+    meta = read_config(best)
+    dataset = meta["training"]["config"]["dataset"]
+    rel, fmt, headline = TEST_SETS[dataset]
+    data = resolve_data_dir(args.data_dir) / rel
+    eval_args = SimpleNamespace(checkpoint=best, data=data, format=fmt, beam_size=4, length_penalty=0.6, limit=0,
+                                source_lang=None, target_lang=None)
+    test = evaluate_run(eval_args)
+    test["command"] = (f"python -m training evaluate --checkpoint checkpoints/{name} --data ../shared/data/{rel} --format {fmt}"
+                       + (" --beam-size 4" if fmt in ("tatoeba", "multi30k") else ""))
+    test.pop("checkpoint", None)
+    test.pop("data", None)
+    dest = args.dest / name
+    if (dest / "metrics.json").exists() and not args.force:
+        old = json.loads((dest / "metrics.json").read_text()).get("test", {}).get(headline, float("-inf"))
+        if test[headline] <= old:
+            print(f"not shipping: test {headline} {test[headline]} does not improve on the shipped {old}")
+            return 1
+    tmp = args.dest / f".{name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(best, tmp)
+    valid = json.loads((best / "metrics.json").read_text()).get("valid", {})
+    (tmp / "metrics.json").write_text(json.dumps({"test": test, "valid": valid}, indent=2, ensure_ascii=False) + "\n")
+    task = "sentiment" if meta["task"] == "sentiment" else "translate"
+    command = f"python -m training {task} --preset={name}  # or: make train-{name}"
+    (tmp / "README.md").write_text(model_card(name, meta, test, valid, command, _size_mb(tmp)))
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    load_checkpoint(dest)  # the shipped directory must load
+    print(json.dumps({"shipped": str(dest), **{k: v for k, v in test.items() if k != "decoding"}}))
+    return 0
+
