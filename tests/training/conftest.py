@@ -8,9 +8,24 @@ from pathlib import Path
 import pytest
 
 WORDS = {
-    "le": "the", "chat": "cat", "chien": "dog", "rouge": "red", "noir": "black", "petit": "small",
-    "grand": "big", "mange": "eats", "voit": "sees", "dort": "sleeps", "oiseau": "bird", "vert": "green",
-    "maison": "house", "arbre": "tree", "pomme": "apple", "bleu": "blue", "court": "runs", "lit": "reads",
+    "le": "the",
+    "chat": "cat",
+    "chien": "dog",
+    "rouge": "red",
+    "noir": "black",
+    "petit": "small",
+    "grand": "big",
+    "mange": "eats",
+    "voit": "sees",
+    "dort": "sleeps",
+    "oiseau": "bird",
+    "vert": "green",
+    "maison": "house",
+    "arbre": "tree",
+    "pomme": "apple",
+    "bleu": "blue",
+    "court": "runs",
+    "lit": "reads",
 }
 POS = ["좋아요", "최고", "재밌다", "감동", "great", "love", "wonderful", "fun"]
 NEG = ["별로", "지루", "최악", "실망", "boring", "awful", "waste", "bad"]

@@ -20,10 +20,24 @@ REPO = Path(__file__).resolve().parents[2]
 
 def tiny(data_dir: Path, out_dir: Path, **extra: object) -> list[str]:
     args = {
-        "vocab_size": 120, "d_model": 32, "n_heads": 2, "n_layers": 1, "n_decoder_layers": 1, "d_ff": 64,
-        "batch_tokens": 600, "warmup_steps": 5, "epochs": 2, "threads": 1, "data_dir": data_dir,
-        "out_dir": out_dir, "eval_max_examples": 20, "log_every": 1, "max_src_len": 32, "max_tgt_len": 32,
-        "lr": 3e-3, **extra,
+        "vocab_size": 120,
+        "d_model": 32,
+        "n_heads": 2,
+        "n_layers": 1,
+        "n_decoder_layers": 1,
+        "d_ff": 64,
+        "batch_tokens": 600,
+        "warmup_steps": 5,
+        "epochs": 2,
+        "threads": 1,
+        "data_dir": data_dir,
+        "out_dir": out_dir,
+        "eval_max_examples": 20,
+        "log_every": 1,
+        "max_src_len": 32,
+        "max_tgt_len": 32,
+        "lr": 3e-3,
+        **extra,
     }
     return [f"--{k}={v}" for k, v in args.items()]
 
@@ -36,11 +50,16 @@ def records(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_translate_train_checkpoint_evaluate(synthetic_data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["translate", "--dataset=tatoeba-fr-en", "--name=fr", *tiny(synthetic_data_dir, tmp_path)]) == 0
+def test_translate_train_checkpoint_evaluate(
+    synthetic_data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(["translate", "--dataset=tatoeba-fr-en", "--name=fr", *tiny(synthetic_data_dir, tmp_path)]) == 0
+    )
     best = tmp_path / "fr" / "best"
     loaded = load_checkpoint(best)
-    assert loaded.config.task == "translation" and loaded.config.source_langs == ("fr",)
+    assert loaded.config.task == "translation"
+    assert loaded.config.source_langs == ("fr",)
     assert (tmp_path / "fr" / "curves.png").stat().st_size > 1000
     evals = [r for r in records(tmp_path / "fr") if "eval" in r]
     assert [r["epoch"] for r in evals] == [1, 2]  # validated once per epoch
@@ -48,30 +67,74 @@ def test_translate_train_checkpoint_evaluate(synthetic_data_dir: Path, tmp_path:
     test_file = synthetic_data_dir / "tatoeba" / "fra-eng" / "test.tsv"
     assert main(["evaluate", "--checkpoint", str(best), "--data", str(test_file), "--format", "tatoeba"]) == 0
     res = last_json(capsys.readouterr().out)
-    assert res["n"] == 40 and 0 <= res["bleu"] <= 100 and 0 <= res["chrf"] <= 100
-    assert res["bleu_signature"].startswith("nrefs:1") and res["decoding"]["beam_size"] == 4
+    assert res["n"] == 40
+    assert 0 <= res["bleu"] <= 100
+    assert 0 <= res["chrf"] <= 100
+    assert res["bleu_signature"].startswith("nrefs:1")
+    assert res["decoding"]["beam_size"] == 4
 
 
-def test_sentiment_train_checkpoint_evaluate(synthetic_data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_sentiment_train_checkpoint_evaluate(
+    synthetic_data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     args = tiny(synthetic_data_dir, tmp_path, epochs=6, batch_tokens=400)
     assert main(["sentiment", "--dataset=nsmc", "--name=ko", *args]) == 0
     capsys.readouterr()
     test_file = synthetic_data_dir / "nsmc" / "ratings_test.tsv"
-    assert main(["evaluate", "--checkpoint", str(tmp_path / "ko" / "best"), "--data", str(test_file), "--format", "nsmc"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(tmp_path / "ko" / "best"),
+                "--data",
+                str(test_file),
+                "--format",
+                "nsmc",
+            ]
+        )
+        == 0
+    )
     res = last_json(capsys.readouterr().out)
-    assert res["n"] == 80 and set(res) >= {"accuracy", "macro_f1"}
+    assert res["n"] == 80
+    assert set(res) >= {"accuracy", "macro_f1"}
     assert res["accuracy"] >= 0.9  # the label is one sentiment word: a working loop learns it
 
 
-def test_multi30k_evaluate_reads_split_prefix(synthetic_data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["translate", "--dataset=multi30k-de-en", "--name=de", *tiny(synthetic_data_dir, tmp_path, epochs=1)]) == 0
+def test_multi30k_evaluate_reads_split_prefix(
+    synthetic_data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(
+            [
+                "translate",
+                "--dataset=multi30k-de-en",
+                "--name=de",
+                *tiny(synthetic_data_dir, tmp_path, epochs=1),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     prefix = synthetic_data_dir / "multi30k" / "test"
-    argv = ["evaluate", "--checkpoint", str(tmp_path / "de" / "best"), "--data", str(prefix), "--format", "multi30k",
-            "--beam-size", "2", "--limit", "10"]
+    argv = [
+        "evaluate",
+        "--checkpoint",
+        str(tmp_path / "de" / "best"),
+        "--data",
+        str(prefix),
+        "--format",
+        "multi30k",
+        "--beam-size",
+        "2",
+        "--limit",
+        "10",
+    ]
     assert main(argv) == 0
     res = last_json(capsys.readouterr().out)
-    assert res["n"] == 10 and res["pair"] == "de-en" and res["decoding"]["beam_size"] == 2
+    assert res["n"] == 10
+    assert res["pair"] == "de-en"
+    assert res["decoding"]["beam_size"] == 2
 
 
 def test_resume_continues_exactly(synthetic_data_dir: Path, tmp_path: Path) -> None:
@@ -98,20 +161,35 @@ def test_unknown_config_key_is_rejected(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(ValueError, match="expected a boolean"):
         parse_overrides(["--dataset=x", "--bf16=maybe"], {"task": "translation"})
     cfg = parse_overrides(["--preset=translate-fr-en", "--epochs=3"], {"task": "translation"})
-    assert cfg.dataset == "tatoeba-fr-en" and cfg.epochs == 3 and cfg.name == "translate-fr-en"
+    assert cfg.dataset == "tatoeba-fr-en"
+    assert cfg.epochs == 3
+    assert cfg.name == "translate-fr-en"
 
 
 @pytest.mark.slow
 def test_ddp_two_cpu_processes(synthetic_data_dir: Path, tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "training",
-           "translate", "--dataset=tatoeba-fr-en", "--name=ddp", *tiny(synthetic_data_dir, tmp_path, epochs=1)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "training",
+        "translate",
+        "--dataset=tatoeba-fr-en",
+        "--name=ddp",
+        *tiny(synthetic_data_dir, tmp_path, epochs=1),
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert load_checkpoint(tmp_path / "ddp" / "best").config.task == "translation"
     steps = [r["step"] for r in records(tmp_path / "ddp") if "loss" in r]
-    single = parse_overrides(["--dataset=tatoeba-fr-en", "--name=single", *tiny(synthetic_data_dir, tmp_path, epochs=1)],
-                             {"task": "translation"})
+    single = parse_overrides(
+        ["--dataset=tatoeba-fr-en", "--name=single", *tiny(synthetic_data_dir, tmp_path, epochs=1)],
+        {"task": "translation"},
+    )
     train(single)
     steps_single = [r["step"] for r in records(tmp_path / "single") if "loss" in r]
     assert max(steps) <= max(steps_single) // 2 + 1  # each rank takes half of the batches
