@@ -142,8 +142,14 @@ class TrainConfig:
     eval_max_examples: int = 2000  # of the valid split
     eval_beam_size: int = 1  # greedy during training is ~4x cheaper; the evaluate CLI uses 4
     # masked-LM pretraining of the sentiment encoder on unlabeled in-domain text
-    pretrain_dataset: str = ""
+    pretrain_dataset: str = (
+        ""  # e.g. nsmc-unlabeled; runs first, in runs/<name>/mlm, then fine-tuning starts from it
+    )
     pretrain_steps: int = 0
+    pretrain_batch_tokens: int = 16384
+    objective: Literal["supervised", "mlm"] = "supervised"  # set internally for the pretraining phase
+    mask_prob: float = 0.15
+    tokenizer_from: str = ""  # reuse this sentencepiece model instead of training one
     init_from: str = ""  # a checkpoint dir whose matching weights initialise this model
     dry_run: bool = False  # one batch of train and eval, then stop (CI smoke)
     threads: int = 0  # torch.set_num_threads; 0 = torch's default

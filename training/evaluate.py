@@ -33,7 +33,9 @@ def evaluate_sentiment(loaded: LoadedModel, data: Path, fmt: str, limit: int = 0
     return accuracy_f1(probs.argmax(-1).tolist(), [r.label for r in rows])
 
 
-def read_pairs(loaded: LoadedModel, data: Path, fmt: str, source_lang: str, target_lang: str) -> tuple[list[str], list[str]]:
+def read_pairs(
+    loaded: LoadedModel, data: Path, fmt: str, source_lang: str, target_lang: str
+) -> tuple[list[str], list[str]]:
     if fmt == "tatoeba":
         pairs = read_tsv_pairs(data, source_lang, target_lang)
     else:  # multi30k: --data is the split prefix, e.g. .../multi30k/test -> test.de + test.en
@@ -42,8 +44,13 @@ def read_pairs(loaded: LoadedModel, data: Path, fmt: str, source_lang: str, targ
 
 
 def evaluate_translation(
-    loaded: LoadedModel, data: Path, fmt: str, options: DecodeOptions, limit: int = 0,
-    source_lang: str | None = None, target_lang: str | None = None,
+    loaded: LoadedModel,
+    data: Path,
+    fmt: str,
+    options: DecodeOptions,
+    limit: int = 0,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
 ) -> dict[str, Any]:
     src_lang = source_lang or loaded.config.source_langs[0]
     tgt_lang = target_lang or loaded.config.target_langs[0]
@@ -52,9 +59,13 @@ def evaluate_translation(
         srcs, refs = srcs[:limit], refs[:limit]
     hyps = translate_texts(loaded.model, loaded.tokenizer, srcs, options, tgt_lang)  # type: ignore[arg-type]
     res = bleu_chrf([h[0][0] for h in hyps], refs)
-    res["decoding"] = {"beam_size": options.beam_size, "length_penalty": options.length_penalty,
-                       "max_length": options.max_length, "max_length_ratio": options.max_length_ratio,
-                       "max_length_offset": options.max_length_offset}
+    res["decoding"] = {
+        "beam_size": options.beam_size,
+        "length_penalty": options.length_penalty,
+        "max_length": options.max_length,
+        "max_length_ratio": options.max_length_ratio,
+        "max_length_offset": options.max_length_offset,
+    }
     res["pair"] = f"{src_lang}-{tgt_lang}"
     return res
 
@@ -64,13 +75,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.time()
     if loaded.config.task == "sentiment":
         if args.format not in ("nsmc", "imdb"):
-            raise SystemExit(f"error: --format {args.format} is a translation format; {loaded.name} is a sentiment model")
+            raise SystemExit(
+                f"error: --format {args.format} is a translation format; {loaded.name} is a sentiment model"
+            )
         res = evaluate_sentiment(loaded, args.data, args.format, args.limit)
     else:
         if args.format not in ("tatoeba", "multi30k"):
-            raise SystemExit(f"error: --format {args.format} is a sentiment format; {loaded.name} is a translator")
+            raise SystemExit(
+                f"error: --format {args.format} is a sentiment format; {loaded.name} is a translator"
+            )
         opts = DecodeOptions(beam_size=args.beam_size, length_penalty=args.length_penalty)
-        res = evaluate_translation(loaded, args.data, args.format, opts, args.limit, args.source_lang, args.target_lang)
+        res = evaluate_translation(
+            loaded, args.data, args.format, opts, args.limit, args.source_lang, args.target_lang
+        )
     res["checkpoint"] = str(args.checkpoint)
     res["data"] = str(args.data)
     res["seconds"] = round(time.time() - t0, 1)
@@ -78,10 +95,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m training evaluate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m training evaluate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--checkpoint", type=Path, required=True, help="checkpoint directory")
-    p.add_argument("--data", type=Path, required=True, help="data file (multi30k: split prefix, e.g. .../test)")
+    p.add_argument(
+        "--data", type=Path, required=True, help="data file (multi30k: split prefix, e.g. .../test)"
+    )
     p.add_argument("--format", choices=FORMATS, required=True)
     p.add_argument("--beam-size", type=int, default=4)
     p.add_argument("--length-penalty", type=float, default=0.6)

@@ -46,6 +46,8 @@ def languages(dataset: str) -> tuple[str, str]:
 
 
 def _tokenizer(cfg: TrainConfig, texts: list[str], controls: list[str]) -> tuple[Tokenizer, Path]:
+    if cfg.tokenizer_from:
+        return Tokenizer(cfg.tokenizer_from), Path(cfg.tokenizer_from)
     path = cfg.run_dir / "tokenizer.model"
     if not path.exists():  # trained once per run; a resumed run reuses it
         log.info(
@@ -90,11 +92,17 @@ def _model_cfg(cfg: TrainConfig, tok: Tokenizer, **task: object) -> ModelConfig:
 
 
 def _prepare_sentiment(cfg: TrainConfig, names: list[str], data_dir: Path) -> Prepared:
-    train: list[LabeledText] = [x for n in names for x in load_split(n, "train", data_dir)]  # type: ignore[misc]
-    valid: list[LabeledText] = [x for n in names for x in load_split(n, "valid", data_dir)]  # type: ignore[misc]
-    texts = [x.text for x in train]
-    if cfg.pretrain_dataset:
-        texts += load_split(cfg.pretrain_dataset, "train", data_dir)  # type: ignore[arg-type]
+    if cfg.objective == "mlm":  # unlabeled texts; the last 2000 (at most 10%) are the validation set
+        texts: list[str] = [t for n in names for t in load_split(n, "train", data_dir)]  # type: ignore[misc]
+        n_valid = min(2000, len(texts) // 10)
+        train = [LabeledText(t, 0) for t in texts[:-n_valid]]
+        valid = [LabeledText(t, 0) for t in texts[-n_valid:]]
+    else:
+        train = [x for n in names for x in load_split(n, "train", data_dir)]  # type: ignore[misc]
+        valid = [x for n in names for x in load_split(n, "valid", data_dir)]  # type: ignore[misc]
+        texts = [x.text for x in train]
+        if cfg.pretrain_dataset:
+            texts += load_split(cfg.pretrain_dataset, "train", data_dir)  # type: ignore[arg-type]
     tok, tok_path = _tokenizer(cfg, texts, ["[CLS]", "[MASK]"])
     mcfg = _model_cfg(
         cfg,

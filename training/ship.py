@@ -43,24 +43,28 @@ def _size_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.iterdir() if f.is_file()) / 2**20
 
 
-def model_card(name: str, meta: dict[str, Any], test: dict[str, Any], valid: dict[str, Any], command: str, size_mb: float) -> str:
+def model_card(
+    name: str, meta: dict[str, Any], test: dict[str, Any], valid: dict[str, Any], command: str, size_mb: float
+) -> str:
     cfg, train = meta["model"], meta.get("training", {})
     tcfg = train.get("config", {})
     dataset = tcfg.get("dataset", "?")
     note = DATA_NOTES.get(dataset.split("-")[0], dataset)
     hours = train.get("seconds", 0) / 3600
     metric_lines = "\n".join(f"| {k} | {v} |" for k, v in test.items() if not isinstance(v, dict))
-    arch = (f"d_model={cfg['d_model']}, n_heads={cfg['n_heads']}, encoder layers={cfg['n_layers']}"
-            + (f", decoder layers={cfg['n_decoder_layers']}" if cfg["task"] == "translation" else "")
-            + f", d_ff={cfg['d_ff']}, vocab={cfg['vocab_size']} (sentencepiece {tcfg.get('spm_model_type', 'unigram')}),"
-            f" {'pre' if cfg['norm_first'] else 'post'}-norm, max_len={cfg['max_len']}")
+    arch = (
+        f"d_model={cfg['d_model']}, n_heads={cfg['n_heads']}, encoder layers={cfg['n_layers']}"
+        + (f", decoder layers={cfg['n_decoder_layers']}" if cfg["task"] == "translation" else "")
+        + f", d_ff={cfg['d_ff']}, vocab={cfg['vocab_size']} (sentencepiece {tcfg.get('spm_model_type', 'unigram')}),"
+        f" {'pre' if cfg['norm_first'] else 'post'}-norm, max_len={cfg['max_len']}"
+    )
     return f"""# {name}
 
-From-scratch Transformer ({cfg['task']}), trained on this project's CPU; no pretrained weights.
+From-scratch Transformer ({cfg["task"]}), trained on this project's CPU; no pretrained weights.
 
 - **Data**: {note} (`{dataset}`).
 - **Architecture**: {arch}.
-- **Training**: {train.get('step', '?')} optimizer steps, {train.get('epoch', '?')} epochs, {hours:.1f} h on a 2-core CPU (fp32).
+- **Training**: {train.get("step", "?")} optimizer steps, {train.get("epoch", "?")} epochs, {hours:.1f} h on a 2-core CPU (fp32).
 - **Size**: {size_mb:.1f} MB on disk (fp16 safetensors + tokenizer).
 - **Date**: {datetime.now(UTC).date().isoformat()}
 
@@ -68,18 +72,18 @@ From-scratch Transformer ({cfg['task']}), trained on this project's CPU; no pret
 
 ```
 {command}
-python -m training ship --run runs/{tcfg.get('name') or name} --name {name}
+python -m training ship --run runs/{tcfg.get("name") or name} --name {name}
 ```
 
 ## Test metrics
 
-Measured with `{test.get('command', '')}`:
+Measured with `{test.get("command", "")}`:
 
 | metric | value |
 |---|---|
 {metric_lines}
 
-Validation (best checkpoint): `{json.dumps({k: v for k, v in valid.items() if k != 'n'})}`
+Validation (best checkpoint): `{json.dumps({k: v for k, v in valid.items() if k != "n"})}`
 """
 
 
@@ -97,11 +101,21 @@ def cli(argv: list[str] | None = None) -> int:
     dataset = meta["training"]["config"]["dataset"]
     rel, fmt, headline = TEST_SETS[dataset]
     data = resolve_data_dir(args.data_dir) / rel
-    eval_args = SimpleNamespace(checkpoint=best, data=data, format=fmt, beam_size=4, length_penalty=0.6, limit=0,
-                                source_lang=None, target_lang=None)
+    eval_args = SimpleNamespace(
+        checkpoint=best,
+        data=data,
+        format=fmt,
+        beam_size=4,
+        length_penalty=0.6,
+        limit=0,
+        source_lang=None,
+        target_lang=None,
+    )
     test = evaluate_run(eval_args)
-    test["command"] = (f"python -m training evaluate --checkpoint checkpoints/{name} --data ../shared/data/{rel} --format {fmt}"
-                       + (" --beam-size 4" if fmt in ("tatoeba", "multi30k") else ""))
+    test["command"] = (
+        f"python -m training evaluate --checkpoint checkpoints/{name} --data ../shared/data/{rel} --format {fmt}"
+        + (" --beam-size 4" if fmt in ("tatoeba", "multi30k") else "")
+    )
     test.pop("checkpoint", None)
     test.pop("data", None)
     dest = args.dest / name
@@ -114,7 +128,9 @@ def cli(argv: list[str] | None = None) -> int:
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(best, tmp)
     valid = json.loads((best / "metrics.json").read_text()).get("valid", {})
-    (tmp / "metrics.json").write_text(json.dumps({"test": test, "valid": valid}, indent=2, ensure_ascii=False) + "\n")
+    (tmp / "metrics.json").write_text(
+        json.dumps({"test": test, "valid": valid}, indent=2, ensure_ascii=False) + "\n"
+    )
     task = "sentiment" if meta["task"] == "sentiment" else "translate"
     command = f"python -m training {task} --preset={name}  # or: make train-{name}"
     (tmp / "README.md").write_text(model_card(name, meta, test, valid, command, _size_mb(tmp)))
@@ -123,4 +139,3 @@ def cli(argv: list[str] | None = None) -> int:
     load_checkpoint(dest)  # the shipped directory must load
     print(json.dumps({"shipped": str(dest), **{k: v for k, v in test.items() if k != "decoding"}}))
     return 0
-

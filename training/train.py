@@ -14,7 +14,7 @@ import random
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -75,11 +75,42 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
 
 
+def mask_tokens(
+    ids: torch.Tensor, cfg: TrainConfig, mask_id: int, vocab: int, special: list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT masking: mask_prob of the real tokens are targets; 80% -> [MASK], 10% random, 10% kept."""
+    can = torch.ones_like(ids, dtype=torch.bool)
+    for s in special:
+        can &= ids != s
+    target = (torch.rand(ids.shape, device=ids.device) < cfg.mask_prob) & can
+    labels = torch.where(target, ids, torch.full_like(ids, -100))
+    roll = torch.rand(ids.shape, device=ids.device)
+    inputs = torch.where(target & (roll < 0.8), torch.full_like(ids, mask_id), ids)
+    random_ids = torch.randint(len(special), vocab, ids.shape, device=ids.device)
+    inputs = torch.where(target & (roll >= 0.8) & (roll < 0.9), random_ids, inputs)
+    return inputs, labels
+
+
+def mlm_loss(
+    model: torch.nn.Module, data: Prepared, ids: torch.Tensor, cfg: TrainConfig
+) -> tuple[torch.Tensor, int]:
+    mc, tok = data.model_cfg, data.tokenizer
+    special = sorted({mc.pad_id, mc.unk_id, mc.bos_id, mc.eos_id, mc.cls_id or 0})
+    inputs, labels = mask_tokens(ids, cfg, tok.piece_to_id("[MASK]"), mc.vocab_size, special)
+    core = model.module if isinstance(model, DistributedDataParallel) else model
+    hidden, _, _ = core.encode(inputs)
+    keep = labels != -100
+    logits = core.mlm_logits(hidden[keep]).float()  # (N, V) for the N masked positions only
+    return F.cross_entropy(logits, labels[keep]), int(keep.sum())
+
+
 def batch_loss(
     model: torch.nn.Module, data: Prepared, idx: list[int], cfg: TrainConfig, dev: torch.device
 ) -> tuple[torch.Tensor, int]:
     """Mean loss over the batch's target tokens (or examples) and their count."""
     pad = data.model_cfg.pad_id
+    if cfg.objective == "mlm":
+        return mlm_loss(model, data, pad_ids([data.train[i][0] for i in idx], pad, dev), cfg)
     if data.model_cfg.task == "sentiment":
         ids = pad_ids([data.train[i][0] for i in idx], pad, dev)
         labels = torch.tensor([data.train[i][1] for i in idx], device=dev)
@@ -100,6 +131,21 @@ def batch_loss(
 def evaluate(model: torch.nn.Module, data: Prepared, cfg: TrainConfig) -> dict[str, float]:
     """Validation metric(s); `metric` is what selects the best checkpoint."""
     model.eval()
+    if cfg.objective == "mlm":  # metric: minus the masked-LM loss on held-out texts, with a fixed mask
+        gen_state = torch.get_rng_state()
+        torch.manual_seed(0)
+        losses = []
+        with torch.no_grad():
+            for i in range(0, len(data.valid), 64):
+                ids = pad_ids(
+                    [x for x, _ in data.valid[i : i + 64]],
+                    data.model_cfg.pad_id,
+                    next(model.parameters()).device,
+                )
+                losses.append(mlm_loss(model, data, ids, cfg)[0].item())
+        torch.set_rng_state(gen_state)
+        model.train()
+        return {"metric": -sum(losses) / len(losses), "mlm_loss": sum(losses) / len(losses)}
     if data.model_cfg.task == "sentiment":
         probs = classify_ids(model, [x for x, _ in data.valid])  # type: ignore[arg-type]
         res = accuracy_f1(probs.argmax(-1).tolist(), [y for _, y in data.valid])
@@ -165,7 +211,39 @@ def init_from(model: torch.nn.Module, path: str) -> None:
 
 
 def train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
-    """Train (or resume) the run in cfg.run_dir; returns the best checkpoint directory."""
+    """Train (or resume) the run in cfg.run_dir; returns the best checkpoint directory.
+
+    With a pretrain_dataset, a masked-LM phase (its own resumable run in <run>/mlm) comes first and the
+    supervised phase starts from its best checkpoint.
+    """
+    if cfg.pretrain_dataset and cfg.pretrain_steps and cfg.objective == "supervised" and not cfg.init_from:
+        prepare(cfg)  # the tokenizer, trained on labeled + unlabeled text, is shared by both phases
+        mlm = replace(
+            cfg,
+            objective="mlm",
+            name=f"{cfg.run_dir.name}/mlm",
+            dataset=cfg.pretrain_dataset,
+            max_steps=cfg.pretrain_steps,
+            batch_tokens=cfg.pretrain_batch_tokens,
+            patience=10**6,
+            eval_every=min(1000, cfg.pretrain_steps),
+            tokenizer_from=str(cfg.run_dir / "tokenizer.model"),
+            pretrain_dataset="",
+            pretrain_steps=0,
+        )
+        best = train(mlm, stop_at_step)
+        if stop_at_step and not _done(mlm.run_dir):
+            return best
+        cfg = replace(cfg, init_from=str(best), tokenizer_from=str(cfg.run_dir / "tokenizer.model"))
+    return _train(cfg, stop_at_step)
+
+
+def _done(run: Path) -> bool:
+    state = run / "state.pt"
+    return state.exists() and torch.load(state, weights_only=True)["progress"]["done"]
+
+
+def _train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
     rank, world = setup_distributed()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -287,8 +365,12 @@ def _checkpoint(
                 model,
                 data.tokenizer_path,
                 dtype=torch.float16,
-                training={"config": cfg.to_dict(), "step": prog.step, "epoch": prog.epoch,
-                                      "seconds": round(prog.seconds)},
+                training={
+                    "config": cfg.to_dict(),
+                    "step": prog.step,
+                    "epoch": prog.epoch,
+                    "seconds": round(prog.seconds),
+                },
                 metrics={"valid": res},
             )
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import random
 from pathlib import Path
 
@@ -64,6 +65,8 @@ def make_data_dir(root: Path, n: int = 400, seed: int = 0) -> Path:
             label = rng.randint(0, 1)
             lines.append(f"{i}\t{_review(rng, label)}\t{label}")
         (nsmc / f"ratings_{split}.tsv").write_text("\n".join(lines) + "\n")
+    with gzip.open(nsmc / "unlabeled.txt.gz", "wt", encoding="utf-8") as f:
+        f.writelines(_review(rng, rng.randint(0, 1)) + "\n" for _ in range(300))
     return root
 
 

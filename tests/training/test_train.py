@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from model import load_checkpoint
+from model import build_model, load_checkpoint
 from training.__main__ import main
 from training.config import parse_overrides
-from training.train import train
+from training.train import init_from, train
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -99,6 +100,28 @@ def test_sentiment_train_checkpoint_evaluate(
     assert res["n"] == 80
     assert set(res) >= {"accuracy", "macro_f1"}
     assert res["accuracy"] >= 0.9  # the label is one sentiment word: a working loop learns it
+
+
+def test_sentiment_with_masked_lm_pretraining(synthetic_data_dir: Path, tmp_path: Path) -> None:
+    args = tiny(
+        synthetic_data_dir,
+        tmp_path,
+        epochs=1,
+        pretrain_dataset="nsmc-unlabeled",
+        pretrain_steps=6,
+        pretrain_batch_tokens=400,
+    )
+    assert main(["sentiment", "--dataset=nsmc", "--name=ko", *args]) == 0
+    mlm = [r for r in records(tmp_path / "ko" / "mlm") if "loss" in r]
+    assert [r["step"] for r in mlm] == [1, 2, 3, 4, 5, 6]
+    pretrained = load_checkpoint(tmp_path / "ko" / "mlm" / "best")
+    tuned = load_checkpoint(tmp_path / "ko" / "best")
+    assert tuned.config == pretrained.config  # same architecture and tokenizer in both phases
+    assert tuned.meta["training"]["config"]["init_from"] == str(tmp_path / "ko" / "mlm" / "best")
+    fresh = build_model(pretrained.config)
+    init_from(fresh, str(tmp_path / "ko" / "mlm" / "best"))
+    for name, tensor in pretrained.model.state_dict().items():
+        assert torch.equal(fresh.state_dict()[name], tensor), name
 
 
 def test_multi30k_evaluate_reads_split_prefix(
