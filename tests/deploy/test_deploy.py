@@ -1,0 +1,639 @@
+"""Deployment files: the image's own command serves when run outside Docker, and the Dockerfile, compose files, nginx
+config and Kubernetes manifests say what the deployment needs. (Their tools run in scripts/validate_deploy.sh.)"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKERFILE = REPO / "Dockerfile"
+K8S_DIR = REPO / "deploy" / "k8s"
+NGINX_CONF = REPO / "deploy" / "nginx" / "nginx.conf"
+READY_TIMEOUT_S = 60.0
+CONTAINER_PORT = 8000
+# ENV entries that describe the image's file layout (/opt/venv); outside the image the test's interpreter stands in.
+IMAGE_LAYOUT_ENV = {"PATH", "VIRTUAL_ENV"}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Dockerfile parsing
+
+
+@dataclass
+class Stage:
+    base: str
+    name: str | None
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def args(self, keyword: str) -> list[str]:
+        return [args for kw, args in self.instructions if kw == keyword]
+
+    def env(self) -> dict[str, str]:
+        """The stage's ENV values in order, `$VAR` / `${VAR}` expanded against earlier ones (as Docker does)."""
+        env: dict[str, str] = {}
+        for args in self.args("ENV"):
+            tokens = shlex.split(args)
+            pairs = [t.partition("=") for t in tokens]
+            if not pairs[0][1]:  # legacy `ENV KEY value with spaces`
+                pairs = [(tokens[0], "=", " ".join(tokens[1:]))]
+            for key, _, value in pairs:
+                env[key] = re.sub(r"\$\{?(\w+)\}?", lambda m: env.get(m.group(1), ""), value)
+        return env
+
+    def command(self) -> list[str]:
+        """What `docker run IMAGE` executes: the last ENTRYPOINT followed by the last CMD."""
+
+        def argv(args: str) -> list[str]:
+            return json.loads(args) if args.startswith("[") else ["/bin/sh", "-c", args]
+
+        entrypoint = self.args("ENTRYPOINT")
+        cmd = self.args("CMD")
+        return (argv(entrypoint[-1]) if entrypoint else []) + (argv(cmd[-1]) if cmd else [])
+
+    def healthcheck(self) -> list[str]:
+        (args,) = self.args("HEALTHCHECK")
+        match = re.fullmatch(r"(?:--\S+\s+)*CMD\s+(.+)", args)
+        assert match, f"HEALTHCHECK without CMD: {args}"
+        return json.loads(match.group(1))
+
+
+def parse_dockerfile(path: Path = DOCKERFILE) -> list[Stage]:
+    """The build stages, each with its (KEYWORD, arguments) instructions; comments dropped, continuations joined."""
+    stages: list[Stage] = []
+    pending = ""
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if line.startswith("#") or (not line and not pending):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        keyword, _, args = (pending + line).strip().partition(" ")
+        pending = ""
+        keyword, args = keyword.upper(), args.strip()
+        if keyword == "FROM":
+            parts = args.split()
+            name = parts[2] if len(parts) >= 3 and parts[1].upper() == "AS" else None
+            stages.append(Stage(base=parts[0], name=name))
+        elif stages:
+            stages[-1].instructions.append((keyword, args))
+    return stages
+
+
+@pytest.fixture(scope="module")
+def stages() -> list[Stage]:
+    return parse_dockerfile()
+
+
+@pytest.fixture(scope="module")
+def final_stage(stages: list[Stage]) -> Stage:
+    return stages[-1]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The image's command, run outside Docker
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen[bytes]
+    url: str
+    env: dict[str, str]
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")[-4000:]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def served_checkpoints(
+    tmp_path_factory: pytest.TempPathFactory,
+    tiny_sentiment_checkpoint: Path,
+    tiny_translator_checkpoint: Path,
+) -> Path:
+    """A checkpoint dir like the image's /app/checkpoints: sentiment-en and translate-fr-en (tiny, random)."""
+    root = tmp_path_factory.mktemp("served-checkpoints")
+    for checkpoint in (tiny_sentiment_checkpoint, tiny_translator_checkpoint):
+        (root / checkpoint.name).symlink_to(checkpoint, target_is_directory=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def image_server(
+    final_stage: Stage, served_checkpoints: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """The Dockerfile's final CMD with its ENV, from the repo root (the image's WORKDIR /app holds the same tree),
+    on 127.0.0.1 and a free port; `python` is this interpreter (the image's is /opt/venv's)."""
+    argv = final_stage.command()
+    assert argv[:1] in (["python"], ["python3"]), f"image command is not a python command: {argv}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APP_")}
+    env |= {k: v for k, v in final_stage.env().items() if k not in IMAGE_LAYOUT_ENV}
+    port = _free_port()
+    env |= {
+        "APP_HOST": "127.0.0.1",
+        "APP_PORT": str(port),
+        "APP_CHECKPOINT_DIR": str(served_checkpoints),
+        "OMP_NUM_THREADS": "1",
+    }
+    log = tmp_path_factory.mktemp("image-server") / "server.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, *argv[1:]], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    server = Server(proc=proc, url=f"http://127.0.0.1:{port}", env=env, log=log)
+    try:
+        yield server
+    finally:
+        _stop(proc)
+
+
+def _wait_ready(server: Server, timeout_s: float = READY_TIMEOUT_S) -> int | None:
+    """Poll GET /ready until 200; the last status seen (None: never answered)."""
+    deadline = time.monotonic() + timeout_s
+    status = None
+    with httpx.Client(base_url=server.url, timeout=2.0) as client:
+        while time.monotonic() < deadline and server.proc.poll() is None:
+            try:
+                status = client.get("/ready").status_code
+            except httpx.TransportError:
+                status = None
+            if status == 200:
+                return status
+            time.sleep(0.25)
+    return status
+
+
+@pytest.fixture(scope="module")
+def ready_server(image_server: Server) -> Server:
+    status = _wait_ready(image_server)
+    assert status == 200, (
+        f"GET /ready did not return 200 within {READY_TIMEOUT_S:.0f} s (last: {status}, "
+        f"exit code: {image_server.proc.poll()}); server output:\n{image_server.output()}"
+    )
+    return image_server
+
+
+@pytest.mark.slow
+def test_image_command_becomes_ready(ready_server: Server) -> None:
+    assert httpx.get(f"{ready_server.url}/ready", timeout=5).status_code == 200
+
+
+@pytest.mark.slow
+def test_image_command_serves_sentiment(ready_server: Server) -> None:
+    r = httpx.post(
+        f"{ready_server.url}/sentiment", json={"texts": ["I loved it.", "Dull and far too long."]}, timeout=30
+    )
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.slow
+def test_image_command_answers_health(ready_server: Server) -> None:
+    assert httpx.get(f"{ready_server.url}/health", timeout=5).status_code == 200
+
+
+@pytest.mark.slow
+def test_dockerfile_healthcheck_passes_on_ready_server(final_stage: Stage, ready_server: Server) -> None:
+    argv = final_stage.healthcheck()
+    assert argv[0] == "python"
+    done = subprocess.run([sys.executable, *argv[1:]], env=ready_server.env, capture_output=True, timeout=30)
+    assert done.returncode == 0, done.stderr.decode()
+
+
+@pytest.mark.slow
+def test_compose_healthcheck_passes_on_ready_server(ready_server: Server) -> None:
+    """The compose healthcheck targets the container port 8000: point it at the test server's port instead."""
+    test = compose("docker-compose.yml")["services"]["api"]["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "python"]
+    argv = [
+        sys.executable,
+        *(a.replace(f":{CONTAINER_PORT}/", f":{ready_server.env['APP_PORT']}/") for a in test[2:]),
+    ]
+    done = subprocess.run(argv, capture_output=True, timeout=30)
+    assert done.returncode == 0, done.stderr.decode()
+
+
+def test_healthcheck_fails_without_server(final_stage: Stage) -> None:
+    argv = final_stage.healthcheck()
+    env = {**os.environ, "APP_PORT": str(_free_port())}
+    done = subprocess.run([sys.executable, *argv[1:]], env=env, capture_output=True, timeout=30)
+    assert done.returncode != 0
+
+
+@pytest.mark.slow
+def test_image_command_stops_on_sigterm(ready_server: Server) -> None:
+    """`docker stop` and Kubernetes send SIGTERM: the server must exit by itself (runs last: it ends the server)."""
+    ready_server.proc.send_signal(signal.SIGTERM)
+    try:
+        code = ready_server.proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running 15 s after SIGTERM; output:\n{ready_server.output()}")
+    # uvicorn shuts down gracefully, then re-raises the signal (exit status 143 in a container).
+    assert code in (0, -signal.SIGTERM), ready_server.output()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Dockerfile
+
+
+def test_dockerfile_is_multi_stage_on_a_configurable_base(stages: list[Stage]) -> None:
+    assert [s.base for s in stages] == ["${BASE_IMAGE}", "${BASE_IMAGE}"]
+
+
+def test_dockerfile_default_base_is_python_311_slim() -> None:
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim$", DOCKERFILE.read_text(), re.MULTILINE)
+
+
+def test_dockerfile_installs_cpu_torch_by_default(stages: list[Stage]) -> None:
+    builder_args = stages[0].args("ARG")
+    assert "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in builder_args
+
+
+def test_dockerfile_installs_dependencies_before_copying_code(stages: list[Stage]) -> None:
+    builder = stages[0]
+    assert builder.args("COPY") == ["pyproject.toml /tmp/build/"]
+    assert any(
+        "pip install" in run and "-r /tmp/build/requirements.txt" in run for run in builder.args("RUN")
+    )
+
+
+def test_runtime_stage_copies_only_the_venv_from_the_builder(final_stage: Stage) -> None:
+    from_builder = [c for c in final_stage.args("COPY") if c.startswith("--from=")]
+    assert from_builder == ["--from=builder /opt/venv /opt/venv"]
+
+
+def test_runtime_stage_runs_as_a_numeric_non_root_user(final_stage: Stage) -> None:
+    (user,) = final_stage.args("USER")
+    assert int(user.split(":")[0]) > 0
+
+
+def test_runtime_env(final_stage: Stage) -> None:
+    env = final_stage.env()
+    assert {k: env.get(k) for k in ("PYTHONUNBUFFERED", "APP_HOST", "APP_PORT", "APP_CHECKPOINT_DIR")} == {
+        "PYTHONUNBUFFERED": "1",
+        "APP_HOST": "0.0.0.0",
+        "APP_PORT": str(CONTAINER_PORT),
+        "APP_CHECKPOINT_DIR": "/app/checkpoints",
+    }
+
+
+def test_checkpoints_are_baked_in(final_stage: Stage) -> None:
+    assert "checkpoints/ /app/checkpoints/" in final_stage.args("COPY")
+
+
+def test_exposes_the_app_port(final_stage: Stage) -> None:
+    assert final_stage.args("EXPOSE") == [str(CONTAINER_PORT)]
+
+
+def test_command_is_one_python_process(final_stage: Stage) -> None:
+    assert final_stage.command() == ["python", "-m", "app"]
+
+
+def test_healthcheck_probes_ready(final_stage: Stage) -> None:
+    assert "/ready" in " ".join(final_stage.healthcheck())
+
+
+def _dockerignore_patterns() -> list[str]:
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+
+
+def test_dockerignore_is_an_allow_list() -> None:
+    patterns = _dockerignore_patterns()
+    assert (patterns[0], sorted(p[1:] for p in patterns if p.startswith("!"))) == (
+        "*",
+        ["app/", "checkpoints/", "model/", "pyproject.toml", "training/"],
+    )
+
+
+def test_dockerignore_allows_every_copied_path(stages: list[Stage]) -> None:
+    allowed = [p[1:].rstrip("/") for p in _dockerignore_patterns() if p.startswith("!")]
+    sources = [
+        src.rstrip("/")
+        for stage in stages
+        for copy in stage.args("COPY")
+        if not copy.startswith("--from=")
+        for src in shlex.split(copy)[:-1]
+        if not src.startswith("--")
+    ]
+    assert [s for s in sources if not any(s == a or s.startswith(a + "/") for a in allowed)] == []
+
+
+def _runtime_distributions() -> set[str]:
+    """pyproject's [project].dependencies (what the image installs) and everything they pull in, installed here."""
+    pending = [
+        Requirement(r)
+        for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    ]
+    seen: set[str] = set()
+    while pending:
+        req = pending.pop()
+        name = canonicalize_name(req.name)
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = importlib.metadata.requires(req.name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        extras = {"", *req.extras}
+        for r in map(Requirement, requires):
+            if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in extras):
+                pending.append(r)
+    return seen
+
+
+def _third_party_imports(*packages: str) -> dict[str, set[str]]:
+    """Top-level modules imported anywhere (lazy imports included) in the given packages -> the importing files."""
+    first_party = {"app", "model", "training"}
+    found: dict[str, set[str]] = {}
+    for package in packages:
+        for path in (REPO / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for top in {n.partition(".")[0] for n in names} - first_party - set(sys.stdlib_module_names):
+                    found.setdefault(top, set()).add(str(path.relative_to(REPO)))
+    return found
+
+
+def test_image_dependencies_cover_the_serving_code_imports() -> None:
+    """The image installs only [project].dependencies: every module app/ and model/ import (lazily too) must come
+    from them, or the image fails where this dev venv (with the train/test extras) does not."""
+    distributions = importlib.metadata.packages_distributions()
+    runtime = _runtime_distributions()
+    missing = {
+        module: sorted(files)
+        for module, files in _third_party_imports("app", "model").items()
+        if not {canonicalize_name(d) for d in distributions.get(module, [module])} & runtime
+    }
+    assert missing == {}, f"imported but not in pyproject's [project].dependencies: {missing}"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Compose
+
+
+class ComposeLoader(yaml.SafeLoader):
+    """PyYAML plus compose's merge tags (`!reset`, `!override`), read as their plain values."""
+
+
+def _tagged(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node)
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node)
+    return loader.construct_scalar(node)
+
+
+for _tag in ("!reset", "!override"):
+    ComposeLoader.add_constructor(_tag, _tagged)
+
+
+def compose(name: str) -> dict[str, Any]:
+    return yaml.load((REPO / name).read_text(encoding="utf-8"), Loader=ComposeLoader)
+
+
+def test_compose_api_builds_this_repo() -> None:
+    assert compose("docker-compose.yml")["services"]["api"]["build"]["context"] == "."
+
+
+def test_compose_api_publishes_the_container_port() -> None:
+    (port,) = compose("docker-compose.yml")["services"]["api"]["ports"]
+    assert port.endswith(f":{CONTAINER_PORT}")
+
+
+def test_compose_api_healthcheck_probes_ready() -> None:
+    healthcheck = compose("docker-compose.yml")["services"]["api"]["healthcheck"]
+    assert f"127.0.0.1:{CONTAINER_PORT}/ready" in " ".join(healthcheck["test"])
+
+
+def test_compose_api_restarts_unless_stopped() -> None:
+    assert compose("docker-compose.yml")["services"]["api"]["restart"] == "unless-stopped"
+
+
+def test_compose_mounts_checkpoints_read_only() -> None:
+    assert "./checkpoints:/app/checkpoints:ro" in compose("docker-compose.yml")["services"]["api"]["volumes"]
+
+
+def test_compose_api_env_matches_the_image() -> None:
+    env = compose("docker-compose.yml")["services"]["api"]["environment"]
+    image_env = {
+        "APP_HOST": "0.0.0.0",
+        "APP_PORT": str(CONTAINER_PORT),
+        "APP_CHECKPOINT_DIR": "/app/checkpoints",
+    }
+    assert {k: env[k] for k in image_env} == image_env
+
+
+def test_gpu_override_reserves_an_nvidia_gpu() -> None:
+    reservations = compose("docker-compose.gpu.yml")["services"]["api"]["deploy"]["resources"]["reservations"]
+    (device,) = reservations["devices"]
+    assert (device["driver"], device["capabilities"]) == ("nvidia", ["gpu"])
+
+
+def test_gpu_override_builds_on_a_cuda_base() -> None:
+    args = compose("docker-compose.gpu.yml")["services"]["api"]["build"]["args"]
+    assert args["BASE_IMAGE"].startswith("nvidia/cuda:")
+
+
+def test_gpu_override_installs_a_cuda_torch() -> None:
+    args = compose("docker-compose.gpu.yml")["services"]["api"]["build"]["args"]
+    assert args["TORCH_INDEX_URL"].startswith("https://download.pytorch.org/whl/cu")
+
+
+def test_gpu_override_serves_on_cuda() -> None:
+    env = compose("docker-compose.gpu.yml")["services"]["api"]["environment"]
+    assert re.fullmatch(r"cuda|\$\{APP_DEVICE:-cuda\}", env["APP_DEVICE"])
+
+
+def test_scale_override_runs_replicas_without_host_port() -> None:
+    api = compose("docker-compose.scale.yml")["services"]["api"]
+    assert (api["deploy"]["replicas"], api["ports"]) == (3, [])
+
+
+def test_scale_override_nginx_waits_for_healthy_api() -> None:
+    nginx = compose("docker-compose.scale.yml")["services"]["nginx"]
+    assert nginx["depends_on"] == {"api": {"condition": "service_healthy"}}
+
+
+def test_scale_override_nginx_listens_on_8080_with_the_repo_config() -> None:
+    nginx = compose("docker-compose.scale.yml")["services"]["nginx"]
+    assert (nginx["ports"], nginx["volumes"]) == (
+        ["${LB_PORT:-8080}:8080"],
+        ["./deploy/nginx/nginx.conf:/etc/nginx/nginx.conf:ro"],
+    )
+
+
+def test_nginx_balances_over_the_api_service() -> None:
+    conf = NGINX_CONF.read_text()
+    assert re.search(r"upstream api \{\s*server api:8000 max_fails=\d+ fail_timeout=\d+s;", conf)
+
+
+def test_nginx_retries_failed_or_unready_replicas() -> None:
+    conf = NGINX_CONF.read_text()
+    assert re.search(r"proxy_next_upstream error timeout http_502 http_503 http_504\b", conf)
+
+
+def test_nginx_listens_on_8080_and_proxies_to_the_upstream() -> None:
+    conf = NGINX_CONF.read_text()
+    assert ("listen 8080;" in conf, "proxy_pass http://api;" in conf) == (True, True)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Kubernetes
+
+
+@pytest.fixture(scope="module")
+def k8s() -> dict[str, dict[str, Any]]:
+    """The kustomization's resources by kind."""
+    kustomization = yaml.safe_load((K8S_DIR / "kustomization.yaml").read_text())
+    docs = [
+        doc
+        for name in kustomization["resources"]
+        for doc in yaml.safe_load_all((K8S_DIR / name).read_text())
+        if doc
+    ]
+    by_kind = {doc["kind"]: doc for doc in docs}
+    assert len(by_kind) == len(docs), "one resource per kind expected"
+    return by_kind
+
+
+@pytest.fixture(scope="module")
+def container(k8s: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    (c,) = k8s["Deployment"]["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    kustomization = yaml.safe_load((K8S_DIR / "kustomization.yaml").read_text())
+    on_disk = {p.name for p in K8S_DIR.glob("*.yaml")} - {"kustomization.yaml"}
+    assert sorted(kustomization["resources"]) == sorted(on_disk)
+
+
+def test_k8s_has_deployment_service_hpa_pdb(k8s: dict[str, dict[str, Any]]) -> None:
+    assert sorted(k8s) == ["Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Service"]
+
+
+def test_k8s_image(container: dict[str, Any]) -> None:
+    assert container["image"] == "transformer-serving:latest"
+
+
+def test_k8s_readiness_probe_is_ready(container: dict[str, Any]) -> None:
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+
+
+def test_k8s_liveness_probe_is_health(container: dict[str, Any]) -> None:
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health"
+
+
+def test_k8s_startup_probe_is_set(container: dict[str, Any]) -> None:
+    assert container["startupProbe"]["httpGet"]["path"] in {"/health", "/ready"}
+
+
+def test_k8s_probes_hit_the_container_port(container: dict[str, Any]) -> None:
+    (port,) = container["ports"]
+    probe_ports = {
+        container[p]["httpGet"]["port"] for p in ("startupProbe", "livenessProbe", "readinessProbe")
+    }
+    assert (port["containerPort"], probe_ports) == (CONTAINER_PORT, {port["name"]})
+
+
+def test_k8s_env_port_matches_container_port(container: dict[str, Any]) -> None:
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env["APP_HOST"], env["APP_PORT"]) == ("0.0.0.0", str(CONTAINER_PORT))
+
+
+@pytest.mark.parametrize("kind", ["requests", "limits"])
+def test_k8s_resources_set_cpu_and_memory(container: dict[str, Any], kind: str) -> None:
+    assert sorted(container["resources"][kind]) == ["cpu", "memory"]
+
+
+def test_k8s_pod_runs_as_non_root(k8s: dict[str, dict[str, Any]]) -> None:
+    assert k8s["Deployment"]["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_k8s_root_filesystem_is_read_only(container: dict[str, Any]) -> None:
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_k8s_tmp_is_a_writable_empty_dir(k8s: dict[str, dict[str, Any]], container: dict[str, Any]) -> None:
+    volumes = {v["name"]: v for v in k8s["Deployment"]["spec"]["template"]["spec"]["volumes"]}
+    (tmp,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/tmp"]
+    assert ("emptyDir" in volumes[tmp["name"]], tmp.get("readOnly", False)) == (True, False)
+
+
+def test_k8s_service_selects_the_pods(k8s: dict[str, dict[str, Any]]) -> None:
+    pod_labels = k8s["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    selector = k8s["Service"]["spec"]["selector"]
+    assert selector.items() <= pod_labels.items()
+
+
+def test_k8s_service_targets_the_container_port(
+    k8s: dict[str, dict[str, Any]], container: dict[str, Any]
+) -> None:
+    (port,) = k8s["Service"]["spec"]["ports"]
+    assert port["targetPort"] in {container["ports"][0]["name"], CONTAINER_PORT}
+
+
+def test_k8s_hpa_targets_the_deployment(k8s: dict[str, dict[str, Any]]) -> None:
+    target = k8s["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]
+    assert (target["apiVersion"], target["kind"], target["name"]) == (
+        "apps/v1",
+        "Deployment",
+        k8s["Deployment"]["metadata"]["name"],
+    )
+
+
+def test_k8s_hpa_is_autoscaling_v2(k8s: dict[str, dict[str, Any]]) -> None:
+    assert k8s["HorizontalPodAutoscaler"]["apiVersion"] == "autoscaling/v2"
+
+
+def test_k8s_hpa_scales_on_cpu_utilisation(k8s: dict[str, dict[str, Any]]) -> None:
+    (metric,) = k8s["HorizontalPodAutoscaler"]["spec"]["metrics"]
+    assert (metric["resource"]["name"], metric["resource"]["target"]["type"]) == ("cpu", "Utilization")
+
+
+def test_k8s_pdb_selects_the_pods(k8s: dict[str, dict[str, Any]]) -> None:
+    pod_labels = k8s["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert k8s["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
