@@ -93,7 +93,7 @@ def greedy_decode(
     opts = options or DecodeOptions(beam_size=1)
     eos = model.cfg.eos_id
     state, tokens, src_lens = _start(model, src, start_ids)
-    limits = torch.tensor([opts.limit(n) for n in src_lens], device=src.device)
+    limits = torch.tensor([min(opts.limit(n), model.cfg.max_len) for n in src_lens], device=src.device)
     active = torch.arange(src.size(0), device=src.device)  # example index of each row
     out: list[list[int]] = [[] for _ in src_lens]
     log_prob = [0.0] * len(src_lens)
@@ -140,7 +140,7 @@ def beam_search(
     dev = src.device
     state, start, src_lens = _start(model, src, start_ids)
     n = src.size(0)
-    limits = [opts.limit(s) for s in src_lens]
+    limits = [min(opts.limit(s), model.cfg.max_len) for s in src_lens]  # positions must fit the encoding
     rows = torch.arange(n, device=dev).repeat_interleave(k)
     state, tokens = state.select(rows), start[rows]  # (n*K,)
     scores = torch.full((n, k), float("-inf"), device=dev)

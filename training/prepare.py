@@ -14,6 +14,7 @@ from training.tokenizers import train_tokenizer
 
 log = logging.getLogger(__name__)
 LABELS = ("negative", "positive")  # label 0 / 1 of NSMC and IMDb
+SENTIMENT_LANGS = {"nsmc": "ko", "imdb": "en"}  # the server routes texts to a sentiment model by language
 
 
 @dataclass
@@ -109,6 +110,7 @@ def _prepare_sentiment(cfg: TrainConfig, names: list[str], data_dir: Path) -> Pr
         tok,
         task="sentiment",
         labels=LABELS,
+        source_langs=tuple(sorted({SENTIMENT_LANGS[n] for n in names if n in SENTIMENT_LANGS})),
         pooling=cfg.pooling,
         cls_id=tok.piece_to_id("[CLS]"),
         max_len=cfg.max_src_len,

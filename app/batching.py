@@ -1,0 +1,239 @@
+"""Cross-request dynamic batching (MLServer's AdaptiveBatcher, LitServe's collate loop).
+
+One Batcher per batch-compatible key (model + decoding options). A request enqueues its items (texts or
+sentences) and gets one Future for all of them; the loop flushes at `max_batch_size` items or when the
+monotonic deadline `first item queued + max_delay` passes, runs the batch in the shared single-thread
+executor, and hands each result back to its own request. Items of requests that are already done (timed
+out, disconnected, failed elsewhere) are skipped at batch time. A failing batch fails only its requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from app.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
+from app.metrics import Metrics
+
+log = logging.getLogger(__name__)
+I = TypeVar("I")  # noqa: E741 - one item in
+O = TypeVar("O")  # noqa: E741 - one result out
+
+
+@dataclass(eq=False)
+class _Pending(Generic[O]):
+    """One request: its Future resolves once every one of its items has a result."""
+
+    future: asyncio.Future[list[O]]
+    results: list[Any]
+    remaining: int
+    deadline: float  # loop.time() (monotonic)
+
+
+@dataclass(eq=False, slots=True)
+class _Item:
+    pending: _Pending[Any]
+    index: int
+    payload: Any
+    queued_at: float
+
+
+@dataclass
+class BatchStats:
+    batches: int = 0
+    items: int = 0
+    skipped: int = 0
+    seconds_ewma: float = field(default=0.0)
+
+
+class Batcher(Generic[I, O]):
+    """Queue + loop for one key; `run(items) -> results` executes in `executor` (one forward pass)."""
+
+    def __init__(
+        self,
+        name: str,
+        run: Callable[[list[I]], list[O]],
+        executor: Executor,
+        *,
+        max_batch_size: int,
+        max_delay_s: float,
+        max_queue: int,
+        metrics: Metrics | None = None,
+        model: str = "",
+        idle_timeout_s: float | None = None,
+        on_idle: Callable[[Batcher[Any, Any]], None] | None = None,
+    ) -> None:
+        assert max_batch_size >= 1, max_batch_size
+        assert max_queue >= 1, max_queue
+        assert max_delay_s >= 0, max_delay_s
+        self.name, self.model = name, model or name
+        self.max_batch_size, self.max_delay_s, self.max_queue = max_batch_size, max_delay_s, max_queue
+        self._run, self._executor, self._metrics = run, executor, metrics
+        self._idle_timeout_s, self._on_idle = idle_timeout_s, on_idle
+        self._queue: deque[_Item] = deque()
+        self._wakeup = asyncio.Event()
+        self._closing = self._closed = False
+        self.stats = BatchStats()
+        self._depth = metrics.queue_depth.labels(queue=name) if metrics else None
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batcher:{name}")
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def enqueue(self, payloads: Sequence[I], deadline: float) -> asyncio.Future[list[O]]:
+        """Queue one request's items; the Future gets their results in order (or the batch's error)."""
+        if self._closing or self._closed:
+            raise Unavailable("the server is shutting down")
+        if len(self._queue) + len(payloads) > self.max_queue:
+            raise QueueFull(
+                f"queue {self.name} is full ({len(self._queue)} of {self.max_queue} items queued); retry later",
+                self.retry_after(),
+            )
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        pending: _Pending[O] = _Pending(loop.create_future(), [None] * len(payloads), len(payloads), deadline)
+        if not payloads:
+            pending.future.set_result([])
+        self._queue.extend(_Item(pending, i, p, now) for i, p in enumerate(payloads))
+        self._set_depth()
+        self._wakeup.set()
+        return pending.future
+
+    def retry_after(self) -> int:
+        """Seconds until the queue has drained at the recent batch rate (at least 1)."""
+        batches = math.ceil(len(self._queue) / self.max_batch_size) + 1
+        return max(1, math.ceil(batches * self.stats.seconds_ewma))
+
+    async def close(self) -> None:
+        """Stop accepting, finish every queued item, then stop the loop."""
+        self._closing = True
+        self._wakeup.set()
+        await asyncio.shield(self._task)
+
+    def _set_depth(self) -> None:
+        if self._depth is not None:
+            self._depth.set(len(self._queue))
+
+    async def _loop(self) -> None:
+        try:
+            while batch := await self._collect():
+                try:
+                    await self._execute(batch)
+                except Exception:  # a bug here must not wedge the queue: fail the batch, keep serving
+                    log.exception("batcher %s: unexpected error", self.name)
+                    for item in batch:
+                        if not item.pending.future.done():
+                            item.pending.future.set_exception(InferenceFailed("internal batching error"))
+        finally:
+            self._closed = True
+            if self._metrics is not None:
+                self._metrics.forget_queue(self.name)
+
+    async def _collect(self) -> list[_Item]:
+        """Wait for a first item, then for a full batch or the first item's deadline; [] = stop."""
+        loop = asyncio.get_running_loop()
+        while not self._queue:
+            if self._closing:
+                return []
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), self._idle_timeout_s)
+            except TimeoutError:
+                if not self._queue and self._on_idle is not None:  # no await since the check: no race
+                    self._closed = True
+                    self._on_idle(self)
+                    return []
+        flush_at = self._queue[0].queued_at + self.max_delay_s
+        while len(self._queue) < self.max_batch_size and not self._closing and loop.time() < flush_at:
+            self._wakeup.clear()
+            timer = loop.call_at(flush_at, self._wakeup.set)
+            await self._wakeup.wait()  # a new item or the deadline
+            timer.cancel()
+        n = min(self.max_batch_size, len(self._queue))
+        batch = [self._queue.popleft() for _ in range(n)]
+        self._set_depth()
+        return batch
+
+    async def _execute(self, batch: list[_Item]) -> None:
+        loop = asyncio.get_running_loop()
+        now, live = loop.time(), []
+        for item in batch:
+            pending = item.pending
+            if pending.future.done():  # timed out, client gone, or failed in another batch
+                self.stats.skipped += 1
+            elif now >= pending.deadline:
+                self.stats.skipped += 1
+                pending.future.set_exception(DeadlineExceeded("request timed out while queued"))
+            else:
+                live.append(item)
+        if not live:
+            return
+        start = time.perf_counter()
+        try:
+            outputs = await loop.run_in_executor(self._executor, self._run_checked, [i.payload for i in live])
+        except Exception as e:
+            log.exception("batch of %d item(s) failed in %s", len(live), self.name)
+            error = InferenceFailed(f"inference failed for this batch ({type(e).__name__}: {e})")
+            for item in live:
+                if not item.pending.future.done():
+                    item.pending.future.set_exception(error)
+            return
+        finally:
+            self._record(len(live), time.perf_counter() - start)
+        for item, out in zip(live, outputs, strict=True):
+            pending = item.pending
+            if pending.future.done():  # cancelled while the batch ran: drop its result
+                continue
+            pending.results[item.index] = out
+            pending.remaining -= 1
+            if pending.remaining == 0:
+                pending.future.set_result(pending.results)
+
+    def _run_checked(self, payloads: list[I]) -> list[O]:
+        outputs = self._run(payloads)
+        if len(outputs) != len(payloads):  # LitServe's "Batch size mismatch"
+            raise RuntimeError(f"batch size mismatch: {len(payloads)} items in, {len(outputs)} results out")
+        return outputs
+
+    def _record(self, size: int, seconds: float) -> None:
+        s = self.stats
+        s.batches, s.items = s.batches + 1, s.items + size
+        s.seconds_ewma = seconds if s.batches == 1 else 0.8 * s.seconds_ewma + 0.2 * seconds
+        if self._metrics is not None:
+            self._metrics.observe_batch(self.model, size, seconds)
+
+
+OnIdle = Callable[[Batcher[Any, Any]], None]
+
+
+class BatcherPool:
+    """Batchers by key, created on first use; dynamic keys (decoding options) retire when idle."""
+
+    def __init__(self) -> None:
+        self._batchers: dict[Hashable, Batcher[Any, Any]] = {}
+
+    def get(self, key: Hashable, create: Callable[[OnIdle], Batcher[Any, Any]]) -> Batcher[Any, Any]:
+        """The batcher of `key`; `create(on_idle)` makes it on first use (on_idle retires it from the pool)."""
+        batcher = self._batchers.get(key)
+        if batcher is None:
+            batcher = self._batchers[key] = create(lambda b: self._retire(key, b))
+        return batcher
+
+    def _retire(self, key: Hashable, batcher: Batcher[Any, Any]) -> None:
+        if self._batchers.get(key) is batcher:
+            del self._batchers[key]
+
+    def __len__(self) -> int:
+        return len(self._batchers)
+
+    async def close(self) -> None:
+        """Drain and stop every batcher (their queued items are still computed)."""
+        batchers, self._batchers = list(self._batchers.values()), {}
+        await asyncio.gather(*(b.close() for b in batchers))

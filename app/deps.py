@@ -1,0 +1,59 @@
+"""Annotated dependencies: settings, the service, the API key check, the client-disconnect signal."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from app.errors import Unauthorized
+from app.service import Service
+from app.settings import Settings
+
+_bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer <APP_API_KEY>")
+_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="X-API-Key: <APP_API_KEY>")
+
+
+def get_service(request: Request) -> Service:
+    return request.app.state.service  # type: ignore[no-any-return]
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings  # type: ignore[no-any-return]
+
+
+ServiceDep = Annotated[Service, Depends(get_service)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+def require_api_key(
+    settings: SettingsDep,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    api_key: Annotated[str | None, Depends(_api_key_header)],
+) -> None:
+    """401 unless APP_API_KEY is unset or the request carries it (constant-time comparison)."""
+    if settings.api_key is None:
+        return
+    expected = settings.api_key.get_secret_value().encode()
+    given = [c.encode() for c in (bearer.credentials if bearer else None, api_key) if c]
+    if not any(hmac.compare_digest(g, expected) for g in given):
+        raise Unauthorized(
+            "missing or invalid API key: send Authorization: Bearer <key> or X-API-Key: <key>",
+            {"WWW-Authenticate": "Bearer"},
+        )
+
+
+def client_disconnect(request: Request) -> Callable[[], Coroutine[Any, Any, None]]:
+    """A coroutine factory that returns once the client has gone away (the body is already read)."""
+
+    async def wait() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    return wait
+
+
+DisconnectDep = Annotated[Callable[[], Coroutine[Any, Any, None]], Depends(client_disconnect)]

@@ -1,0 +1,120 @@
+"""Service errors with their HTTP status, and the handlers that turn them into JSON responses."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+log = logging.getLogger(__name__)
+
+
+class ServiceError(Exception):
+    """An error with an HTTP status and a short message for the client."""
+
+    status_code = 500
+
+    def __init__(self, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.headers = headers
+
+
+class NotFound(ServiceError):
+    status_code = 404
+
+
+class Unauthorized(ServiceError):
+    status_code = 401
+
+
+class QueueFull(ServiceError):
+    status_code = 429
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message, {"Retry-After": str(retry_after)})
+        self.retry_after = retry_after
+
+
+class Unavailable(ServiceError):
+    """Not ready yet (models loading) or shutting down."""
+
+    status_code = 503
+
+    def __init__(self, message: str, retry_after: int | None = 1) -> None:
+        super().__init__(message, {"Retry-After": str(retry_after)} if retry_after else None)
+
+
+class DeadlineExceeded(ServiceError):
+    status_code = 504
+
+
+class InferenceFailed(ServiceError):
+    status_code = 500
+
+
+class ClientDisconnected(Exception):
+    """The client went away while its request was queued; nothing is sent back."""
+
+
+def invalid(loc: Sequence[str | int], message: str, kind: str = "value_error") -> RequestValidationError:
+    """A 422 in FastAPI's shape for checks that need settings or a model (limits, lengths, ranges)."""
+    full = ("body", *loc)
+    return RequestValidationError([{"loc": full, "msg": f"{_field(full)}: {message}", "type": kind}])
+
+
+def _field(loc: Sequence[Any]) -> str:
+    """('body', 'texts', 3) -> 'texts[3]'."""
+    out = ""
+    for part in loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
+
+
+def _message(err: dict[str, Any]) -> str:
+    """A message that names the field and, for limits, the limit and the value."""
+    field, kind, ctx = _field(err.get("loc", ())), err.get("type", ""), err.get("ctx") or {}
+    msg = str(err.get("msg", "invalid value"))
+    if msg.startswith(f"{field}:"):  # already clear (raised by the service)
+        return msg
+    if kind == "missing":
+        return f"{field}: field required"
+    if kind == "extra_forbidden":
+        return f"{field}: unknown field"
+    if kind == "json_invalid":
+        where = err["loc"][-1] if err.get("loc") else "?"
+        return f"body: invalid JSON at character {where} ({ctx.get('error', msg)})"
+    if kind in ("string_too_short", "too_short") and ctx.get("min_length") == 1:
+        return f"{field}: must not be empty"
+    if kind == "value_error":
+        msg = msg.removeprefix("Value error, ")
+    return f"{field}: {msg}"
+
+
+async def validation_error_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    detail = [
+        {"loc": list(err.get("loc", ())), "msg": _message(err), "type": err.get("type", "value_error")}
+        for err in exc.errors()
+    ]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+async def service_error_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)
+    return JSONResponse({"detail": exc.message}, status_code=exc.status_code, headers=exc.headers)
+
+
+async def unhandled_error_handler(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return JSONResponse({"detail": f"internal error: {type(exc).__name__}"}, status_code=500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, validation_error_handler)
+    app.add_exception_handler(ServiceError, service_error_handler)
+    app.add_exception_handler(Exception, unhandled_error_handler)

@@ -1,0 +1,63 @@
+"""The FastAPI application: `create_app(settings)` factory; models load in the lifespan, never at import.
+
+uvicorn app.main:app --host 127.0.0.1 --port 8000     (or: python -m app)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+from fastapi.middleware.cors import CORSMiddleware
+
+from app.errors import ClientDisconnected, install_error_handlers
+from app.metrics import Metrics, MetricsMiddleware
+from app.routes import attention, sentiment, system, translate
+from app.service import Service
+from app.settings import Settings, load_settings
+
+DESCRIPTION = """From-scratch Transformers (sentiment, translation) with cross-request dynamic batching.
+
+Model routes answer 503 until `/ready` is 200, 429 with `Retry-After` when a queue is full, and 504 past
+`APP_REQUEST_TIMEOUT_S`. When `APP_API_KEY` is set, every route but `/health` and `/ready` needs
+`Authorization: Bearer <key>` or `X-API-Key: <key>`.
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """An app serving every checkpoint under settings.checkpoint_dir (settings default: the environment)."""
+    settings = settings if settings is not None else load_settings()
+    metrics = Metrics()
+    service = Service(settings, metrics)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await service.start()  # fails fast on bad settings/configs; weights load in the background
+        try:
+            yield
+        finally:
+            await service.stop()  # ready -> 503, drain the queues, stop the batchers and the thread
+
+    app = FastAPI(title="Transformer serving", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app.state.settings, app.state.service = settings, service
+    install_error_handlers(app)
+    app.add_exception_handler(ClientDisconnected, _client_gone)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "X-API-Key", "Content-Type"],
+        )
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    for router in (system.open_router, system.router, sentiment.router, translate.router, attention.router):
+        app.include_router(router)
+    return app
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    return Response(status_code=499)  # nginx's "client closed request": nobody reads it, metrics count it
+
+
+app = create_app()

@@ -1,0 +1,79 @@
+"""Prometheus metrics in a registry per app instance, and the ASGI middleware that times requests."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "http_requests",
+            "HTTP requests by route, method and status",
+            ["route", "method", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "http_request_duration_seconds",
+            "HTTP request latency by route, method and status",
+            ["route", "method", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "batch_size", "Items per forward pass, per model", ["model"], buckets=BATCH_BUCKETS, registry=r
+        )
+        self.inference = Histogram(
+            "inference_duration_seconds",
+            "Time of one batched forward pass (with its pre/post-processing), per model",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_depth = Gauge("queue_depth", "Items waiting in a batcher queue", ["queue"], registry=r)
+        self.models_loaded = Gauge("models_loaded", "Models loaded and warmed up", registry=r)
+
+    def observe_batch(self, model: str, size: int, seconds: float) -> None:
+        self.batch_size.labels(model=model).observe(size)
+        self.inference.labels(model=model).observe(seconds)
+
+    def forget_queue(self, name: str) -> None:
+        """Drop the gauge of a retired batcher (dynamic decoding-option keys must not pile up)."""
+        with contextlib.suppress(KeyError):
+            self.queue_depth.remove(name)
+
+
+class MetricsMiddleware:
+    """Counts and times every HTTP request by route template (not raw path: bounded label values)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            labels = (route, scope["method"], str(status))
+            self.metrics.requests.labels(*labels).inc()
+            self.metrics.latency.labels(*labels).observe(time.perf_counter() - start)

@@ -1,0 +1,173 @@
+"""The served checkpoints: discovery, loading, and routing by language (sentiment) or pair (translation)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from app.errors import NotFound, Unavailable
+from app.settings import ENV_PREFIX, SettingsError
+from model import LoadedModel, ModelConfig, load_checkpoint
+from model.checkpoint import CONFIG, CheckpointError, read_config
+
+log = logging.getLogger(__name__)
+
+HANGUL = re.compile("[\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff]")
+DATASET_LANGS = {"nsmc": "ko", "imdb": "en"}  # sentiment training sets -> language, when the name has none
+
+
+def text_language(text: str) -> str:
+    """'ko' when the text has any Hangul character, else 'en' (the two sentiment models we ship)."""
+    return "ko" if HANGUL.search(text) else "en"
+
+
+@dataclass
+class ModelEntry:
+    """A discovered checkpoint; `loaded` is filled by the background loader."""
+
+    name: str
+    path: Path
+    config: ModelConfig
+    meta: dict[str, Any]
+    metrics: dict[str, Any] = field(default_factory=dict)
+    has_card: bool = False
+    loaded: LoadedModel | None = None
+
+    @property
+    def task(self) -> str:
+        return self.config.task
+
+    @property
+    def languages(self) -> list[str]:
+        """Sentiment: the text language, from the name (sentiment-ko) or the training dataset."""
+        suffix = self.name.rsplit("-", 1)[-1]
+        if len(suffix) == 2 and suffix.isalpha():
+            return [suffix.lower()]
+        dataset = str(self.meta.get("training", {}).get("config", {}).get("dataset", ""))
+        return [DATASET_LANGS[dataset]] if dataset in DATASET_LANGS else []
+
+    def require_loaded(self) -> LoadedModel:
+        if self.loaded is None:
+            raise Unavailable(f"model {self.name} is still loading")
+        return self.loaded
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+class Registry:
+    def __init__(self, entries: list[ModelEntry], device: torch.device, dtype: torch.dtype) -> None:
+        self.entries = {e.name: e for e in entries}
+        self.device, self.dtype = device, dtype
+        self.sentiment_by_lang: dict[str, str] = {}
+        self.pairs: dict[tuple[str, str], str] = {}
+        for e in sorted(entries, key=lambda e: e.name):
+            if e.task == "sentiment":
+                for lang in e.languages:
+                    if self.sentiment_by_lang.get(lang) != f"sentiment-{lang}":  # the canonical name wins
+                        self.sentiment_by_lang[lang] = e.name
+            else:
+                ids = e.config.target_lang_ids
+                for src in e.config.source_langs:
+                    for tgt in e.config.target_langs:
+                        if ids and tgt not in ids:  # a multilingual decoder needs the target's start token
+                            continue
+                        if src != tgt and self.pairs.get((src, tgt)) != f"translate-{src}-{tgt}":
+                            self.pairs[(src, tgt)] = e.name
+
+    @classmethod
+    def discover(cls, root: Path, device: torch.device, dtype: torch.dtype) -> Registry:
+        """Read every `root/*/config.json` (cheap: no weights); bad configs fail start-up."""
+        if not root.is_dir():
+            raise SettingsError(f"{ENV_PREFIX}CHECKPOINT_DIR={root}: directory does not exist")
+        entries = []
+        for path in sorted(p for p in root.iterdir() if (p / CONFIG).is_file()):
+            meta = read_config(path)
+            try:
+                cfg = ModelConfig.from_dict(meta["model"])
+            except (TypeError, ValueError) as e:
+                raise CheckpointError(f"{path / CONFIG}: invalid 'model' section ({e})") from e
+            metrics = _read_json(path / "metrics.json")
+            entries.append(ModelEntry(path.name, path, cfg, meta, metrics, (path / "README.md").is_file()))
+        if not entries:
+            raise SettingsError(
+                f"{ENV_PREFIX}CHECKPOINT_DIR={root}: no checkpoints (subdirectories holding a {CONFIG})"
+            )
+        return cls(entries, device, dtype)
+
+    def load(self, name: str) -> LoadedModel:
+        """Load one checkpoint's weights (blocking: run it in the inference thread)."""
+        entry = self.entries[name]
+        start = time.perf_counter()
+        entry.loaded = load_checkpoint(entry.path, self.device, self.dtype)
+        log.info(
+            "loaded %s (%s, %s parameters, %s on %s) in %.2fs",
+            name,
+            entry.task,
+            f"{entry.loaded.num_parameters:,}",
+            str(self.dtype).removeprefix("torch."),
+            self.device,
+            time.perf_counter() - start,
+        )
+        return entry.loaded
+
+    def names(self, task: str) -> list[str]:
+        return [n for n, e in self.entries.items() if e.task == task]
+
+    def get(self, name: str, task: str) -> ModelEntry:
+        entry = self.entries.get(name)
+        if entry is None or entry.task != task:
+            loaded = ", ".join(self.names(task)) or "none"
+            raise NotFound(f"model: no {task} model named {name!r} (loaded {task} models: {loaded})")
+        return entry
+
+    def get_any(self, name: str) -> ModelEntry:
+        entry = self.entries.get(name)
+        if entry is None:
+            raise NotFound(f"model: no model named {name!r} (loaded models: {', '.join(self.entries)})")
+        return entry
+
+    def sentiment_for(self, text: str, requested: str | None) -> str:
+        """The requested model, or the default for the text's language."""
+        if requested is not None:
+            return self.get(requested, "sentiment").name
+        lang = text_language(text)
+        name = self.sentiment_by_lang.get(lang)
+        if name is None:
+            loaded = ", ".join(self.names("sentiment")) or "none"
+            raise NotFound(
+                f"model: no sentiment model for language {lang!r} (expected sentiment-{lang}); "
+                f'loaded sentiment models: {loaded}; pass "model" to choose one'
+            )
+        return name
+
+    def translator_for(self, source_lang: str, target_lang: str, requested: str | None) -> str:
+        if requested is not None:
+            entry = self.get(requested, "translation")
+            cfg = entry.config
+            if source_lang not in cfg.source_langs or target_lang not in cfg.target_langs:
+                raise NotFound(
+                    f"model: {requested} translates {'/'.join(cfg.source_langs)} -> {'/'.join(cfg.target_langs)}, "
+                    f"not {source_lang} -> {target_lang}"
+                )
+            return entry.name
+        name = self.pairs.get((source_lang, target_lang))
+        if name is None:
+            available = ", ".join(f"{s}-{t}" for s, t in sorted(self.pairs)) or "none"
+            raise NotFound(
+                f"source_lang/target_lang: no model translates {source_lang} -> {target_lang} "
+                f"(available pairs: {available})"
+            )
+        return name

@@ -1,0 +1,1 @@
+"""Thin routers: parse, call the service, return its schema."""

@@ -1,0 +1,32 @@
+"""POST /attention: every attention map of one forward pass, as JSON or a PNG heatmap grid."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Response
+
+from app.deps import DisconnectDep, ServiceDep, require_api_key
+from app.routes.common import ERRORS
+from app.schemas import AttentionRequest, AttentionResponse
+
+router = APIRouter(tags=["attention"], dependencies=[Depends(require_api_key)])
+PNG: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"image/png": {}}, "description": "JSON maps, or a PNG with format=png"}
+}
+
+
+@router.post(
+    "/attention", response_model=AttentionResponse, response_model_exclude_none=True, responses=ERRORS | PNG
+)
+async def attention(
+    body: AttentionRequest,
+    service: ServiceDep,
+    disconnected: DisconnectDep,
+    format: Annotated[
+        Literal["json", "png"] | None, Query(description="Overrides the body's format.")
+    ] = None,
+) -> AttentionResponse | Response:
+    """Encoder self-attention, plus decoder self- and cross-attention for translators ([layer][head][q][k])."""
+    result = await service.attention(body, (format or body.format) == "png", disconnected)
+    return Response(result, media_type="image/png") if isinstance(result, bytes) else result

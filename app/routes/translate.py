@@ -1,0 +1,21 @@
+"""POST /translate."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from app.deps import DisconnectDep, ServiceDep, require_api_key
+from app.routes.common import ERRORS
+from app.schemas import TranslateRequest, TranslateResponse
+
+router = APIRouter(tags=["translation"], dependencies=[Depends(require_api_key)])
+
+
+@router.post(
+    "/translate", response_model=TranslateResponse, response_model_exclude_none=True, responses=ERRORS
+)
+async def translate(
+    body: TranslateRequest, service: ServiceDep, disconnected: DisconnectDep
+) -> TranslateResponse:
+    """Translate texts (split into sentences, batched across requests) with greedy or beam search."""
+    return await service.translate(body, disconnected)

@@ -1,0 +1,229 @@
+"""Request and response bodies. Static limits live here; limits from settings are checked by the service."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("must not be empty or whitespace only")
+    return text
+
+
+Text = Annotated[str, AfterValidator(_not_blank)]
+DEFAULT_LENGTH_PENALTY = 0.6
+Matrix4 = list[list[list[list[float]]]]  # [layer][head][query][key]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _TextsRequest(_Request):
+    text: Text | None = Field(None, description="One text (give `text` or `texts`, not both).")
+    texts: list[Text] | None = Field(None, min_length=1, description="Several texts, answered in order.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> _TextsRequest:
+        if (self.text is None) == (self.texts is None):
+            raise ValueError('give exactly one of "text" or "texts"')
+        return self
+
+    @property
+    def items(self) -> list[str]:
+        return [self.text] if self.text is not None else list(self.texts or [])
+
+    @property
+    def field(self) -> str:
+        return "text" if self.text is not None else "texts"
+
+
+class SentimentRequest(_TextsRequest):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"text": "A wonderful, moving film."},
+                {"texts": ["I loved it.", "정말 재미없어요", "Dull and far too long."]},
+                {"texts": ["Great acting."], "model": "sentiment-en"},
+            ]
+        }
+    )
+
+    model: str | None = Field(
+        None, description="Model name; default per text: any Hangul -> sentiment-ko, else sentiment-en."
+    )
+
+
+class TranslateRequest(_TextsRequest):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"text": "Le chat dort. Il fait beau !", "source_lang": "fr"},
+                {
+                    "texts": ["Bonjour.", "Je voudrais un café."],
+                    "source_lang": "fr",
+                    "target_lang": "en",
+                    "beam_size": 5,
+                    "num_hypotheses": 3,
+                    "return_scores": True,
+                },
+            ]
+        }
+    )
+
+    source_lang: str = Field(min_length=2, max_length=12, description="Source language code, e.g. fr.")
+    target_lang: str = Field("en", min_length=2, max_length=12, description="Target language code.")
+    beam_size: int = Field(4, ge=1, le=16, description="1 = greedy search.")
+    max_length: int | None = Field(
+        None,
+        ge=1,
+        le=512,
+        description="Generated tokens per sentence (EOS included); default min(256, 2 * source tokens + 10).",
+    )
+    length_penalty: float = Field(
+        DEFAULT_LENGTH_PENALTY, ge=0.0, le=2.0, description="GNMT alpha; 0 = plain log-probability."
+    )
+    num_hypotheses: int = Field(1, ge=1, le=16, description="n-best list size, at most beam_size.")
+    return_scores: bool = Field(
+        False, description="Add each translation's length-normalised log-probability."
+    )
+    model: str | None = Field(None, description="Model name; default: the model covering the language pair.")
+
+    @field_validator("num_hypotheses")
+    @classmethod
+    def _within_beam(cls, v: int, info: ValidationInfo) -> int:
+        beam = info.data.get("beam_size")
+        if beam is not None and v > beam:
+            raise ValueError(f"must be at most beam_size ({beam}), got {v}")
+        return v
+
+
+class AttentionRequest(_Request):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"model": "sentiment-en", "text": "Not bad at all.", "layers": [0], "heads": [0, 1]},
+                {"model": "translate-fr-en", "text": "Le chat dort.", "target": "The cat sleeps."},
+                {"model": "translate-fr-en", "text": "Le chat dort.", "format": "png"},
+            ]
+        }
+    )
+
+    model: str = Field(description="A loaded model (see GET /models).")
+    text: Text = Field(description="Source text (one sequence, not split into sentences).")
+    target: Text | None = Field(
+        None, description="Translators: the target to force-decode; default: the greedy translation."
+    )
+    target_lang: str | None = Field(None, description="Translators: target language (multilingual models).")
+    layers: list[Annotated[int, Field(ge=0)]] | None = Field(None, min_length=1, description="Default: all.")
+    heads: list[Annotated[int, Field(ge=0)]] | None = Field(None, min_length=1, description="Default: all.")
+    format: Literal["json", "png"] = Field("json", description="png: a heatmap grid (also ?format=png).")
+
+
+class SentimentResult(BaseModel):
+    model: str
+    label: str
+    score: float = Field(description="Probability of the chosen label.")
+    probabilities: dict[str, float]
+
+
+class SentimentResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "sentiment-en",
+                    "results": [
+                        {
+                            "model": "sentiment-en",
+                            "label": "positive",
+                            "score": 0.97,
+                            "probabilities": {"negative": 0.03, "positive": 0.97},
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+
+    model: str = Field(description="The model used; comma-joined when texts were routed to several.")
+    results: list[SentimentResult]
+
+
+class Hypothesis(BaseModel):
+    translation: str
+    score: float
+
+
+class TranslationResult(BaseModel):
+    translation: str
+    score: float | None = None
+    hypotheses: list[Hypothesis] | None = None
+
+
+class TranslateResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"model": "translate-fr-en", "results": [{"translation": "The cat is sleeping."}]}]
+        }
+    )
+
+    model: str
+    results: list[TranslationResult]
+
+
+class AttentionResponse(BaseModel):
+    model: str
+    layers: list[int]
+    heads: list[int]
+    source_tokens: list[str]
+    target_tokens: list[str] | None = None
+    encoder_self_attention: Matrix4
+    decoder_self_attention: Matrix4 | None = None
+    cross_attention: Matrix4 | None = Field(None, description="[layer][head][target][source]")
+    translation: str | None = None
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"status": "loading", "reason": "loading translate-fr-en (2 of 3)"}]}
+    )
+
+    status: Literal["ready", "loading", "failed", "shutting_down"]
+    reason: str | None = None
+    models: dict[str, str] = Field(default_factory=dict, description="name -> loading | warming_up | ready")
+
+
+class ModelInfo(BaseModel):
+    name: str
+    task: Literal["sentiment", "translation"]
+    status: str
+    source_langs: list[str]
+    target_langs: list[str]
+    labels: list[str]
+    parameters: int | None
+    dtype: str
+    device: str
+    max_len: int
+    sha256: str | None
+    metrics: dict[str, object]
+    model_card: bool
+
+
+class ModelsResponse(BaseModel):
+    models: list[ModelInfo]

@@ -1,0 +1,314 @@
+"""The running service: registry, handlers, batchers and the one inference thread, with their life cycle."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any
+
+from app.batching import Batcher, BatcherPool, OnIdle
+from app.errors import ClientDisconnected, DeadlineExceeded, Unavailable, invalid
+from app.handlers import (
+    AttentionHandler,
+    AttentionItem,
+    DecodeKey,
+    Sentence,
+    SentimentHandler,
+    TranslationHandler,
+)
+from app.metrics import Metrics
+from app.registry import Registry
+from app.schemas import (
+    DEFAULT_LENGTH_PENALTY,
+    AttentionRequest,
+    AttentionResponse,
+    ModelInfo,
+    Readiness,
+    SentimentRequest,
+    SentimentResponse,
+    TranslateRequest,
+    TranslateResponse,
+)
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+Disconnected = Callable[[], Coroutine[Any, Any, None]] | None  # resolves when the client goes away
+IDLE_BATCHER_S = 300.0  # a decoding-option queue unused this long is retired
+
+
+class Service:
+    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+        self.settings, self.metrics = settings, metrics
+        self.registry: Registry | None = None
+        self.executor: ThreadPoolExecutor | None = None
+        self.pool = BatcherPool()
+        self.sentiment: dict[str, SentimentHandler] = {}
+        self.translation: dict[str, TranslationHandler] = {}
+        self.attention_handlers: dict[str, AttentionHandler] = {}
+        self.status: str = "loading"
+        self.reason: str | None = "starting"
+        self.model_status: dict[str, str] = {}
+        self._loader: asyncio.Task[None] | None = None
+
+    # --- life cycle -----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Validate settings and read every config now (fail fast); load and warm up in the background."""
+        device = self.settings.torch_device()
+        dtype = self.settings.torch_dtype(device)
+        self.registry = Registry.discover(self.settings.check_checkpoint_dir(), device, dtype)
+        self.model_status = dict.fromkeys(self.registry.entries, "loading")
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="inference")  # one forward at a time
+        self._loader = asyncio.create_task(self._load_all(), name="load-models")
+
+    async def _load_all(self) -> None:
+        assert self.registry is not None
+        loop = asyncio.get_running_loop()
+        names = list(self.registry.entries)
+        try:
+            for i, name in enumerate(names, 1):
+                self.reason = f"loading {name} ({i} of {len(names)})"
+                loaded = await loop.run_in_executor(self.executor, self.registry.load, name)
+                handler: SentimentHandler | TranslationHandler
+                if loaded.config.task == "sentiment":
+                    handler = self.sentiment[name] = SentimentHandler(loaded)
+                else:
+                    handler = self.translation[name] = TranslationHandler(loaded)
+                self.attention_handlers[name] = AttentionHandler(loaded)
+                if self.settings.warmup:
+                    self.model_status[name], self.reason = "warming_up", f"warming up {name}"
+                    await loop.run_in_executor(self.executor, handler.warmup)
+                self.model_status[name] = "ready"
+                self.metrics.models_loaded.inc()
+        except Exception as e:
+            log.exception("model loading failed; the service stays not ready")
+            self.status, self.reason = "failed", f"{type(e).__name__}: {e}"
+            return
+        self.status, self.reason = "ready", None
+        log.info("ready: %s", ", ".join(names))
+
+    async def stop(self) -> None:
+        """Stop accepting (ready -> 503), finish queued and in-flight items, stop batchers and the thread."""
+        self.status, self.reason = "shutting_down", "the server is shutting down"
+        if self._loader is not None and not self._loader.done():
+            self._loader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loader
+        await self.pool.close()
+        if self.executor is not None:
+            await asyncio.to_thread(self.executor.shutdown, wait=True)
+
+    def readiness(self) -> Readiness:
+        return Readiness(status=self.status, reason=self.reason, models=dict(self.model_status))  # type: ignore[arg-type]
+
+    def _registry(self) -> Registry:
+        """The registry once ready; 503 with the reason before and during shutdown."""
+        if self.status != "ready" or self.registry is None:
+            raise Unavailable(f"not ready: {self.reason}", retry_after=None if self.status == "failed" else 1)
+        return self.registry
+
+    # --- requests -------------------------------------------------------------------------------------
+
+    async def classify(self, req: SentimentRequest, disconnected: Disconnected = None) -> SentimentResponse:
+        registry, texts = self._registry(), req.items
+        self._check_texts(texts, req.field)
+        groups: dict[str, list[int]] = {}  # model -> text indices, in first-appearance order
+        for i, text in enumerate(texts):
+            groups.setdefault(registry.sentiment_for(text, req.model), []).append(i)
+        deadline = self._deadline()
+        jobs = []
+        for name, idxs in groups.items():
+            handler = self.sentiment[name]
+            jobs.append((self._sentiment_batcher(name), [handler.decode_request(texts[i]) for i in idxs]))
+        outputs = await self._submit(jobs, deadline, disconnected)
+        results: list[Any] = [None] * len(texts)
+        for (name, idxs), probs in zip(groups.items(), outputs, strict=True):
+            for i, p in zip(idxs, probs, strict=True):
+                results[i] = self.sentiment[name].encode_response(p)
+        return SentimentResponse(model=",".join(groups), results=results)
+
+    async def translate(self, req: TranslateRequest, disconnected: Disconnected = None) -> TranslateResponse:
+        registry = self._registry()
+        self._check_texts(req.items, req.field)
+        name = registry.translator_for(req.source_lang, req.target_lang, req.model)
+        handler = self.translation[name]
+        items, layouts = handler.decode_request(req.items, req.field, req.num_hypotheses)
+        key = DecodeKey(req.target_lang, req.beam_size, req.length_penalty, req.max_length)
+        [outputs] = await self._submit(
+            [(self._translation_batcher(name, key), items)], self._deadline(), disconnected
+        )
+        results = [
+            handler.encode_response(lay, outputs, req.num_hypotheses, req.return_scores) for lay in layouts
+        ]
+        return TranslateResponse(model=name, results=results)
+
+    async def attention(
+        self, req: AttentionRequest, png: bool, disconnected: Disconnected = None
+    ) -> AttentionResponse | bytes:
+        entry = self._registry().get_any(req.model)
+        self._check_texts([req.text], "text")
+        if req.target is not None:
+            self._check_texts([req.target], "target")
+        handler = self.attention_handlers[entry.name]
+        layers, heads = handler.select(req.layers, req.heads)
+        deadline, translation = self._deadline(), None
+        item = handler.decode_request(req.text)
+        if handler.is_translator:
+            lang = self._target_lang(entry.name, req.target_lang)
+            if req.target is not None:
+                item = AttentionItem(item.source, handler.decoder_input(req.target, lang))
+            else:  # greedy translation through the batcher, like /translate with beam_size=1
+                greedy = self._translation_batcher(
+                    entry.name, DecodeKey(lang, 1, DEFAULT_LENGTH_PENALTY, None)
+                )
+                [[[best]]] = await self._submit([(greedy, [Sentence(item.source)])], deadline, disconnected)
+                translation = best.text
+                item = AttentionItem(item.source, [entry.config.start_id(lang), *best.tokens])
+        elif req.target is not None or req.target_lang is not None:
+            raise invalid(
+                ("target",), f"only translation models take a target; {entry.name} is a {entry.task} model"
+            )
+        [[maps]] = await self._submit([(self._attention_batcher(entry.name), [item])], deadline, disconnected)
+        if png:
+            from app.attention_png import render_attention
+
+            return await asyncio.to_thread(render_attention, handler, item, maps, layers, heads)
+        return handler.encode_response(item, maps, layers, heads, translation)
+
+    def models(self) -> list[ModelInfo]:
+        assert self.registry is not None
+        out = []
+        for name, e in self.registry.entries.items():
+            cfg, loaded = e.config, e.loaded
+            out.append(
+                ModelInfo(
+                    name=name,
+                    task=cfg.task,
+                    status=self.model_status.get(name, "loading"),
+                    source_langs=list(cfg.source_langs) if cfg.task == "translation" else e.languages,
+                    target_langs=list(cfg.target_langs),
+                    labels=list(cfg.labels),
+                    parameters=loaded.num_parameters if loaded else None,
+                    dtype=str(self.registry.dtype).removeprefix("torch."),
+                    device=str(self.registry.device),
+                    max_len=cfg.max_len,
+                    sha256=loaded.sha256 if loaded else None,
+                    metrics=e.metrics,
+                    model_card=e.has_card,
+                )
+            )
+        return out
+
+    # --- helpers --------------------------------------------------------------------------------------
+
+    def _check_texts(self, texts: Sequence[str], field: str) -> None:
+        """Limits from settings (422 naming the field, the limit and the value)."""
+        s = self.settings
+        if len(texts) > s.max_texts:
+            raise invalid((field,), f"at most {s.max_texts} texts per request (got {len(texts)})", "too_long")
+        for i, text in enumerate(texts):
+            if len(text) > s.max_chars:
+                loc = (field,) if field != "texts" else (field, i)
+                raise invalid(loc, f"at most {s.max_chars} characters per text (got {len(text)})", "too_long")
+
+    def _target_lang(self, name: str, requested: str | None) -> str:
+        cfg = self._registry().entries[name].config
+        lang = requested or ("en" if "en" in cfg.target_langs else cfg.target_langs[0])
+        if lang not in cfg.target_langs or (cfg.target_lang_ids and lang not in cfg.target_lang_ids):
+            raise invalid(
+                ("target_lang",), f"{name} translates into {', '.join(cfg.target_langs)}, not {lang!r}"
+            )
+        return lang
+
+    def _deadline(self) -> float:
+        return asyncio.get_running_loop().time() + self.settings.request_timeout_s
+
+    def _new_batcher(
+        self,
+        name: str,
+        run: Callable[[list[Any]], list[Any]],
+        *,
+        model: str | None = None,
+        max_batch_size: int | None = None,
+        idle_timeout_s: float | None = None,
+        on_idle: OnIdle | None = None,
+    ) -> Batcher[Any, Any]:
+        assert self.executor is not None
+        s = self.settings
+        return Batcher(
+            name,
+            run,
+            self.executor,
+            max_batch_size=max_batch_size or s.max_batch_size,
+            max_delay_s=0.0 if max_batch_size == 1 else s.max_batch_delay_ms / 1000,
+            max_queue=s.max_queue,
+            metrics=self.metrics,
+            model=model or name,
+            idle_timeout_s=idle_timeout_s,
+            on_idle=on_idle,
+        )
+
+    def _sentiment_batcher(self, name: str) -> Batcher[Any, Any]:
+        return self.pool.get(("sentiment", name), lambda _: self._new_batcher(name, self.sentiment[name].run))
+
+    def _attention_batcher(self, name: str) -> Batcher[Any, Any]:
+        """Attention maps are rare and take the weights path: their own queue, one item per forward."""
+        run = self.attention_handlers[name].run
+        return self.pool.get(
+            ("attention", name), lambda _: self._new_batcher(f"{name}/attention", run, max_batch_size=1)
+        )
+
+    def _translation_batcher(self, name: str, key: DecodeKey) -> Batcher[Any, Any]:
+        """The queue of one model and decoding mode (created on first use, retired when idle)."""
+        run = partial(self.translation[name].run, key=key)
+        label = f"{name}:{key.target_lang}:beam{key.beam_size}:lp{key.length_penalty:g}:max{key.max_length or 'auto'}"
+        return self.pool.get(
+            ("translation", name, key),
+            lambda on_idle: self._new_batcher(
+                label, run, model=name, idle_timeout_s=IDLE_BATCHER_S, on_idle=on_idle
+            ),
+        )
+
+    async def _submit(
+        self, jobs: list[tuple[Batcher[Any, Any], list[Any]]], deadline: float, disconnected: Disconnected
+    ) -> list[list[Any]]:
+        """Enqueue each (batcher, items) job and wait for all results, the deadline, or the client leaving."""
+        futures: list[asyncio.Future[list[Any]]] = []
+        try:
+            for batcher, items in jobs:
+                futures.append(batcher.enqueue(items, deadline))
+            return await _wait_all(futures, deadline, disconnected, self.settings.request_timeout_s)
+        finally:
+            for f in futures:  # no-op when done; otherwise the batch loop skips the items
+                f.cancel()
+
+
+async def _wait_all(
+    futures: list[asyncio.Future[list[Any]]], deadline: float, disconnected: Disconnected, timeout_s: float
+) -> list[list[Any]]:
+    """Every future's result in order; the first error; 504 past the deadline; ClientDisconnected."""
+    loop = asyncio.get_running_loop()
+    watcher = loop.create_task(disconnected()) if disconnected is not None else None
+    waiting: set[asyncio.Future[Any]] = set(futures) | ({watcher} if watcher is not None else set())
+    try:
+        while not all(f.done() for f in futures):
+            timeout = deadline - loop.time()
+            if timeout <= 0:
+                raise DeadlineExceeded(f"request timed out after {timeout_s:g} s (APP_REQUEST_TIMEOUT_S)")
+            done, waiting = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if watcher is not None and watcher in done:
+                raise ClientDisconnected
+            for f in done:
+                if (error := f.exception()) is not None:
+                    raise error
+        return [f.result() for f in futures]
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+        for f in futures:
+            if f.done() and not f.cancelled():
+                f.exception()  # mark retrieved: no "exception was never retrieved" noise

@@ -1,0 +1,109 @@
+"""Service settings from the environment (prefix APP_), validated once at start-up."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+import torch
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ENV_PREFIX = "APP_"
+
+
+class SettingsError(ValueError):
+    """An invalid setting; the message names the environment variable."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    checkpoint_dir: Path = REPO_ROOT / "checkpoints"  # every subdirectory holding a config.json is served
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    max_batch_size: int = Field(
+        default=32, ge=1, le=1024
+    )  # items (texts/sentences) per forward; 1 = no batching
+    max_batch_delay_ms: float = Field(
+        default=5.0, ge=0, le=10_000
+    )  # flush deadline after the first queued item
+    max_queue: int = Field(default=1024, ge=1)  # queued items per batcher before 429
+    request_timeout_s: float = Field(default=30.0, gt=0)  # 504 past this deadline
+    max_texts: int = Field(default=64, ge=1)  # texts per request
+    max_chars: int = Field(default=2000, ge=1)  # characters per text
+    api_key: SecretStr | None = None  # when set: Authorization: Bearer <key> or X-API-Key on model routes
+    cors_origins: Annotated[list[str], NoDecode] = []  # comma-separated
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    access_log: bool = False  # uvicorn's per-request access log (python -m app)
+    warmup: bool = True  # one inference per model before /ready turns 200
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        v = v.strip().lower()
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", v):
+            raise ValueError(f"must be auto, cpu, cuda or cuda:N, got {v!r}")
+        return v
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, v: object) -> object:
+        if isinstance(v, str):
+            return [o.strip() for o in v.split(",") if o.strip()]
+        return v
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _empty_key_is_none(cls, v: object) -> object:
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower(cls, v: object) -> object:
+        return v.lower() if isinstance(v, str) else v
+
+    def torch_device(self) -> torch.device:
+        """The device to serve on; `auto` takes CUDA when present. Raises SettingsError if unavailable."""
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        dev = torch.device(self.device)
+        if dev.type == "cuda":
+            if not torch.cuda.is_available():
+                raise SettingsError(
+                    f"{ENV_PREFIX}DEVICE={self.device}: CUDA is not available on this machine"
+                )
+            if dev.index is not None and dev.index >= torch.cuda.device_count():
+                raise SettingsError(
+                    f"{ENV_PREFIX}DEVICE={self.device}: only {torch.cuda.device_count()} CUDA device(s)"
+                )
+        return dev
+
+    def torch_dtype(self, device: torch.device) -> torch.dtype:
+        """float32 on CPU and float16 on CUDA for `auto`."""
+        if self.dtype == "auto":
+            return torch.float16 if device.type == "cuda" else torch.float32
+        return getattr(torch, self.dtype)  # type: ignore[no-any-return]
+
+    def check_checkpoint_dir(self) -> Path:
+        path = self.checkpoint_dir.expanduser()
+        if not path.is_dir():
+            raise SettingsError(f"{ENV_PREFIX}CHECKPOINT_DIR={path}: directory does not exist")
+        return path
+
+
+def load_settings() -> Settings:
+    """Settings from the environment; a SettingsError naming every invalid APP_ variable otherwise."""
+    try:
+        return Settings()
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            got = "" if field == "api_key" else f" (got {err.get('input')!r})"
+            lines.append(f"{ENV_PREFIX}{field.upper()} ({field}): {err['msg']}{got}")
+        raise SettingsError("invalid settings:\n  " + "\n  ".join(lines)) from None

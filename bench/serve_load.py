@@ -1,0 +1,355 @@
+"""Load test of the HTTP server against the in-process model-only ceiling, printed as markdown tables.
+
+  python bench/serve_load.py [--checkpoint-dir checkpoints] [--duration 5] [--concurrency 1 8 64] [--wrk auto]
+
+Starts `python -m app` itself on a free 127.0.0.1 port, twice: batching on (the default settings) and off
+(APP_MAX_BATCH_SIZE=1). For /sentiment and /translate at each concurrency it reports throughput and
+p50/p95/p99 latency, one text per request. /sentiment uses `wrk` (bench/wrk/post.lua) when installed: a Python
+client tops out near 150 req/s on 2 cores; /translate uses an httpx async client (decoding, not the client,
+is its bottleneck). The ceiling runs model.inference directly on the same inputs in batches of 32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+WRK_SCRIPT = REPO / "bench" / "wrk" / "post.lua"
+SHORT_TEXT = "A wonderful film."
+EN_WORDS = [
+    "the",
+    "film",
+    "story",
+    "acting",
+    "music",
+    "was",
+    "very",
+    "quite",
+    "not",
+    "really",
+    "good",
+    "bad",
+    "boring",
+    "wonderful",
+    "great",
+    "awful",
+    "plot",
+    "ending",
+]
+FR_WORDS = [
+    "le",
+    "chat",
+    "chien",
+    "film",
+    "livre",
+    "maison",
+    "aime",
+    "voit",
+    "lit",
+    "trouve",
+    "très",
+    "bon",
+    "beau",
+    "petit",
+    "grand",
+    "avec",
+    "la",
+    "une",
+    "un",
+]
+
+
+@dataclass
+class Cell:
+    route: str
+    mode: str
+    concurrency: int
+    rps: float
+    p50: float  # ms
+    p95: float
+    p99: float
+    errors: int
+    client: str
+
+
+def texts(words: list[str], n: int = 200, seed: int = 0) -> list[str]:
+    """Sentences of 3 to 40 words (mixed lengths, so padding and bucketing matter)."""
+    rng = random.Random(seed)
+    return [
+        " ".join(rng.choice(words) for _ in range(rng.choice([3, 5, 8, 12, 20, 40]))).capitalize() + "."
+        for _ in range(n)
+    ]
+
+
+def discover(root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The bodies' extra fields: a sentiment model and a translation pair served from `root`."""
+    sentiment: dict[str, Any] = {}
+    translate: dict[str, Any] = {}
+    for cfg_path in sorted(root.glob("*/config.json")):
+        model = json.loads(cfg_path.read_text())["model"]
+        name = cfg_path.parent.name
+        if model["task"] == "sentiment" and (not sentiment or name == "sentiment-en"):
+            sentiment = {"model": name}
+        elif model["task"] == "translation" and not translate:
+            translate = {
+                "model": name,
+                "source_lang": model["source_langs"][0],
+                "target_lang": model["target_langs"][0],
+            }
+    return sentiment, translate
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serve(checkpoint_dir: Path, env: dict[str, str]) -> Iterator[tuple[str, float]]:
+    """`python -m app` in a subprocess -> (base url, seconds from spawn to /ready 200); SIGTERM at exit."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("APP_")}
+    base = {"APP_CHECKPOINT_DIR": str(checkpoint_dir), "APP_PORT": str(port), "APP_LOG_LEVEL": "warning"}
+    with tempfile.TemporaryFile() as log:
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app"], env=clean | base | env, cwd=REPO, stdout=log, stderr=log
+        )
+        try:
+            while True:
+                if proc.poll() is not None:
+                    log.seek(0)
+                    raise RuntimeError(f"server exited ({proc.returncode}):\n{log.read().decode()}")
+                try:
+                    if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() - start > 120:
+                    raise RuntimeError("server not ready after 120 s")
+                time.sleep(0.02)
+            yield url, time.monotonic() - start
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def percentile(sorted_ms: list[float], q: float) -> float:
+    if not sorted_ms:
+        return float("nan")
+    return sorted_ms[min(len(sorted_ms) - 1, int(q / 100 * len(sorted_ms)))]
+
+
+async def httpx_load(
+    url: str, bodies: list[dict[str, Any]], concurrency: int, duration: float
+) -> tuple[float, list[float], int]:
+    """`concurrency` closed-loop clients for `duration` s -> (req/s, sorted latencies in ms, errors)."""
+    latencies: list[float] = []
+    errors = 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+        await client.post(url, json=bodies[0])  # connect + warm
+        end = time.perf_counter() + duration
+
+        async def worker(k: int) -> None:
+            nonlocal errors
+            i = k
+            while time.perf_counter() < end:
+                t0 = time.perf_counter()
+                r = await client.post(url, json=bodies[i % len(bodies)])
+                latencies.append((time.perf_counter() - t0) * 1000)
+                errors += r.status_code != 200
+                i += concurrency
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(k) for k in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return len(latencies) / elapsed, sorted(latencies), errors
+
+
+def wrk_load(
+    url: str, bodies: list[dict[str, Any]], concurrency: int, duration: float
+) -> tuple[float, float, float, float, int]:
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        f.write("\n".join(json.dumps(b, ensure_ascii=False) for b in bodies) + "\n")
+    try:
+        cmd = [
+            "wrk",
+            f"-t{min(2, concurrency)}",
+            f"-c{concurrency}",
+            f"-d{max(1, round(duration))}s",
+            "-s",
+            str(WRK_SCRIPT),
+            url,
+            "--",
+            f.name,
+        ]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=duration + 60).stdout
+    finally:
+        os.unlink(f.name)
+    res = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    return (
+        res["requests"] / res["seconds"],
+        res["p50_us"] / 1e3,
+        res["p95_us"] / 1e3,
+        res["p99_us"] / 1e3,
+        res["errors"],
+    )
+
+
+def measure(
+    url: str, route: str, mode: str, bodies: list[dict[str, Any]], c: int, duration: float, use_wrk: bool
+) -> Cell:
+    if use_wrk:
+        rps, p50, p95, p99, errors = wrk_load(url, bodies, c, duration)
+        return Cell(route, mode, c, rps, p50, p95, p99, errors, "wrk")
+    rps, lat, errors = asyncio.run(httpx_load(url, bodies, c, duration))
+    return Cell(
+        route, mode, c, rps, percentile(lat, 50), percentile(lat, 95), percentile(lat, 99), errors, "httpx"
+    )
+
+
+def ceiling(
+    checkpoint_dir: Path, sentiment: dict[str, Any], translate: dict[str, Any], beam_size: int
+) -> dict[str, float]:
+    """Texts/s of model.inference alone on the same inputs, batches of 32, float32 CPU (the server's defaults)."""
+    import torch
+
+    from model import DecodeOptions, load_checkpoint
+    from model.inference import classify_ids, translate_ids
+    from model.preprocess import classifier_ids, source_ids
+
+    out = {}
+    if sentiment:
+        m = load_checkpoint(checkpoint_dir / sentiment["model"])
+        seqs = [classifier_ids(m.tokenizer, t, m.config) for t in texts(EN_WORDS)]
+        classify_ids(m.model, seqs[:32], 32)  # type: ignore[arg-type]
+        start = time.perf_counter()
+        with torch.inference_mode():
+            classify_ids(m.model, seqs, 32)  # type: ignore[arg-type]
+        out["/sentiment"] = len(seqs) / (time.perf_counter() - start)
+    if translate:
+        m = load_checkpoint(checkpoint_dir / translate["model"])
+        seqs = [source_ids(m.tokenizer, t, m.config) for t in texts(FR_WORDS)[:64]]
+        opts = DecodeOptions(beam_size=beam_size)
+        start = time.perf_counter()
+        translate_ids(m.model, seqs, opts, translate["target_lang"], 32)  # type: ignore[arg-type]
+        out["/translate"] = len(seqs) / (time.perf_counter() - start)
+    return out
+
+
+def report(
+    cells: list[Cell], ready: dict[str, float], ceil: dict[str, float], short_p50: float, conc: list[int]
+) -> str:
+    lines = [
+        "| route | batching | concurrency | req/s | p50 ms | p95 ms | p99 ms | errors | client |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for c in cells:
+        lines.append(
+            f"| {c.route} | {c.mode} | {c.concurrency} | {c.rps:.1f} | {c.p50:.1f} | {c.p95:.1f} | {c.p99:.1f} | {c.errors} | {c.client} |"
+        )
+    lines += ["", "| route | in-process ceiling (texts/s, batches of 32) |", "|---|---:|"]
+    lines += [f"| {route} | {v:.1f} |" for route, v in ceil.items()]
+    get = {(c.route, c.mode, c.concurrency): c.rps for c in cells}
+    top = max(conc)
+    lines += ["", "| target | measured | met |", "|---|---:|---|"]
+    on, off = get.get(("/sentiment", "on", top)), get.get(("/sentiment", "off", top))
+    if on and off:
+        lines.append(
+            f"| /sentiment c={top}: batching on >= 4x off | {on / off:.2f}x | {'yes' if on / off >= 4 else 'no'} |"
+        )
+    for route, v in ceil.items():
+        if (rps := get.get((route, "on", top))) is not None:
+            lines.append(
+                f"| {route} c={top} HTTP >= 60% of ceiling | {100 * rps / v:.0f}% | {'yes' if rps >= 0.6 * v else 'no'} |"
+            )
+    lines.append(
+        f"| single short /sentiment p50 <= 10 ms | {short_p50:.1f} ms | {'yes' if short_p50 <= 10 else 'no'} |"
+    )
+    for mode, s in ready.items():
+        lines.append(
+            f"| ready within 5 s of start (batching {mode}) | {s:.1f} s | {'yes' if s <= 5 else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint-dir", type=Path, default=REPO / "checkpoints")
+    p.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
+    p.add_argument(
+        "--routes", nargs="+", default=["/sentiment", "/translate"], choices=["/sentiment", "/translate"]
+    )
+    p.add_argument("--beam-size", type=int, default=4, help="/translate beam size (the API default is 4)")
+    p.add_argument("--wrk", choices=["auto", "yes", "no"], default="auto", help="use wrk for /sentiment")
+    args = p.parse_args(argv)
+    sentiment, translate = discover(args.checkpoint_dir)
+    use_wrk = args.wrk == "yes" or (args.wrk == "auto" and shutil.which("wrk") is not None)
+    bodies = {
+        "/sentiment": [{"text": t} | sentiment for t in texts(EN_WORDS)] if sentiment else [],
+        "/translate": [{"text": t, "beam_size": args.beam_size} | translate for t in texts(FR_WORDS)]
+        if translate
+        else [],
+    }
+    routes = [r for r in args.routes if bodies[r]]
+    cells: list[Cell] = []
+    ready: dict[str, float] = {}
+    short_p50 = float("nan")
+    for mode, env in (("on", {}), ("off", {"APP_MAX_BATCH_SIZE": "1"})):
+        with serve(args.checkpoint_dir, env) as (url, ready[mode]):
+            print(f"server (batching {mode}) ready in {ready[mode]:.1f} s", file=sys.stderr)
+            if mode == "on" and sentiment:
+                _, lat, _ = asyncio.run(
+                    httpx_load(
+                        f"{url}/sentiment",
+                        [{"text": SHORT_TEXT} | sentiment],
+                        1,
+                        min(3.0, args.duration),
+                    )
+                )
+                short_p50 = statistics.median(lat)
+            for route in routes:
+                for c in args.concurrency:
+                    wrk = use_wrk and route == "/sentiment"
+                    cells.append(measure(f"{url}{route}", route, mode, bodies[route], c, args.duration, wrk))
+                    print(f"  {route} c={c}: {cells[-1].rps:.1f} req/s", file=sys.stderr)
+    ceil = ceiling(
+        args.checkpoint_dir,
+        sentiment if "/sentiment" in routes else {},
+        translate if "/translate" in routes else {},
+        args.beam_size,
+    )
+    print(report(cells, ready, ceil, short_p50, args.concurrency))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""App fixtures: one checkpoint directory holding the shared tiny checkpoints, settings, in-process clients."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
+
+from app.main import create_app
+from app.settings import Settings
+from model import Translator, save_checkpoint
+from tests.conftest import tiny_translation_config
+
+MULTI_LANG_IDS = {"en": 4, "fr": 5}  # start tokens of the multilingual test decoder (any in-vocab ids)
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_app_env() -> Iterator[None]:
+    """Tests build their settings explicitly: a developer's APP_* variables must not leak in."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in list(os.environ):
+            if name.startswith("APP_"):
+                mp.delenv(name)
+        yield
+
+
+@pytest.fixture(scope="session")
+def multi_translator_checkpoint(
+    tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_path: Path, tiny_vocab_size: int
+) -> Path:
+    """An untied de -> en/fr model whose decoder starts with a target-language token."""
+    torch.manual_seed(7)
+    cfg = tiny_translation_config(
+        tiny_vocab_size,
+        source_langs=("de",),
+        target_langs=("en", "fr"),
+        target_lang_ids=MULTI_LANG_IDS,
+        tie_embeddings=False,
+    )
+    root = tmp_path_factory.mktemp("multi")
+    return save_checkpoint(
+        root / "translate-multi", Translator(cfg).eval(), tiny_tokenizer_path, dtype=torch.float32
+    )
+
+
+@pytest.fixture(scope="session")
+def app_checkpoint_dir(
+    tmp_path_factory: pytest.TempPathFactory,
+    tiny_sentiment_checkpoint: Path,
+    tiny_sentiment_ko_checkpoint: Path,
+    tiny_translator_checkpoint: Path,
+    multi_translator_checkpoint: Path,
+) -> Path:
+    """The app's APP_CHECKPOINT_DIR: symlinks to sentiment-en, sentiment-ko, translate-fr-en, translate-multi."""
+    root = tmp_path_factory.mktemp("app-checkpoints")
+    for ckpt in (
+        tiny_sentiment_checkpoint,
+        tiny_sentiment_ko_checkpoint,
+        tiny_translator_checkpoint,
+        multi_translator_checkpoint,
+    ):
+        (root / ckpt.name).symlink_to(ckpt, target_is_directory=True)
+    return root
+
+
+@pytest.fixture(scope="session")
+def sentiment_only_dir(tmp_path_factory: pytest.TempPathFactory, tiny_sentiment_checkpoint: Path) -> Path:
+    """Just sentiment-en: quick to start for behaviour tests (backpressure, timeouts, failures)."""
+    root = tmp_path_factory.mktemp("sentiment-only")
+    (root / "sentiment-en").symlink_to(tiny_sentiment_checkpoint, target_is_directory=True)
+    return root
+
+
+@pytest.fixture
+def make_settings(app_checkpoint_dir: Path) -> Callable[..., Settings]:
+    def make(**overrides: Any) -> Settings:
+        return Settings(**({"checkpoint_dir": app_checkpoint_dir} | overrides))
+
+    return make
+
+
+async def wait_ready(client: httpx.AsyncClient, timeout: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while (r := await client.get("/ready")).status_code != 200:
+        assert r.json()["status"] != "failed", r.json()
+        assert loop.time() < end, f"not ready after {timeout}s: {r.json()}"
+        await asyncio.sleep(0.01)
+
+
+@asynccontextmanager
+async def serve(settings: Settings, ready: bool = True) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    """An app with its lifespan running and an in-process httpx client (ready unless ready=False)."""
+    app = create_app(settings)
+    async with (
+        LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager,
+        httpx.AsyncClient(transport=httpx.ASGITransport(manager.app), base_url="http://test") as client,
+    ):
+        if ready:
+            await wait_ready(client)
+        yield app, client
+
+
+@pytest.fixture(scope="module")
+async def shared(app_checkpoint_dir: Path) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    """One ready app for the read-only API tests of a module."""
+    async with serve(Settings(checkpoint_dir=app_checkpoint_dir)) as pair:
+        yield pair
+
+
+@pytest.fixture
+def client(shared: tuple[FastAPI, httpx.AsyncClient]) -> httpx.AsyncClient:
+    return shared[1]
+
+
+@pytest.fixture
+def app(shared: tuple[FastAPI, httpx.AsyncClient]) -> FastAPI:
+    return shared[0]

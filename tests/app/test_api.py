@@ -1,0 +1,402 @@
+"""Every endpoint in-process (httpx ASGITransport, lifespan running) against the tiny checkpoints."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+
+from app.settings import Settings
+from model import DecodeOptions, LoadedModel, Translator, load_checkpoint, save_checkpoint
+from model.inference import classify_ids, translate_ids
+from model.preprocess import classifier_ids, source_ids, target_ids
+from tests.app.conftest import MULTI_LANG_IDS, serve
+from tests.conftest import tiny_translation_config
+
+pytestmark = pytest.mark.anyio
+FR = ["Le chat aime la maison.", "Un chien voit un livre !", "Elle lit encore"]
+
+
+@pytest.fixture(scope="module")
+def models(app_checkpoint_dir: Path) -> dict[str, LoadedModel]:
+    """The same checkpoints loaded independently, for direct model.inference references."""
+    return {p.name: load_checkpoint(p) for p in sorted(app_checkpoint_dir.iterdir())}
+
+
+def direct_probs(m: LoadedModel, texts: list[str]) -> torch.Tensor:
+    return classify_ids(m.model, [classifier_ids(m.tokenizer, t, m.config) for t in texts])  # type: ignore[arg-type]
+
+
+def direct_translate(m: LoadedModel, texts: list[str], opts: DecodeOptions, lang: str = "en") -> list[Any]:
+    seqs = [source_ids(m.tokenizer, t, m.config) for t in texts]
+    return translate_ids(m.model, seqs, opts, lang)  # type: ignore[arg-type]
+
+
+# --- system ----------------------------------------------------------------------------------------------
+
+
+async def test_health_and_ready(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/health")).json() == {"status": "ok"}
+    r = await client.get("/ready")
+    assert r.status_code == 200
+    assert r.json()["status"] == "ready"
+    assert set(r.json()["models"].values()) == {"ready"}
+
+
+async def test_models_lists_everything_served(client: httpx.AsyncClient, app_checkpoint_dir: Path) -> None:
+    body = (await client.get("/models")).json()
+    by_name = {m["name"]: m for m in body["models"]}
+    assert sorted(by_name) == ["sentiment-en", "sentiment-ko", "translate-fr-en", "translate-multi"]
+    en = by_name["sentiment-en"]
+    weights = (app_checkpoint_dir / "sentiment-en" / "model.safetensors").read_bytes()
+    assert en["sha256"] == hashlib.sha256(weights).hexdigest()
+    assert en | {"parameters": None, "sha256": None} == {
+        "name": "sentiment-en", "task": "sentiment", "status": "ready", "source_langs": ["en"],
+        "target_langs": [], "labels": ["negative", "positive"], "parameters": None, "dtype": "float32",
+        "device": "cpu", "max_len": 512, "sha256": None, "metrics": {"accuracy": 0.5}, "model_card": False,
+    }  # fmt: skip
+    assert en["parameters"] > 0
+    assert by_name["translate-multi"]["target_langs"] == ["en", "fr"]
+    assert by_name["translate-fr-en"]["metrics"] == {"bleu": 0.0}
+
+
+async def test_metrics_is_prometheus_text(client: httpx.AsyncClient) -> None:
+    await client.post("/sentiment", json={"text": "a dog"})
+    r = await client.get("/metrics")
+    assert r.headers["content-type"].startswith("text/plain")
+    for name in (
+        'http_requests_total{method="POST",route="/sentiment",status="200"}',
+        "http_request_duration_seconds_bucket",
+        'batch_size_bucket{le="1.0",model="sentiment-en"}',
+        'inference_duration_seconds_count{model="sentiment-en"}',
+        'queue_depth{queue="sentiment-en"}',
+        "models_loaded 4.0",
+    ):
+        assert name in r.text
+
+
+async def test_openapi_has_an_example_for_every_request(client: httpx.AsyncClient) -> None:
+    spec = (await client.get("/openapi.json")).json()
+    schemas = spec["components"]["schemas"]
+    for name in ("SentimentRequest", "TranslateRequest", "AttentionRequest"):
+        assert schemas[name]["examples"], name
+    for name in ("SentimentResponse", "TranslateResponse", "Readiness"):
+        assert schemas[name]["examples"], name
+    assert {"/sentiment", "/translate", "/attention", "/health", "/ready", "/models", "/metrics"} <= set(
+        spec["paths"]
+    )
+    assert (await client.get("/docs")).status_code == 200
+
+
+# --- /sentiment ------------------------------------------------------------------------------------------
+
+
+async def test_sentiment_one_text(client: httpx.AsyncClient, models: dict[str, LoadedModel]) -> None:
+    body = (await client.post("/sentiment", json={"text": "this movie is good"})).json()
+    [result] = body["results"]
+    probs = direct_probs(models["sentiment-en"], ["this movie is good"])[0].tolist()
+    assert body["model"] == result["model"] == "sentiment-en"
+    assert list(result["probabilities"]) == ["negative", "positive"]
+    assert list(result["probabilities"].values()) == pytest.approx(probs, abs=1e-6)
+    assert result["label"] == ["negative", "positive"][int(torch.tensor(probs).argmax())]
+    assert result["score"] == max(result["probabilities"].values())
+
+
+async def test_sentiment_routes_each_text_by_language_in_order(
+    client: httpx.AsyncClient, models: dict[str, LoadedModel]
+) -> None:
+    texts = ["a dog", "이 영화 정말 좋았어요", "the story", "결말 별로였다 ㅋㅋ"]
+    body = (await client.post("/sentiment", json={"texts": texts})).json()
+    assert [r["model"] for r in body["results"]] == [
+        "sentiment-en",
+        "sentiment-ko",
+        "sentiment-en",
+        "sentiment-ko",
+    ]
+    assert body["model"] == "sentiment-en,sentiment-ko"
+    for text, result in zip(texts, body["results"], strict=True):
+        expected = direct_probs(models[result["model"]], [text])[0].tolist()
+        assert list(result["probabilities"].values()) == pytest.approx(expected, abs=1e-5)
+
+
+async def test_sentiment_explicit_model_overrides_language(client: httpx.AsyncClient) -> None:
+    body = (
+        await client.post("/sentiment", json={"texts": ["정말 좋았어요"], "model": "sentiment-en"})
+    ).json()
+    assert body["results"][0]["model"] == "sentiment-en"
+
+
+@pytest.mark.parametrize("model", ["nope", "translate-fr-en"])
+async def test_sentiment_unknown_model_is_404_listing_loaded_models(
+    client: httpx.AsyncClient, model: str
+) -> None:
+    r = await client.post("/sentiment", json={"text": "a", "model": model})
+    assert r.status_code == 404
+    assert "sentiment-en, sentiment-ko" in r.json()["detail"]
+
+
+# --- /translate ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+async def test_translate_matches_direct_inference(
+    client: httpx.AsyncClient, models: dict[str, LoadedModel], beam_size: int
+) -> None:
+    body = (
+        await client.post(
+            "/translate",
+            json={"texts": FR, "source_lang": "fr", "beam_size": beam_size, "return_scores": True},
+        )
+    ).json()
+    assert body["model"] == "translate-fr-en"
+    m = models["translate-fr-en"]
+    for result, [hyp] in zip(
+        body["results"], direct_translate(m, FR, DecodeOptions(beam_size=beam_size)), strict=True
+    ):
+        assert result["translation"] == m.tokenizer.decode(hyp.tokens)
+        assert result["score"] == pytest.approx(hyp.score, abs=1e-4)
+        assert "hypotheses" not in result
+
+
+async def test_translate_splits_sentences_and_keeps_newlines(
+    client: httpx.AsyncClient, models: dict[str, LoadedModel]
+) -> None:
+    text = "Le chat aime la maison. Un chien voit un livre !\n\nElle lit encore"
+    [result] = (
+        await client.post("/translate", json={"text": text, "source_lang": "fr", "beam_size": 2})
+    ).json()["results"]
+    m = models["translate-fr-en"]
+    s = [m.tokenizer.decode(h[0].tokens) for h in direct_translate(m, FR, DecodeOptions(beam_size=2))]
+    assert result["translation"] == f"{s[0]} {s[1]}\n\n{s[2]}"
+
+
+async def test_translate_n_best(client: httpx.AsyncClient) -> None:
+    req = {"text": FR[0], "source_lang": "fr", "beam_size": 4, "num_hypotheses": 3}
+    [result] = (await client.post("/translate", json=req)).json()["results"]
+    hyps = result["hypotheses"]
+    assert len(hyps) == 3
+    assert [h["score"] for h in hyps] == sorted((h["score"] for h in hyps), reverse=True)
+    assert hyps[0]["translation"] == result["translation"]
+    assert "score" not in result  # return_scores is off
+
+
+async def test_translate_max_length_caps_generated_tokens(
+    client: httpx.AsyncClient, models: dict[str, LoadedModel]
+) -> None:
+    req = {"text": FR[0], "source_lang": "fr", "beam_size": 1, "max_length": 3}
+    [result] = (await client.post("/translate", json=req)).json()["results"]
+    m = models["translate-fr-en"]
+    [[hyp]] = direct_translate(m, [FR[0]], DecodeOptions(beam_size=1, max_length=3, max_length_ratio=0.0))
+    assert len(hyp.tokens) <= 2  # 3 generated tokens, EOS included
+    assert result["translation"] == m.tokenizer.decode(hyp.tokens)
+
+
+async def test_translate_multilingual_model_starts_with_the_target_token(
+    client: httpx.AsyncClient, models: dict[str, LoadedModel]
+) -> None:
+    text = "Der Hund sieht ein Buch"
+    for lang in ("en", "fr"):
+        body = (
+            await client.post("/translate", json={"text": text, "source_lang": "de", "target_lang": lang})
+        ).json()
+        assert body["model"] == "translate-multi"
+        [[hyp]] = direct_translate(models["translate-multi"], [text], DecodeOptions(), lang)
+        assert body["results"][0]["translation"] == models["translate-multi"].tokenizer.decode(hyp.tokens)
+
+
+async def test_translate_unknown_pair_is_404_naming_the_pairs(client: httpx.AsyncClient) -> None:
+    r = await client.post("/translate", json={"text": "hola", "source_lang": "es"})
+    assert r.status_code == 404
+    assert "es -> en" in r.json()["detail"]
+    assert "de-en, de-fr, fr-en" in r.json()["detail"]
+
+
+async def test_translate_explicit_model_must_cover_the_pair(client: httpx.AsyncClient) -> None:
+    req = {"text": "Hallo", "source_lang": "de", "target_lang": "fr"}
+    assert (await client.post("/translate", json=req | {"model": "translate-multi"})).json()[
+        "model"
+    ] == "translate-multi"
+    r = await client.post("/translate", json=req | {"model": "translate-fr-en"})
+    assert r.status_code == 404
+    assert "translate-fr-en translates fr -> en, not de -> fr" in r.json()["detail"]
+
+
+async def test_translate_sentence_over_max_len_is_422_naming_the_limit(client: httpx.AsyncClient) -> None:
+    text = "a b c " * 200  # one sentence of 1200 characters, > 512 tokens
+    r = await client.post("/translate", json={"texts": ["ok.", text], "source_lang": "fr"})
+    assert r.status_code == 422
+    [err] = r.json()["detail"]
+    assert err["loc"] == ["body", "texts", 1]
+    assert "512-token limit of translate-fr-en" in err["msg"]
+
+
+# --- /attention ------------------------------------------------------------------------------------------
+
+
+def shape(x: Any) -> list[int]:
+    out = []
+    while isinstance(x, list):
+        out.append(len(x))
+        x = x[0]
+    return out
+
+
+async def test_attention_sentiment(client: httpx.AsyncClient, models: dict[str, LoadedModel]) -> None:
+    m = models["sentiment-en"]
+    body = (
+        await client.post("/attention", json={"model": "sentiment-en", "text": "the cat likes music"})
+    ).json()
+    ids = classifier_ids(m.tokenizer, "the cat likes music", m.config)
+    assert body["source_tokens"] == m.tokenizer.pieces(ids)
+    assert body["source_tokens"][-1] == "</s>"
+    assert shape(body["encoder_self_attention"]) == [2, 2, len(ids), len(ids)]
+    maps = torch.tensor(body["encoder_self_attention"], dtype=torch.float32)
+    torch.testing.assert_close(maps.sum(-1), torch.ones(2, 2, len(ids)), atol=1e-3, rtol=0)
+    with torch.inference_mode():
+        _, _, weights = m.model.encode(torch.tensor([ids]), need_weights=True)
+    torch.testing.assert_close(maps[1], weights[1][0], atol=1e-4, rtol=0)
+    assert "cross_attention" not in body
+
+
+async def test_attention_subsets_layers_and_heads(client: httpx.AsyncClient) -> None:
+    req = {"model": "sentiment-en", "text": "a dog", "layers": [1], "heads": [1]}
+    body = (await client.post("/attention", json=req)).json()
+    assert (body["layers"], body["heads"]) == ([1], [1])
+    assert shape(body["encoder_self_attention"])[:2] == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"), [("layers", [2], "layer 2"), ("heads", [0, 5], "head 5")]
+)
+async def test_attention_out_of_range_is_422_naming_the_range(
+    client: httpx.AsyncClient, field: str, value: list[int], message: str
+) -> None:
+    r = await client.post("/attention", json={"model": "sentiment-en", "text": "a", field: value})
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["msg"].startswith(f"{field}: ")
+    assert f"{message} is out of range: valid range is 0..1" in r.json()["detail"][0]["msg"]
+
+
+async def test_attention_translator_with_target(
+    client: httpx.AsyncClient, models: dict[str, LoadedModel]
+) -> None:
+    m = models["translate-fr-en"]
+    req = {"model": "translate-fr-en", "text": "Le chat dort", "target": "The cat sleeps"}
+    body = (await client.post("/attention", json=req)).json()
+    src = source_ids(m.tokenizer, "Le chat dort", m.config)
+    tgt = target_ids(m.tokenizer, "The cat sleeps", m.config)[:-1]
+    assert body["source_tokens"] == m.tokenizer.pieces(src)
+    assert body["target_tokens"] == m.tokenizer.pieces(tgt)
+    assert body["target_tokens"][0] == "<s>"
+    assert shape(body["cross_attention"]) == [2, 2, len(tgt), len(src)]
+    assert shape(body["decoder_self_attention"]) == [2, 2, len(tgt), len(tgt)]
+    assert "translation" not in body
+
+
+async def test_attention_translator_uses_the_greedy_translation(
+    client: httpx.AsyncClient, models: dict[str, LoadedModel]
+) -> None:
+    body = (
+        await client.post(
+            "/attention", json={"model": "translate-multi", "text": "Hallo", "target_lang": "fr"}
+        )
+    ).json()
+    m = models["translate-multi"]
+    [[hyp]] = direct_translate(m, ["Hallo"], DecodeOptions(beam_size=1), "fr")
+    assert body["translation"] == m.tokenizer.decode(hyp.tokens)
+    assert body["target_tokens"] == m.tokenizer.pieces([MULTI_LANG_IDS["fr"], *hyp.tokens])
+
+
+@pytest.mark.parametrize(("body", "query"), [({"format": "png"}, ""), ({}, "?format=png")])
+@pytest.mark.parametrize("model", ["sentiment-ko", "translate-fr-en"])
+async def test_attention_png(client: httpx.AsyncClient, body: dict[str, str], query: str, model: str) -> None:
+    r = await client.post(f"/attention{query}", json={"model": model, "text": "정말 좋았어요 le chat"} | body)
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "image/png"
+    assert r.content.startswith(b"\x89PNG\r\n\x1a\n")
+
+
+async def test_attention_errors(client: httpx.AsyncClient) -> None:
+    r = await client.post("/attention", json={"model": "nope", "text": "a"})
+    assert r.status_code == 404
+    assert "sentiment-en" in r.json()["detail"]
+    r = await client.post("/attention", json={"model": "sentiment-en", "text": "a", "target": "b"})
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["msg"].startswith("target: only translation models")
+    r = await client.post("/attention", json={"model": "translate-fr-en", "text": "a", "target_lang": "de"})
+    assert r.status_code == 422
+    assert "translate-fr-en translates into en" in r.json()["detail"][0]["msg"]
+
+
+# --- validation: 4xx with messages naming the field and the limit ------------------------------------------
+
+LONG = "x" * 2001
+CASES = [
+    ("/sentiment", {}, ["body"], 'give exactly one of "text" or "texts"'),
+    ("/sentiment", {"text": "a", "texts": ["b"]}, ["body"], 'give exactly one of "text" or "texts"'),
+    ("/sentiment", {"text": ""}, ["body", "text"], "text: must not be empty"),
+    ("/sentiment", {"text": "  \n"}, ["body", "text"], "text: must not be empty or whitespace only"),
+    ("/sentiment", {"texts": []}, ["body", "texts"], "texts: must not be empty"),
+    ("/sentiment", {"texts": ["a", ""]}, ["body", "texts", 1], "texts[1]: must not be empty"),
+    ("/sentiment", {"texts": ["a"] * 65}, ["body", "texts"], "texts: at most 64 texts per request (got 65)"),
+    ("/sentiment", {"texts": ["a", LONG]}, ["body", "texts", 1], "texts[1]: at most 2000 characters per text (got 2001)"),
+    ("/sentiment", {"text": LONG}, ["body", "text"], "text: at most 2000 characters per text (got 2001)"),
+    ("/sentiment", {"text": 3}, ["body", "text"], "text: Input should be a valid string"),
+    ("/sentiment", {"texts": "abc"}, ["body", "texts"], "texts: Input should be a valid list"),
+    ("/sentiment", {"text": "a", "lang": "en"}, ["body", "lang"], "lang: unknown field"),
+    ("/translate", {"text": "a"}, ["body", "source_lang"], "source_lang: field required"),
+    ("/translate", {"text": "a", "source_lang": "fr", "beam_size": 0}, ["body", "beam_size"], "beam_size: Input should be greater than or equal to 1"),
+    ("/translate", {"text": "a", "source_lang": "fr", "beam_size": 17}, ["body", "beam_size"], "beam_size: Input should be less than or equal to 16"),
+    ("/translate", {"text": "a", "source_lang": "fr", "beam_size": 2, "num_hypotheses": 3}, ["body", "num_hypotheses"], "num_hypotheses: must be at most beam_size (2), got 3"),
+    ("/translate", {"text": "a", "source_lang": "fr", "length_penalty": 2.5}, ["body", "length_penalty"], "length_penalty: Input should be less than or equal to 2"),
+    ("/translate", {"text": "a", "source_lang": "fr", "max_length": 513}, ["body", "max_length"], "max_length: Input should be less than or equal to 512"),
+    ("/translate", {"text": "a", "source_lang": "fr", "max_length": 0}, ["body", "max_length"], "max_length: Input should be greater than or equal to 1"),
+    ("/translate", {"texts": ["a"] * 65, "source_lang": "fr"}, ["body", "texts"], "texts: at most 64 texts per request (got 65)"),
+    ("/attention", {"text": "a"}, ["body", "model"], "model: field required"),
+    ("/attention", {"model": "sentiment-en", "text": "a", "layers": [-1]}, ["body", "layers", 0], "layers[0]: Input should be greater than or equal to 0"),
+    ("/attention", {"model": "sentiment-en", "text": "a", "format": "gif"}, ["body", "format"], "format: Input should be 'json' or 'png'"),
+    ("/attention", {"model": "sentiment-en", "text": LONG}, ["body", "text"], "text: at most 2000 characters per text (got 2001)"),
+    ("/attention", {"model": "translate-fr-en", "text": "a", "target": LONG}, ["body", "target"], "target: at most 2000 characters per text (got 2001)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("route", "body", "loc", "message"), CASES)
+async def test_bad_input_is_422_naming_field_and_limit(
+    client: httpx.AsyncClient, route: str, body: dict[str, Any], loc: list[Any], message: str
+) -> None:
+    r = await client.post(route, json=body)
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert any(d["loc"] == loc and message in d["msg"] for d in detail), detail
+    assert all(set(d) == {"loc", "msg", "type"} for d in detail)
+
+
+@pytest.mark.parametrize("route", ["/sentiment", "/translate", "/attention"])
+async def test_malformed_json_is_422(client: httpx.AsyncClient, route: str) -> None:
+    r = await client.post(route, content=b'{"text": "a",', headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["msg"].startswith("body: invalid JSON")
+    assert (await client.post("/sentiment", json={"text": "still fine"})).status_code == 200
+
+
+async def test_decoding_never_runs_past_the_model_max_len(
+    tmp_path: Path, tiny_tokenizer_path: Path, tiny_vocab_size: int
+) -> None:
+    """max_len=16: a 12-token source's default limit (2 * 12 + 10) and max_length=100 are capped, not a 500."""
+    torch.manual_seed(0)
+    cfg = tiny_translation_config(tiny_vocab_size, max_len=16, tie_embeddings=False)
+    save_checkpoint(
+        tmp_path / "translate-fr-en", Translator(cfg).eval(), tiny_tokenizer_path, dtype=torch.float32
+    )
+    text = "le chat aime la maison un chien"
+    async with serve(Settings(checkpoint_dir=tmp_path)) as (_, client):
+        for extra in ({}, {"max_length": 100}, {"beam_size": 1}):
+            r = await client.post("/translate", json={"text": text, "source_lang": "fr"} | extra)
+            assert r.status_code == 200, r.text
+        r = await client.post("/translate", json={"text": text * 3, "source_lang": "fr"})
+        assert r.status_code == 422
+        assert "16-token limit" in r.json()["detail"][0]["msg"]

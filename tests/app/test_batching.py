@@ -1,0 +1,235 @@
+"""The dynamic batcher on its own (MLServer's batcher tests): flushes, routing of results, skips, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from app.batching import Batcher, BatcherPool
+from app.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
+from app.metrics import Metrics
+
+pytestmark = pytest.mark.anyio
+FAR = 1e9  # a deadline that never passes
+
+
+class Recorder:
+    """run(items) -> items * 10, recording every batch; optionally blocks or fails."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.started = threading.Event()
+
+    def __call__(self, items: list[int]) -> list[int]:
+        self.started.set()
+        assert self.gate.wait(10)
+        self.batches.append(list(items))
+        if -1 in items:
+            raise ValueError("bad item -1")
+        return [x * 10 for x in items]
+
+
+@pytest.fixture
+async def executor() -> AsyncIterator[ThreadPoolExecutor]:
+    pool = ThreadPoolExecutor(1)
+    yield pool
+    pool.shutdown(wait=True)
+
+
+@pytest.fixture
+def make(executor: ThreadPoolExecutor) -> Callable[..., Batcher[int, int]]:
+    def build(run: Callable[[list[int]], list[int]], **kw: Any) -> Batcher[int, int]:
+        opts = {"max_batch_size": 4, "max_delay_s": 0.05, "max_queue": 100} | kw
+        return Batcher("test", run, executor, **opts)
+
+    return build
+
+
+async def test_full_batch_flushes_before_the_deadline(make: Callable[..., Batcher[int, int]]) -> None:
+    rec = Recorder()
+    b = make(rec, max_delay_s=30.0)
+    start = time.monotonic()
+    results = await asyncio.gather(*(b.enqueue([i], FAR) for i in range(4)))
+    assert time.monotonic() - start < 5
+    assert results == [[0], [10], [20], [30]]
+    assert rec.batches == [[0, 1, 2, 3]]
+    await b.close()
+
+
+async def test_deadline_flushes_a_partial_batch(make: Callable[..., Batcher[int, int]]) -> None:
+    rec = Recorder()
+    b = make(rec, max_batch_size=32, max_delay_s=0.05)
+    start = time.monotonic()
+    results = await asyncio.gather(b.enqueue([1], FAR), b.enqueue([2, 3], FAR))
+    assert time.monotonic() - start >= 0.045
+    assert results == [[10], [20, 30]]
+    assert rec.batches == [[1, 2, 3]]
+    await b.close()
+
+
+async def test_batch_size_one_turns_batching_off(make: Callable[..., Batcher[int, int]]) -> None:
+    rec = Recorder()
+    b = make(rec, max_batch_size=1)
+    assert await asyncio.gather(*(b.enqueue([i], FAR) for i in range(3))) == [[0], [10], [20]]
+    assert rec.batches == [[0], [1], [2]]
+    await b.close()
+
+
+async def test_results_go_back_to_their_own_request_across_batches(
+    make: Callable[..., Batcher[int, int]],
+) -> None:
+    rec = Recorder()
+    b = make(rec, max_batch_size=3, max_delay_s=0.0)
+    requests = [list(range(start, start + n)) for start, n in ((0, 5), (100, 1), (200, 4), (300, 2))]
+    results = await asyncio.gather(*(b.enqueue(r, FAR) for r in requests))
+    assert results == [[x * 10 for x in r] for r in requests]
+    assert all(len(batch) <= 3 for batch in rec.batches)
+    assert sorted(x for batch in rec.batches for x in batch) == sorted(x for r in requests for x in r)
+    await b.close()
+
+
+async def test_cancelled_requests_are_skipped_not_computed(make: Callable[..., Batcher[int, int]]) -> None:
+    rec = Recorder()
+    rec.gate.clear()  # the first batch blocks the inference thread
+    b = make(rec, max_batch_size=1, max_delay_s=0.0)
+    first = b.enqueue([1], FAR)
+    await asyncio.to_thread(rec.started.wait, 5)
+    gone, kept = b.enqueue([2], FAR), b.enqueue([3], FAR)
+    gone.cancel()  # the client went away while queued
+    rec.gate.set()
+    assert await first == [10]
+    assert await kept == [30]
+    assert [2] not in rec.batches
+    assert b.stats.skipped == 1
+    await b.close()
+
+
+async def test_expired_requests_get_deadline_exceeded_and_are_skipped(
+    make: Callable[..., Batcher[int, int]],
+) -> None:
+    rec = Recorder()
+    rec.gate.clear()
+    b = make(rec, max_batch_size=1, max_delay_s=0.0)
+    first = b.enqueue([1], FAR)
+    await asyncio.to_thread(rec.started.wait, 5)
+    late = b.enqueue([2], asyncio.get_running_loop().time() + 0.01)
+    await asyncio.sleep(0.05)
+    rec.gate.set()
+    assert await first == [10]
+    with pytest.raises(DeadlineExceeded):
+        await late
+    assert [2] not in rec.batches
+    await b.close()
+
+
+async def test_an_error_fails_only_its_batch(make: Callable[..., Batcher[int, int]]) -> None:
+    rec = Recorder()
+    b = make(rec, max_batch_size=2, max_delay_s=0.0)
+    ok1, bad, mate, ok2 = (b.enqueue(x, FAR) for x in ([1, 2], [-1], [5], [6, 7]))
+    assert await ok1 == [10, 20]
+    for fut in (bad, mate):  # -1 and 5 shared a batch: both requests fail, with the cause
+        with pytest.raises(InferenceFailed, match="ValueError: bad item -1"):
+            await fut
+    assert await ok2 == [60, 70]
+    assert await b.enqueue([8], FAR) == [80]  # still serving
+    await b.close()
+
+
+async def test_a_request_spanning_batches_fails_once_and_its_rest_is_skipped(
+    make: Callable[..., Batcher[int, int]],
+) -> None:
+    rec = Recorder()
+    b = make(rec, max_batch_size=1, max_delay_s=0.0)
+    with pytest.raises(InferenceFailed):
+        await b.enqueue([-1, 2, 3], FAR)
+    await asyncio.sleep(0.05)
+    assert rec.batches[0] == [-1]
+    assert [2] not in rec.batches
+    assert [3] not in rec.batches
+    await b.close()
+
+
+async def test_result_count_mismatch_fails_the_batch(make: Callable[..., Batcher[int, int]]) -> None:
+    b = make(lambda items: items[:-1])
+    with pytest.raises(InferenceFailed, match="batch size mismatch: 2 items in, 1 results out"):
+        await b.enqueue([1, 2], FAR)
+    await b.close()
+
+
+async def test_full_queue_raises_queue_full_with_retry_after(make: Callable[..., Batcher[int, int]]) -> None:
+    rec = Recorder()
+    rec.gate.clear()
+    b = make(rec, max_batch_size=1, max_delay_s=0.0, max_queue=2)
+    first = b.enqueue([1], FAR)
+    await asyncio.to_thread(rec.started.wait, 5)
+    queued = b.enqueue([2, 3], FAR)
+    with pytest.raises(QueueFull) as info:
+        b.enqueue([4], FAR)
+    assert info.value.retry_after >= 1
+    assert info.value.headers == {"Retry-After": str(info.value.retry_after)}
+    rec.gate.set()
+    assert await first == [10]
+    assert await queued == [20, 30]
+    await b.close()
+
+
+async def test_close_finishes_queued_items_then_rejects(make: Callable[..., Batcher[int, int]]) -> None:
+    rec = Recorder()
+    rec.gate.clear()
+    b = make(rec, max_batch_size=2, max_delay_s=10.0)
+    futures = [b.enqueue([i], FAR) for i in range(5)]
+    closing = asyncio.ensure_future(b.close())
+    await asyncio.sleep(0.01)
+    with pytest.raises(Unavailable):
+        b.enqueue([9], FAR)
+    rec.gate.set()
+    await closing
+    assert [await f for f in futures] == [[0], [10], [20], [30], [40]]
+
+
+async def test_metrics_record_batch_sizes_and_queue_depth(executor: ThreadPoolExecutor) -> None:
+    metrics = Metrics()
+    b: Batcher[int, int] = Batcher(
+        "q",
+        lambda xs: xs,
+        executor,
+        max_batch_size=8,
+        max_delay_s=0.02,
+        max_queue=10,
+        metrics=metrics,
+        model="m",
+    )
+    await asyncio.gather(*(b.enqueue([i], FAR) for i in range(3)))
+    reg = metrics.registry
+    assert reg.get_sample_value("batch_size_count", {"model": "m"}) == 1
+    assert reg.get_sample_value("batch_size_sum", {"model": "m"}) == 3
+    assert reg.get_sample_value("queue_depth", {"queue": "q"}) == 0
+    await b.close()
+    assert reg.get_sample_value("queue_depth", {"queue": "q"}) is None  # a stopped queue is forgotten
+
+
+async def test_pool_retires_idle_dynamic_batchers(executor: ThreadPoolExecutor) -> None:
+    pool = BatcherPool()
+
+    def create(on_idle: Callable[[Batcher[Any, Any]], None]) -> Batcher[Any, Any]:
+        return Batcher(
+            "dyn", lambda xs: xs, executor, max_batch_size=2, max_delay_s=0.0, max_queue=10,
+            idle_timeout_s=0.05, on_idle=on_idle,
+        )  # fmt: skip
+
+    first = pool.get("k", create)
+    assert await first.enqueue([1], FAR) == [1]
+    await asyncio.sleep(0.2)
+    assert len(pool) == 0
+    second = pool.get("k", create)
+    assert second is not first
+    assert await second.enqueue([2], FAR) == [2]
+    await pool.close()

@@ -1,0 +1,355 @@
+"""Behaviour under concurrency: batching parity, batches forming, backpressure, deadlines, failures, readiness."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from app.handlers import SentimentHandler
+from app.service import Service
+from app.settings import Settings
+from tests.app.conftest import serve
+from tests.conftest import make_corpus
+
+pytestmark = pytest.mark.anyio
+SLOW = "a very slow text"
+BOOM = "this text makes the model raise"
+
+
+def mixed_texts(n: int, seed: int = 0) -> list[str]:
+    """Sentences of very different lengths (1 to ~12 corpus lines), English and Korean."""
+    rng = random.Random(seed)
+    lines = make_corpus(200, seed)
+    return [" ".join(rng.sample(lines, rng.choice([1, 1, 2, 4, 12]))) for _ in range(n)]
+
+
+def batch_sizes(metrics_text: str, model: str) -> dict[float, float]:
+    """Cumulative histogram buckets of batch_size for one model: {le: count}."""
+    pattern = rf'batch_size_bucket{{le="([^"]+)",model="{re.escape(model)}"}} (\S+)'
+    return {float(le): float(v) for le, v in re.findall(pattern, metrics_text)}
+
+
+async def test_sentiment_batching_parity_and_batches_form(make_settings: Callable[..., Settings]) -> None:
+    """64 concurrent requests == the same 64 one at a time; at least one forward pass had > 1 item."""
+    texts = mixed_texts(64)
+    async with serve(make_settings(max_batch_delay_ms=20)) as (_, client):
+        single = [(await client.post("/sentiment", json={"text": t})).json()["results"][0] for t in texts]
+        before = batch_sizes((await client.get("/metrics")).text, "sentiment-en")
+        responses = await asyncio.gather(*(client.post("/sentiment", json={"text": t}) for t in texts))
+        after = batch_sizes((await client.get("/metrics")).text, "sentiment-en")
+    batched = [r.json()["results"][0] for r in responses]
+    for a, b in zip(single, batched, strict=True):
+        assert a["model"] == b["model"]
+        assert a["label"] == b["label"]
+        torch.testing.assert_close(
+            torch.tensor(list(a["probabilities"].values())), torch.tensor(list(b["probabilities"].values())),
+            atol=1e-5, rtol=0,
+        )  # fmt: skip
+    assert before[1.0] == before[float("inf")]  # one at a time: every batch had exactly 1 item
+    assert after[1.0] - before[1.0] < after[float("inf")] - before[float("inf")]  # now some batch had > 1
+
+
+@pytest.mark.parametrize(
+    ("model", "source_lang", "beam_size"), [("translate-fr-en", "fr", 1), ("translate-multi", "de", 3)]
+)
+async def test_translation_batching_parity(
+    make_settings: Callable[..., Settings], model: str, source_lang: str, beam_size: int
+) -> None:
+    texts = mixed_texts(64, seed=1)
+    req = {"source_lang": source_lang, "beam_size": beam_size, "num_hypotheses": 1, "max_length": 12}
+    async with serve(make_settings(max_batch_delay_ms=20)) as (_, client):
+        single = [(await client.post("/translate", json={"text": t} | req)).json() for t in texts]
+        # num_hypotheses may differ inside a batch: the batch decodes with the largest and slices per item
+        n_best = [1 + i % beam_size for i in range(len(texts))]
+        responses = await asyncio.gather(
+            *(
+                client.post("/translate", json={"text": t} | req | {"num_hypotheses": n})
+                for t, n in zip(texts, n_best, strict=True)
+            )
+        )
+        metrics = (await client.get("/metrics")).text
+    for one, r, n in zip(single, responses, n_best, strict=True):
+        assert r.status_code == 200
+        assert one["model"] == r.json()["model"] == model
+        assert one["results"][0]["translation"] == r.json()["results"][0]["translation"]
+        assert len(r.json()["results"][0].get("hypotheses", [None])) == n
+    sizes = batch_sizes(metrics, model)
+    assert sizes[1.0] < sizes[float("inf")]
+
+
+def slow_predict(
+    monkeypatch: pytest.MonkeyPatch, seconds: float, started: threading.Event | None = None
+) -> None:
+    """SentimentHandler.predict sleeps `seconds` when its batch holds the SLOW text."""
+    original = SentimentHandler.predict
+
+    def predict(self: SentimentHandler, batch: list[list[int]]) -> torch.Tensor:
+        if self.decode_request(SLOW) in batch:
+            if started is not None:
+                started.set()
+            time.sleep(seconds)
+        return original(self, batch)
+
+    monkeypatch.setattr(SentimentHandler, "predict", predict)
+
+
+async def test_full_queue_answers_429_with_retry_after(
+    monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
+) -> None:
+    started = threading.Event()
+    slow_predict(monkeypatch, 0.5, started)
+    settings = Settings(
+        checkpoint_dir=sentiment_only_dir, max_queue=1, max_batch_size=1, max_batch_delay_ms=0
+    )
+    async with serve(settings) as (_, client):
+        running = asyncio.ensure_future(client.post("/sentiment", json={"text": SLOW}))
+        await asyncio.to_thread(started.wait, 5)  # the inference thread is busy
+        queued = asyncio.ensure_future(client.post("/sentiment", json={"text": "queued"}))
+        await asyncio.sleep(0.05)  # ... and the queue (1 item) is full
+        r = await client.post("/sentiment", json={"text": "one too many"})
+        assert r.status_code == 429
+        assert re.fullmatch(r"[1-9]\d*", r.headers["retry-after"])
+        assert "full" in r.json()["detail"]
+        assert (await running).status_code == 200
+        assert (await queued).status_code == 200
+        assert (await client.post("/sentiment", json={"text": "later"})).status_code == 200
+
+
+async def test_past_the_deadline_is_504_and_the_item_is_skipped(
+    monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
+) -> None:
+    started = threading.Event()
+    slow_predict(monkeypatch, 0.6, started)
+    settings = Settings(
+        checkpoint_dir=sentiment_only_dir, request_timeout_s=0.2, max_batch_size=1, max_batch_delay_ms=0
+    )
+    async with serve(settings) as (app, client):
+        blocker = asyncio.ensure_future(client.post("/sentiment", json={"text": SLOW}))
+        await asyncio.to_thread(started.wait, 5)
+        r = await client.post("/sentiment", json={"text": "waits behind the slow one"})
+        assert r.status_code == 504
+        assert "APP_REQUEST_TIMEOUT_S" in r.json()["detail"]
+        assert (await blocker).status_code == 504  # the slow one itself took longer than 0.2 s
+        await asyncio.sleep(0.6)  # the slow forward pass ends (a running batch is not interrupted)
+        assert (await client.post("/sentiment", json={"text": "fast"})).status_code == 200
+        service: Service = app.state.service
+        [batcher] = service.pool._batchers.values()
+        assert batcher.stats.skipped >= 1  # the timed-out item was never computed
+
+
+async def test_a_failing_batch_fails_only_its_requests(
+    monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
+) -> None:
+    original = SentimentHandler.predict
+
+    def predict(self: SentimentHandler, batch: list[list[int]]) -> torch.Tensor:
+        if self.decode_request(BOOM) in batch:
+            raise RuntimeError("kaboom")
+        return original(self, batch)
+
+    monkeypatch.setattr(SentimentHandler, "predict", predict)
+    settings = Settings(checkpoint_dir=sentiment_only_dir, max_batch_size=1)
+    async with serve(settings) as (_, client):
+        texts = [f"the cat likes music {i}" for i in range(8)]
+        texts.insert(4, BOOM)
+        responses = await asyncio.gather(*(client.post("/sentiment", json={"text": t}) for t in texts))
+        for text, r in zip(texts, responses, strict=True):
+            if text == BOOM:
+                assert r.status_code == 500
+                assert r.json()["detail"] == "inference failed for this batch (RuntimeError: kaboom)"
+            else:
+                assert r.status_code == 200
+        assert (await client.post("/sentiment", json={"text": "after"})).status_code == 200
+
+
+async def test_batch_mates_of_a_failing_item_fail_together(
+    monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
+) -> None:
+    original = SentimentHandler.predict
+
+    def predict(self: SentimentHandler, batch: list[list[int]]) -> torch.Tensor:
+        if self.decode_request(BOOM) in batch:
+            raise RuntimeError("kaboom")
+        return original(self, batch)
+
+    monkeypatch.setattr(SentimentHandler, "predict", predict)
+    settings = Settings(checkpoint_dir=sentiment_only_dir, max_batch_size=8, max_batch_delay_ms=200)
+    async with serve(settings) as (_, client):
+        responses = await asyncio.gather(
+            *(client.post("/sentiment", json={"text": t}) for t in (BOOM, "mate"))
+        )
+        assert [r.status_code for r in responses] == [500, 500]
+        assert (await client.post("/sentiment", json={"text": "mate"})).status_code == 200
+
+
+async def test_ready_waits_for_warmup(monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path) -> None:
+    release = threading.Event()
+    original = SentimentHandler.warmup
+
+    def warmup(self: SentimentHandler) -> None:
+        assert release.wait(10)
+        original(self)
+
+    monkeypatch.setattr(SentimentHandler, "warmup", warmup)
+    async with serve(Settings(checkpoint_dir=sentiment_only_dir), ready=False) as (_, client):
+        assert (await client.get("/health")).status_code == 200
+        for _ in range(3):
+            r = await client.get("/ready")
+            assert r.status_code == 503
+            assert r.json()["status"] == "loading"
+            assert r.json()["reason"]
+            await asyncio.sleep(0.02)
+        r = await client.post("/sentiment", json={"text": "too early"})
+        assert r.status_code == 503
+        assert r.headers["retry-after"] == "1"
+        release.set()
+        for _ in range(500):
+            if (await client.get("/ready")).status_code == 200:
+                break
+            await asyncio.sleep(0.01)
+        assert (await client.get("/ready")).json() == {"status": "ready", "models": {"sentiment-en": "ready"}}
+        assert (await client.post("/sentiment", json={"text": "now"})).status_code == 200
+
+
+async def test_a_checkpoint_that_fails_to_load_keeps_ready_503(
+    tmp_path: Path, tiny_sentiment_checkpoint: Path
+) -> None:
+    import shutil
+
+    broken = tmp_path / "sentiment-en"
+    shutil.copytree(tiny_sentiment_checkpoint, broken)
+    (broken / "model.safetensors").write_bytes(b"truncated")
+    async with serve(Settings(checkpoint_dir=tmp_path), ready=False) as (_, client):
+        for _ in range(500):
+            body = (await client.get("/ready")).json()
+            if body["status"] == "failed":
+                break
+            await asyncio.sleep(0.01)
+        assert body["status"] == "failed"
+        assert "model.safetensors" in body["reason"]
+        assert (await client.get("/ready")).status_code == 503
+        assert (await client.post("/sentiment", json={"text": "a"})).status_code == 503
+
+
+async def test_shutdown_finishes_queued_requests_then_refuses(
+    monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
+) -> None:
+    started = threading.Event()
+    slow_predict(monkeypatch, 0.3, started)
+    settings = Settings(checkpoint_dir=sentiment_only_dir, max_batch_size=2, max_batch_delay_ms=0)
+    async with serve(settings) as (app, client):
+        service: Service = app.state.service
+        first = asyncio.ensure_future(client.post("/sentiment", json={"text": SLOW}))
+        await asyncio.to_thread(started.wait, 5)
+        queued = [asyncio.ensure_future(client.post("/sentiment", json={"text": f"q {i}"})) for i in range(5)]
+        await asyncio.sleep(0.05)
+        stopping = asyncio.ensure_future(service.stop())  # what the lifespan exit does
+        await asyncio.sleep(0.01)
+        assert (await client.get("/ready")).json()["status"] == "shutting_down"
+        assert (await client.get("/ready")).status_code == 503
+        assert (await client.post("/sentiment", json={"text": "new"})).status_code == 503
+        await stopping
+        assert (await first).status_code == 200
+        assert [(await q).status_code for q in queued] == [200] * 5
+
+
+async def test_a_disconnected_client_is_skipped_and_does_not_wedge_the_batcher(
+    monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
+) -> None:
+    """Raw ASGI: the body arrives, then http.disconnect while the request is still queued -> 499, not computed."""
+    started = threading.Event()
+    seen: list[list[list[int]]] = []
+    original = SentimentHandler.predict
+
+    def predict(self: SentimentHandler, batch: list[list[int]]) -> torch.Tensor:
+        seen.append(batch)
+        if self.decode_request(SLOW) in batch:
+            started.set()
+            time.sleep(0.4)
+        return original(self, batch)
+
+    monkeypatch.setattr(SentimentHandler, "predict", predict)
+    settings = Settings(checkpoint_dir=sentiment_only_dir, max_batch_size=1, max_batch_delay_ms=0)
+    async with serve(settings) as (app, client):
+        blocker = asyncio.ensure_future(client.post("/sentiment", json={"text": SLOW}))
+        await asyncio.to_thread(started.wait, 5)
+        sent: list[dict[str, Any]] = []
+        body = b'{"text": "the client leaves"}'
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive() -> dict[str, Any]:
+            if messages:
+                return messages.pop()
+            await asyncio.sleep(0.05)
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+            "path": "/sentiment", "raw_path": b"/sentiment", "query_string": b"", "root_path": "",
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            "client": ("127.0.0.1", 1), "server": ("test", 80), "state": {},
+        }  # fmt: skip
+        await app(scope, receive, send)
+        assert sent[0]["status"] == 499
+        assert (await blocker).status_code == 200
+        assert (await client.post("/sentiment", json={"text": "next"})).status_code == 200
+    leaving = SentimentHandler.decode_request(
+        app.state.service.sentiment["sentiment-en"], "the client leaves"
+    )
+    assert all(leaving not in batch for batch in seen)
+
+
+async def test_api_key(make_settings: Callable[..., Settings]) -> None:
+    async with serve(make_settings(api_key="s3cret")) as (_, client):
+        for path in ("/health", "/ready"):
+            assert (await client.get(path)).status_code == 200
+        body = {"text": "a dog"}
+        r = await client.post("/sentiment", json=body)
+        assert r.status_code == 401
+        assert r.headers["www-authenticate"] == "Bearer"
+        assert (await client.post("/sentiment", json=body, headers={"X-API-Key": "wrong"})).status_code == 401
+        assert (
+            await client.post("/sentiment", json=body, headers={"Authorization": "Bearer wrong"})
+        ).status_code == 401
+        assert (
+            await client.post("/sentiment", json=body, headers={"Authorization": "Bearer s3cret"})
+        ).status_code == 200
+        assert (
+            await client.post("/sentiment", json=body, headers={"X-API-Key": "s3cret"})
+        ).status_code == 200
+        for path in ("/models", "/metrics"):
+            assert (await client.get(path)).status_code == 401
+            assert (await client.get(path, headers={"X-API-Key": "s3cret"})).status_code == 200
+        r = await client.post("/translate", json={"text": "le chat", "source_lang": "fr"})
+        assert r.status_code == 401
+        r = await client.post("/attention", json={"model": "sentiment-en", "text": "a"})
+        assert r.status_code == 401
+
+
+async def test_cors(make_settings: Callable[..., Settings]) -> None:
+    async with serve(make_settings(cors_origins=["http://example.com"])) as (_, client):
+        r = await client.options(
+            "/sentiment",
+            headers={"Origin": "http://example.com", "Access-Control-Request-Method": "POST"},
+        )
+        assert r.headers["access-control-allow-origin"] == "http://example.com"
+
+
+async def test_missing_sentiment_default_is_404_listing_loaded(sentiment_only_dir: Path) -> None:
+    async with serve(Settings(checkpoint_dir=sentiment_only_dir)) as (_, client):
+        r = await client.post("/sentiment", json={"texts": ["a dog", "정말 좋았어요"]})
+        assert r.status_code == 404
+        assert "sentiment-ko" in r.json()["detail"]
+        assert "loaded sentiment models: sentiment-en" in r.json()["detail"]

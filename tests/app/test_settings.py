@@ -1,0 +1,131 @@
+"""Settings: defaults, APP_ environment parsing, and start-up failures that name the setting."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from asgi_lifespan import LifespanManager
+
+from app.main import create_app
+from app.settings import REPO_ROOT, Settings, SettingsError, load_settings
+
+
+def test_defaults() -> None:
+    s = Settings()
+    assert s.checkpoint_dir == REPO_ROOT / "checkpoints"
+    assert (s.device, s.dtype) == ("auto", "auto")
+    assert (s.max_batch_size, s.max_batch_delay_ms, s.max_queue) == (32, 5.0, 1024)
+    assert (s.request_timeout_s, s.max_texts, s.max_chars) == (30.0, 64, 2000)
+    assert s.api_key is None
+    assert s.cors_origins == []
+    assert (s.host, s.port, s.log_level) == ("127.0.0.1", 8000, "info")
+
+
+def test_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name, value in {
+        "CHECKPOINT_DIR": str(tmp_path), "DEVICE": "CPU", "DTYPE": "bfloat16", "MAX_BATCH_SIZE": "1",
+        "MAX_BATCH_DELAY_MS": "0", "API_KEY": "sekrit-42", "CORS_ORIGINS": "http://a.example, http://b.example",
+        "PORT": "9000", "LOG_LEVEL": "WARNING",
+    }.items():  # fmt: skip
+        monkeypatch.setenv(f"APP_{name}", value)
+    s = load_settings()
+    assert s.checkpoint_dir == tmp_path
+    assert (s.device, s.dtype, s.max_batch_size, s.max_batch_delay_ms) == ("cpu", "bfloat16", 1, 0.0)
+    assert s.api_key is not None
+    assert s.api_key.get_secret_value() == "sekrit-42"
+    assert "sekrit-42" not in repr(s)  # the key never shows in logs
+    assert s.cors_origins == ["http://a.example", "http://b.example"]
+    assert (s.port, s.log_level) == (9000, "warning")
+    assert s.torch_dtype(s.torch_device()) == torch.bfloat16
+
+
+def test_auto_device_and_dtype() -> None:
+    s = Settings()
+    if not torch.cuda.is_available():
+        assert s.torch_device() == torch.device("cpu")
+        assert s.torch_dtype(torch.device("cpu")) == torch.float32
+    assert s.torch_dtype(torch.device("cuda")) == torch.float16
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "field"),
+    [
+        ("MAX_BATCH_SIZE", "0", "max_batch_size"),
+        ("MAX_BATCH_SIZE", "many", "max_batch_size"),
+        ("MAX_BATCH_DELAY_MS", "-1", "max_batch_delay_ms"),
+        ("MAX_QUEUE", "0", "max_queue"),
+        ("REQUEST_TIMEOUT_S", "0", "request_timeout_s"),
+        ("MAX_TEXTS", "0", "max_texts"),
+        ("MAX_CHARS", "0", "max_chars"),
+        ("DEVICE", "tpu", "device"),
+        ("DTYPE", "int8", "dtype"),
+        ("PORT", "70000", "port"),
+    ],
+)
+def test_invalid_settings_name_the_variable(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, field: str
+) -> None:
+    monkeypatch.setenv(f"APP_{name}", value)
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    assert f"APP_{name} ({field})" in str(info.value)
+    assert value in str(info.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda_names_app_device() -> None:
+    with pytest.raises(SettingsError, match="APP_DEVICE=cuda: CUDA is not available"):
+        Settings(device="cuda").torch_device()
+
+
+@pytest.mark.anyio
+async def test_missing_checkpoint_dir_fails_start_up(tmp_path: Path) -> None:
+    app = create_app(Settings(checkpoint_dir=tmp_path / "nope"))
+    with pytest.raises(
+        SettingsError, match=f"APP_CHECKPOINT_DIR={tmp_path / 'nope'}: directory does not exist"
+    ):
+        async with LifespanManager(app):
+            pass
+
+
+@pytest.mark.anyio
+async def test_empty_checkpoint_dir_fails_start_up(tmp_path: Path) -> None:
+    (tmp_path / "not-a-checkpoint").mkdir()
+    with pytest.raises(SettingsError, match="no checkpoints"):
+        async with LifespanManager(create_app(Settings(checkpoint_dir=tmp_path))):
+            pass
+
+
+@pytest.mark.anyio
+async def test_invalid_config_fails_start_up_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="broken/config.json: not valid JSON"):
+        async with LifespanManager(create_app(Settings(checkpoint_dir=tmp_path))):
+            pass
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"APP_MAX_BATCH_SIZE": "0"}, "APP_MAX_BATCH_SIZE (max_batch_size)"),
+        ({"APP_CHECKPOINT_DIR": "/nonexistent/ckpts"}, "APP_CHECKPOINT_DIR=/nonexistent/ckpts"),
+    ],
+)
+def test_python_m_app_exits_with_a_clear_message(env: dict[str, str], message: str) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("APP_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "app"],
+        env=clean | env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert message in proc.stderr

@@ -1,0 +1,343 @@
+"""Translator forward/attention and decoding parity: cached vs recomputed, beam 1 vs greedy, batched vs single."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import Tensor
+
+from model import DecodeOptions, Hypothesis, Translator, beam_search, decode, greedy_decode, pad_ids
+from model.decoding import length_penalty
+from model.translator import DecoderState
+from tests.conftest import tiny_translation_config
+
+V, D, H = 40, 32, 2
+EOS, BOS, PAD = 3, 2, 0
+SRC_LENGTHS = [5, 1, 9, 3, 7]
+
+
+def make_translator(seed: int = 0, cls: type[Translator] = Translator, **overrides: object) -> Translator:
+    """Untied by default: a random tied model keeps repeating one token, which makes weak parity tests."""
+    torch.manual_seed(seed)
+    return cls(tiny_translation_config(V, **({"tie_embeddings": False} | overrides))).eval()
+
+
+def random_seqs(lengths: list[int], seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(4, V, (n,), generator=g).tolist() for n in lengths]
+
+
+def banned_log_softmax(model: Translator, logits: Tensor) -> Tensor:
+    """What decode_step returns for these logits: banned tokens at -inf, then log-softmax (float32)."""
+    logits = logits.float().clone()
+    logits[..., model.banned] = float("-inf")
+    return logits.log_softmax(-1)
+
+
+def recompute_greedy(
+    model: Translator, src: list[int], opts: DecodeOptions, start: int = BOS
+) -> tuple[list[int], float]:
+    """Notebook-style greedy: re-run the whole `forward` over the prefix at every step, no cache."""
+    limit = opts.limit(len(src))
+    ys, total = [start], 0.0
+    with torch.no_grad():
+        for t in range(limit):
+            log_probs = banned_log_softmax(model, model(torch.tensor([src]), torch.tensor([ys]))[0, -1])
+            tok = EOS if t + 1 == limit else int(log_probs.argmax())
+            total += float(log_probs[tok])
+            if tok == EOS:
+                break
+            ys.append(tok)
+    return ys[1:], total
+
+
+def teacher_forced_log_prob(model: Translator, src: list[int], tokens: list[int], start: int = BOS) -> float:
+    """Sum of log p(tokens + EOS | src) under a full forward pass."""
+    with torch.no_grad():
+        log_probs = banned_log_softmax(model, model(torch.tensor([src]), torch.tensor([[start, *tokens]])))
+    target = torch.tensor([*tokens, EOS])
+    return float(log_probs[0].gather(-1, target[:, None]).sum())
+
+
+class NoEarlyEos(Translator):
+    """Never picks EOS on its own (a finite penalty, so the length limit can still force it)."""
+
+    def decode_step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
+        log_probs, state = super().decode_step(tokens, state)
+        log_probs[:, self.cfg.eos_id] -= 1e4
+        return log_probs, state
+
+
+# --- Translator forward, padding invariance, attention maps ---------------------------------------------
+
+
+def test_translator_shapes() -> None:
+    model = make_translator()
+    src = pad_ids(random_seqs([4, 6]), PAD)
+    tgt_in = torch.tensor([[BOS, 5, 6], [BOS, 7, 0]])
+    assert model(src, tgt_in).shape == (2, 3, V)
+    memory, mask, weights = model.encode(src)
+    assert memory.shape == (2, 6, D)
+    assert mask.shape == (2, 1, 1, 6)
+    assert weights == []
+    state = model.init_state(memory, mask)
+    assert state.step == 0
+    log_probs, state = model.decode_step(tgt_in[:, 0], state)
+    assert log_probs.shape == (2, V)
+    assert log_probs.dtype == torch.float32
+    assert state.step == 1
+    torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(2))
+
+
+def test_tied_embeddings_are_one_parameter() -> None:
+    model = make_translator(tie_embeddings=True)
+    assert model.generator.weight is model.src_embed.token.weight
+    assert model.tgt_embed.token.weight is model.src_embed.token.weight
+    untied = make_translator()
+    assert untied.generator.weight is not untied.src_embed.token.weight
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_translator_is_padding_invariant(norm_first: bool) -> None:
+    model = make_translator(norm_first=norm_first)
+    srcs = random_seqs(SRC_LENGTHS, seed=1)
+    tgts = [[BOS, *t] for t in random_seqs([3, 8, 1, 5, 6], seed=2)]
+    src, tgt = pad_ids(srcs, PAD), pad_ids(tgts, PAD)
+    memory, _, _ = model.encode(src)
+    logits = model(src, tgt)
+    for i, (s, t) in enumerate(zip(srcs, tgts, strict=True)):
+        mem_alone, _, _ = model.encode(torch.tensor([s]))
+        torch.testing.assert_close(memory[i : i + 1, : len(s)], mem_alone, atol=1e-5, rtol=0)
+        alone = model(torch.tensor([s]), torch.tensor([t]))
+        torch.testing.assert_close(logits[i : i + 1, : len(t)], alone, atol=1e-5, rtol=0)
+
+
+def test_attention_maps() -> None:
+    model = make_translator()
+    srcs, lengths = random_seqs([6, 3]), [6, 3]
+    src = pad_ids(srcs, PAD)
+    tgt_in = torch.tensor([[BOS, 5, 6, 7], [BOS, 8, 9, 10]])
+    log_probs, maps = model.attention(src, tgt_in)
+    B, S, T = 2, 6, 4
+    assert [w.shape for w in maps.encoder] == [(B, H, S, S)] * 2
+    assert [w.shape for w in maps.decoder] == [(B, H, T, T)] * 2
+    assert [w.shape for w in maps.cross] == [(B, H, T, S)] * 2
+    for w in maps.encoder + maps.decoder + maps.cross:
+        assert w.dtype == torch.float32
+        torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1]))
+    upper = torch.ones(T, T, dtype=torch.bool).triu(1)
+    for w in maps.decoder:
+        assert torch.all(w[..., upper] == 0.0)
+        assert torch.all(w[..., ~upper] > 0.0)
+    for w in maps.encoder + maps.cross:  # padded source keys get no attention
+        for b, n in enumerate(lengths):
+            assert torch.all(w[b, ..., n:] == 0.0)
+    torch.testing.assert_close(log_probs, model(src, tgt_in).log_softmax(-1), atol=1e-5, rtol=1e-5)
+
+
+# --- KV cache vs recomputation ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_decode_step_matches_teacher_forcing(norm_first: bool) -> None:
+    model = make_translator(norm_first=norm_first)
+    src = pad_ids(random_seqs(SRC_LENGTHS, seed=3), PAD)
+    tgt_in = torch.cat([torch.full((5, 1), BOS), torch.randint(4, V, (5, 11))], dim=1)
+    with torch.no_grad():
+        expected = banned_log_softmax(model, model(src, tgt_in))  # (B, T, V)
+        state = model.init_state(*model.encode(src)[:2])
+        for t in range(tgt_in.size(1)):
+            log_probs, state = model.decode_step(tgt_in[:, t], state)
+            torch.testing.assert_close(log_probs, expected[:, t], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_greedy_matches_recomputation_from_scratch(seed: int) -> None:
+    model = make_translator(seed)
+    opts = DecodeOptions(beam_size=1, length_penalty=0.6)
+    srcs = random_seqs(SRC_LENGTHS, seed=seed)
+    hyps = greedy_decode(model, pad_ids(srcs, PAD), opts)
+    for s, [hyp] in zip(srcs, hyps, strict=True):
+        tokens, log_prob = recompute_greedy(model, s, opts)
+        assert hyp.tokens == tokens
+        assert hyp.log_prob == pytest.approx(log_prob, abs=1e-4)
+        assert hyp.score == pytest.approx(log_prob / length_penalty(len(tokens) + 1, 0.6), abs=1e-4)
+
+
+def test_greedy_uses_the_start_token_of_a_multilingual_decoder() -> None:
+    model = make_translator(target_lang_ids={"en": 4, "de": 5})
+    assert model.cfg.start_id("de") == 5
+    opts = DecodeOptions(beam_size=1)
+    srcs = random_seqs([4, 7])
+    start = torch.full((2,), model.cfg.start_id("de"))
+    hyps = greedy_decode(model, pad_ids(srcs, PAD), opts, start_ids=start)
+    for s, [hyp] in zip(srcs, hyps, strict=True):
+        assert hyp.tokens == recompute_greedy(model, s, opts, start=5)[0]
+    assert greedy_decode(model, pad_ids(srcs, PAD), opts)[0][0].tokens != hyps[0][0].tokens
+    with pytest.raises(ValueError, match="target_lang 'fr'"):
+        model.cfg.start_id("fr")
+
+
+# --- greedy vs beam, batched vs single ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_beam_size_one_equals_greedy(seed: int) -> None:
+    model = make_translator(seed)
+    src = pad_ids(random_seqs(SRC_LENGTHS, seed=seed + 10), PAD)
+    opts = DecodeOptions(beam_size=1)
+    greedy, beam = greedy_decode(model, src, opts), beam_search(model, src, opts)
+    for [g], [b] in zip(greedy, beam, strict=True):
+        assert b.tokens == g.tokens
+        assert b.score == pytest.approx(g.score, abs=1e-4)
+        assert b.log_prob == pytest.approx(g.log_prob, abs=1e-4)
+
+
+def test_greedy_test_set_has_natural_and_forced_endings() -> None:
+    """Guards the parity tests above: both ways of finishing (EOS chosen, EOS forced at the limit) occur."""
+    opts = DecodeOptions(beam_size=1)
+    ended_early = at_limit = 0
+    for seed in range(3):
+        srcs = random_seqs(SRC_LENGTHS, seed=seed)
+        for s, [h] in zip(srcs, greedy_decode(make_translator(seed), pad_ids(srcs, PAD), opts), strict=True):
+            at_limit += len(h.tokens) == opts.limit(len(s)) - 1
+            ended_early += len(h.tokens) < opts.limit(len(s)) - 1
+    assert ended_early > 0
+    assert at_limit > 0
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_batched_equals_one_at_a_time(beam_size: int) -> None:
+    model = make_translator(0)  # a seed whose outputs end both early and at the limit
+    srcs = random_seqs(SRC_LENGTHS + [2, 8], seed=7)
+    opts = DecodeOptions(beam_size=beam_size, num_hypotheses=beam_size)
+    batched = decode(model, pad_ids(srcs, PAD), opts)
+    for s, hyps in zip(srcs, batched, strict=True):
+        [single] = decode(model, torch.tensor([s]), opts)
+        assert [h.tokens for h in hyps] == [h.tokens for h in single]
+        assert [h.score for h in hyps] == pytest.approx([h.score for h in single], abs=1e-4)
+    early = [len(hyps[0].tokens) < opts.limit(len(s)) - 1 for s, hyps in zip(srcs, batched, strict=True)]
+    assert any(early)  # rows left the batch at different steps
+    assert not all(early)
+
+
+def test_beam_hypotheses_are_sorted_scored_and_counted() -> None:
+    model = make_translator(0)
+    srcs = random_seqs(SRC_LENGTHS, seed=7)
+    src = pad_ids(srcs, PAD)
+    for n in (1, 2, 4):
+        results = beam_search(model, src, DecodeOptions(beam_size=4, num_hypotheses=n, length_penalty=0.6))
+        assert [len(hyps) for hyps in results] == [n] * len(srcs)
+        # hypotheses that finished early stay while the search goes on to fill the beam
+        assert len({len(h.tokens) for h in results[0]}) == n
+        for s, hyps in zip(srcs, results, strict=True):
+            scores = [h.score for h in hyps]
+            assert scores == sorted(scores, reverse=True)
+            assert len({tuple(h.tokens) for h in hyps}) == n
+            for h in hyps:
+                assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens) + 1, 0.6))
+                # the recorded log-prob is the model's: the cache followed each hypothesis' own prefix
+                assert h.log_prob == pytest.approx(teacher_forced_log_prob(model, s, h.tokens), abs=1e-4)
+
+
+def test_decode_dispatches_on_beam_size() -> None:
+    model = make_translator(8)
+    src = pad_ids(random_seqs(SRC_LENGTHS, seed=8), PAD)
+    for k in (1, 3):
+        opts = DecodeOptions(beam_size=k)
+        expected = greedy_decode(model, src, opts) if k == 1 else beam_search(model, src, opts)
+        assert decode(model, src, opts) == expected
+
+
+# --- limits, banned tokens, options ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        DecodeOptions(max_length=6),  # absolute cap below the relative limit of every source
+        DecodeOptions(max_length=100, max_length_ratio=0.5, max_length_offset=1),  # ceil(n / 2 + 1)
+        DecodeOptions(max_length=100, max_length_ratio=1.0, max_length_offset=0),
+    ],
+)
+def test_length_limit_is_respected_exactly(beam_size: int, opts: DecodeOptions) -> None:
+    opts = DecodeOptions(
+        beam_size=beam_size,
+        num_hypotheses=beam_size,
+        max_length=opts.max_length,
+        max_length_ratio=opts.max_length_ratio,
+        max_length_offset=opts.max_length_offset,
+    )
+    model = make_translator(cls=NoEarlyEos)
+    srcs = random_seqs(SRC_LENGTHS, seed=9)
+    for s, hyps in zip(srcs, decode(model, pad_ids(srcs, PAD), opts), strict=True):
+        limit = opts.limit(len(s))
+        # a limit of 1 leaves a single possible output (EOS alone), whatever the beam size
+        assert len(hyps) == (1 if limit == 1 else beam_size)
+        for h in hyps:  # the limit counts the forced EOS
+            assert len(h.tokens) == limit - 1
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_length_limit_is_capped_at_max_len(beam_size: int) -> None:
+    """A source whose relative limit (2 * 12 + 10 = 34) exceeds max_len=16 must stop at max_len, not crash."""
+    model = make_translator(cls=NoEarlyEos, max_len=16)
+    src = torch.tensor(random_seqs([12], seed=12))
+    opts = DecodeOptions(beam_size=beam_size, num_hypotheses=beam_size)
+    assert opts.limit(12) > model.cfg.max_len
+    [hyps] = decode(model, src, opts)  # positions 0..15 feed the decoder: at most 16 outputs, EOS included
+    assert [len(h.tokens) for h in hyps] == [model.cfg.max_len - 1] * beam_size
+
+
+def test_limit_formula() -> None:
+    opts = DecodeOptions(max_length=20, max_length_ratio=1.5, max_length_offset=2)
+    assert [opts.limit(n) for n in (0, 1, 3, 12, 100)] == [2, 4, 7, 20, 20]
+    assert DecodeOptions(max_length_ratio=0.0, max_length_offset=0).limit(50) == 1
+
+
+@pytest.mark.parametrize("biased", ["pad", "bos", "lang"])
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_never_emits_pad_bos_or_language_tokens(biased: str, beam_size: int) -> None:
+    token = {"pad": PAD, "bos": BOS, "lang": 5}[biased]
+    model = make_translator(target_lang_ids={"en": 5, "de": 6})
+    with torch.no_grad():  # final LayerNorm bias 1 adds sum(W[v]) to logit v: make `token` win everywhere
+        model.decoder.norm.bias.fill_(1.0)
+        model.generator.weight[token] = 1.0
+    srcs = random_seqs(SRC_LENGTHS, seed=11)
+    src = pad_ids(srcs, PAD)
+    tgt_in = torch.tensor([[4, 7, 8, 9]] * len(srcs))
+    assert torch.all(model(src, tgt_in).argmax(-1) == token)  # the unbanned model would emit it
+    opts = DecodeOptions(beam_size=beam_size, num_hypotheses=beam_size)
+    results = decode(model, src, opts, start_ids=torch.full((len(srcs),), 4))
+    banned = {PAD, BOS, 4, 5, 6}
+    for hyps in results:
+        for h in hyps:
+            assert h.tokens
+            assert not banned & set(h.tokens)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"beam_size": 0}, "beam_size must be >= 1, got 0"),
+        ({"beam_size": 2, "num_hypotheses": 3}, "num_hypotheses must be in 1..beam_size=2, got 3"),
+        ({"num_hypotheses": 0}, "num_hypotheses must be in 1..beam_size=4, got 0"),
+        ({"max_length": 0}, "max_length must be >= 1, got 0"),
+        ({"length_penalty": -0.1}, "length_penalty must be >= 0, got -0.1"),
+    ],
+)
+def test_decode_options_validation(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+        DecodeOptions(**kwargs)  # type: ignore[arg-type]
+
+
+def test_pad_ids() -> None:
+    out = pad_ids([[5, 6, 7], [8]], pad_id=0)
+    assert out.dtype == torch.long
+    assert out.tolist() == [[5, 6, 7], [8, 0, 0]]
+
+
+def test_hypothesis_fields() -> None:
+    h = Hypothesis(tokens=[5, 6], score=-1.0, log_prob=-1.5)
+    assert (h.tokens, h.score, h.log_prob) == ([5, 6], -1.0, -1.5)
