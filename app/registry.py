@@ -46,7 +46,9 @@ class ModelEntry:
 
     @property
     def languages(self) -> list[str]:
-        """Sentiment: the text language, from the name (sentiment-ko) or the training dataset."""
+        """Sentiment: the text language, from the config, else the name (sentiment-ko) or the training dataset."""
+        if self.config.source_langs:
+            return list(self.config.source_langs)
         suffix = self.name.rsplit("-", 1)[-1]
         if len(suffix) == 2 and suffix.isalpha():
             return [suffix.lower()]
