@@ -163,6 +163,15 @@ def load_checkpoint(
         raise CheckpointError(
             f"{path / tok_name}: vocabulary of {tokenizer.vocab_size} pieces, config.json says vocab_size={cfg.vocab_size}"
         )
+    special = {
+        "pad_id": tokenizer.pad_id,
+        "unk_id": tokenizer.unk_id,
+        "bos_id": tokenizer.bos_id,
+        "eos_id": tokenizer.eos_id,
+    }
+    wrong = {k: (v, getattr(cfg, k)) for k, v in special.items() if v != getattr(cfg, k)}
+    if wrong:
+        raise CheckpointError(f"{path / tok_name}: special ids (tokenizer, config.json) differ: {wrong}")
     data = _read(path, WEIGHTS, files)
     try:
         tensors = safetensors.torch.load(data)

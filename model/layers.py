@@ -81,7 +81,9 @@ class MultiHeadAttention(nn.Module):
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B, H, T, S)
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
-            weights = scores.float().softmax(dim=-1).to(q.dtype)
+            weights = (
+                scores.float().softmax(dim=-1).nan_to_num(0.0).to(q.dtype)
+            )  # an all-masked row -> 0, as SDPA
             out = F.dropout(weights, p) @ v
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)

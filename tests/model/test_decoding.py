@@ -221,23 +221,34 @@ def test_batched_equals_one_at_a_time(beam_size: int) -> None:
     assert not all(early)
 
 
-def test_beam_hypotheses_are_sorted_scored_and_counted() -> None:
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])  # 2.0 favours long outputs: score order != finishing order
+def test_beam_hypotheses_are_sorted_scored_and_counted(alpha: float) -> None:
     model = make_translator(0)
     srcs = random_seqs(SRC_LENGTHS, seed=7)
     src = pad_ids(srcs, PAD)
+    best = None
     for n in (1, 2, 4):
-        results = beam_search(model, src, DecodeOptions(beam_size=4, num_hypotheses=n, length_penalty=0.6))
+        results = beam_search(model, src, DecodeOptions(beam_size=4, num_hypotheses=n, length_penalty=alpha))
         assert [len(hyps) for hyps in results] == [n] * len(srcs)
-        # hypotheses that finished early stay while the search goes on to fill the beam
-        assert len({len(h.tokens) for h in results[0]}) == n
+        best = best or [hyps[0] for hyps in results]
+        assert [hyps[0] for hyps in results] == best
         for s, hyps in zip(srcs, results, strict=True):
             scores = [h.score for h in hyps]
             assert scores == sorted(scores, reverse=True)
             assert len({tuple(h.tokens) for h in hyps}) == n
             for h in hyps:
-                assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens) + 1, 0.6))
+                assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens) + 1, alpha))
                 # the recorded log-prob is the model's: the cache followed each hypothesis' own prefix
                 assert h.log_prob == pytest.approx(teacher_forced_log_prob(model, s, h.tokens), abs=1e-4)
+
+
+def test_beam_search_goes_on_until_the_beam_has_finished_hypotheses() -> None:
+    model = make_translator(0)
+    src = pad_ids(random_seqs(SRC_LENGTHS, seed=7), PAD)
+    [hyps, *_] = beam_search(model, src, DecodeOptions(beam_size=4, num_hypotheses=4))
+    # this source's best output is empty (EOS first), yet the search continues to 4 finished hypotheses
+    assert hyps[0].tokens == []
+    assert len({len(h.tokens) for h in hyps}) == 4
 
 
 def test_decode_dispatches_on_beam_size() -> None:

@@ -1,0 +1,98 @@
+"""Every shipped checkpoint loads, gets obvious examples right and scores above a floor on its test split."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from model import DecodeOptions, load_checkpoint
+from model.inference import classify_texts, translate_texts
+from training.data import resolve_data_dir
+from training.evaluate import run as evaluate
+from training.ship import TEST_SETS
+
+CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
+SHIPPED = sorted(p for p in CHECKPOINTS.glob("*") if (p / "config.json").is_file())
+# margin under the model card's figure allowed on a 500-example slice (a slice is noisier than the full set)
+MARGIN = {"accuracy": 0.03, "bleu": 6.0}
+OBVIOUS_SENTIMENT = {
+    "ko": [
+        ("정말 재미있고 감동적인 영화였어요. 최고!", "positive"),
+        ("최악의 영화. 시간 낭비였다.", "negative"),
+    ],
+    "en": [
+        ("A wonderful, moving film with brilliant acting. I loved every minute of it.", "positive"),
+        ("Terrible movie. Boring plot, awful acting, a complete waste of time.", "negative"),
+    ],
+}
+OBVIOUS_TRANSLATION = {  # (source, words the English translation must contain)
+    "fr": [("Je t'aime.", {"love"}), ("Merci beaucoup.", {"thank"}), ("Où est la gare ?", {"station"})],
+    "es": [
+        ("Te quiero.", {"love"}),
+        ("Muchas gracias.", {"thank"}),
+        ("¿Dónde está la estación?", {"station"}),
+    ],
+    "de": [("Ein Mann fährt Fahrrad.", {"man"}), ("Zwei Hunde spielen im Schnee.", {"dogs", "snow"})],
+}
+
+pytestmark = pytest.mark.skipif(not SHIPPED, reason="no shipped checkpoints in checkpoints/")
+
+
+def _ids(paths: list[Path]) -> list[str]:
+    return [p.name for p in paths]
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=_ids(SHIPPED))
+def test_shipped_checkpoint_is_complete(path: Path) -> None:
+    assert sum(f.stat().st_size for f in path.iterdir()) < 30 * 2**20
+    for name in ("config.json", "model.safetensors", "tokenizer.model", "README.md", "metrics.json"):
+        assert (path / name).is_file(), name
+    assert "test" in json.loads((path / "metrics.json").read_text())
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=_ids(SHIPPED))
+def test_obvious_examples(path: Path) -> None:
+    loaded = load_checkpoint(path)
+    cfg = loaded.config
+    if cfg.task == "sentiment":
+        cases = [c for lang in cfg.source_langs for c in OBVIOUS_SENTIMENT.get(lang, [])]
+        probs = classify_texts(loaded.model, loaded.tokenizer, [t for t, _ in cases])
+        labels = [cfg.labels[i] for i in probs.argmax(-1).tolist()]
+        assert labels == [want for _, want in cases]
+    else:
+        cases = [c for lang in cfg.source_langs for c in OBVIOUS_TRANSLATION.get(lang, [])]
+        out = translate_texts(
+            loaded.model, loaded.tokenizer, [s for s, _ in cases], DecodeOptions(beam_size=4)
+        )
+        for (src, words), hyps in zip(cases, out, strict=True):
+            text = hyps[0][0].lower()
+            assert all(w in text for w in words), (src, text)
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("path", SHIPPED, ids=_ids(SHIPPED))
+def test_scores_above_floor_on_test_slice(path: Path) -> None:
+    meta = json.loads((path / "config.json").read_text())
+    rel, fmt, metric = TEST_SETS[meta["training"]["config"]["dataset"]]
+    data = resolve_data_dir() / rel
+    if not (data.exists() or Path(f"{data}.en").exists()):
+        pytest.skip(f"{data} not available (../shared/data absent)")
+    card = json.loads((path / "metrics.json").read_text())["test"][metric]
+    args = SimpleNamespace(
+        checkpoint=path,
+        data=data,
+        format=fmt,
+        beam_size=4,
+        length_penalty=0.6,
+        limit=500,
+        source_lang=None,
+        target_lang=None,
+    )
+    res = evaluate(args)
+    assert res["n"] == 500
+    assert res[metric] >= card - MARGIN[metric], (
+        f"{path.name}: {metric} {res[metric]} on 500 test examples, card says {card}"
+    )
