@@ -10,6 +10,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+# Shared recipe of the translators: shared 8k sentencepiece vocabulary, tied embeddings, pre-norm.
+_TRANSLATE: dict[str, Any] = {
+    "task": "translation",
+    "vocab_size": 8000,
+    "d_model": 256,
+    "n_heads": 4,
+    "n_layers": 4,
+    "n_decoder_layers": 3,
+    "d_ff": 1024,
+    "batch_tokens": 6000,
+    "lr": 8e-4,
+    "warmup_steps": 800,
+    "epochs": 12,
+    "max_src_len": 64,
+    "max_tgt_len": 64,
+}
 # Presets: the shipped checkpoints are reproduced by `python -m training <task> --preset=<name>`.
 PRESETS: dict[str, dict[str, Any]] = {
     # sentiment: trained from scratch (the masked-LM phase, pretrain_dataset/pretrain_steps, is available but
@@ -47,54 +63,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "truncation": "head_tail",
         "eval_every": 100,
     },
-    "translate-fr-en": {
-        "task": "translation",
-        "dataset": "tatoeba-fr-en",
-        "vocab_size": 8000,
-        "d_model": 256,
-        "n_heads": 4,
-        "n_layers": 4,
-        "n_decoder_layers": 3,
-        "d_ff": 1024,
-        "batch_tokens": 6000,
-        "lr": 8e-4,
-        "warmup_steps": 800,
-        "epochs": 12,
-        "max_src_len": 64,
-        "max_tgt_len": 64,
-    },
-    "translate-es-en": {
-        "task": "translation",
-        "dataset": "tatoeba-es-en",
-        "vocab_size": 8000,
-        "d_model": 256,
-        "n_heads": 4,
-        "n_layers": 4,
-        "n_decoder_layers": 3,
-        "d_ff": 1024,
-        "batch_tokens": 6000,
-        "lr": 8e-4,
-        "warmup_steps": 800,
-        "epochs": 12,
-        "max_src_len": 64,
-        "max_tgt_len": 64,
-    },
+    "translate-fr-en": {**_TRANSLATE, "dataset": "tatoeba-fr-en"},
+    "translate-es-en": {**_TRANSLATE, "dataset": "tatoeba-es-en"},
     "translate-de-en": {
-        "task": "translation",
+        **_TRANSLATE,
         "dataset": "multi30k-de-en",
-        "vocab_size": 8000,
-        "d_model": 256,
-        "n_heads": 4,
         "n_layers": 3,
-        "n_decoder_layers": 3,
-        "d_ff": 1024,
-        "batch_tokens": 6000,
-        "lr": 8e-4,
-        "warmup_steps": 800,
         "epochs": 40,
         "dropout": 0.2,
-        "max_src_len": 64,
-        "max_tgt_len": 64,
     },
 }
 
