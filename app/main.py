@@ -13,7 +13,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from app.errors import ClientDisconnected, install_error_handlers
 from app.metrics import Metrics, MetricsMiddleware
-from app.routes import attention, sentiment, system, translate
+from app.routes import attention, demo, sentiment, system, translate
 from app.service import Service
 from app.settings import Settings, load_settings
 
@@ -53,6 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     for router in (system.open_router, system.router, sentiment.router, translate.router, attention.router):
         app.include_router(router)
+    demo.install(app)  # GET / and /static, public: the page is where the API key is entered
     return app
 
 

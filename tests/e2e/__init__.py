@@ -1,0 +1,1 @@
+"""Browser tests of the demo page (headless Debian chromium driven by Playwright)."""

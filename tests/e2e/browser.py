@@ -1,0 +1,143 @@
+"""A uvicorn server subprocess and a headless chromium for the demo page; also the README screenshot:
+
+python -m tests.e2e.browser --checkpoint-dir checkpoints --out docs/demo.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page, Playwright
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-quic",
+]
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def server(checkpoint_dir: Path, timeout: float = 60.0, **env: str) -> Iterator[str]:
+    """uvicorn app.main:app on a free 127.0.0.1 port until /ready is 200; yields its URL, SIGTERM at exit."""
+    port = free_port()
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("APP_")}
+    cmd = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(
+        cmd,
+        env=clean | {"APP_CHECKPOINT_DIR": str(checkpoint_dir)} | env,
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        end = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}:\n{proc.stdout.read()}")  # type: ignore[union-attr]
+            try:
+                if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > end:
+                raise RuntimeError(f"{url} not ready after {timeout}s")
+            time.sleep(0.05)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def launch(pw: Playwright) -> Browser:
+    return pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+
+
+def new_page(
+    browser: Browser, url: str, phone: bool = False, errors: list[str] | None = None, **kw: Any
+) -> Page:
+    """A fresh context (own localStorage) with the page loaded and the model list filled in; uncaught
+    JavaScript errors are appended to `errors`."""
+    if phone:
+        kw |= {"viewport": PHONE, "device_scale_factor": 2, "is_mobile": True, "has_touch": True}
+    else:
+        kw |= {"viewport": DESKTOP}
+    page = browser.new_context(**kw).new_page()
+    page.set_default_timeout(10_000)
+    if errors is not None:
+        page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    page.wait_for_selector("#status.ok, #status.bad")
+    return page
+
+
+def show_sentiment_and_attention(page: Page, text: str, kind: str = "encoder") -> None:
+    """Classify `text`, then open its attention from the result (the README view)."""
+    page.fill("#sentiment-text", text)
+    page.click("#sentiment-submit")
+    page.wait_for_selector("[data-testid=sentiment-label]")
+    page.click("#sentiment-attention")
+    page.wait_for_selector("#attention-view:not([hidden]) #heatmap[data-rows]")
+    page.click(f"#attention-kind [data-kind={kind}]")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Screenshot the demo page (sentiment + attention).")
+    parser.add_argument("--checkpoint-dir", type=Path, default=REPO_ROOT / "checkpoints")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "demo.png")
+    parser.add_argument("--text", default="A wonderful, moving film.")
+    parser.add_argument("--phone", action="store_true", help="390x844 instead of 1280x900")
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    with server(args.checkpoint_dir) as url, sync_playwright() as pw:
+        browser = launch(pw)
+        page = new_page(browser, url, phone=args.phone)
+        show_sentiment_and_attention(page, args.text)
+        heatmap = page.locator("#heatmap")
+        rows, cols = int(heatmap.get_attribute("data-rows")), int(heatmap.get_attribute("data-cols"))  # type: ignore[arg-type]
+        cell = float(heatmap.get_attribute("data-cell"))  # type: ignore[arg-type]
+        heatmap.hover(position={"x": (cols // 3 + 0.5) * cell, "y": (rows // 2 + 0.5) * cell})
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(args.out), full_page=True)
+        browser.close()
+    print(f"wrote {args.out} ({args.out.stat().st_size // 1024} KB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
