@@ -14,7 +14,7 @@ from training.tokenizers import train_tokenizer
 
 log = logging.getLogger(__name__)
 LABELS = ("negative", "positive")  # label 0 / 1 of NSMC and IMDb
-SENTIMENT_LANGS = {"nsmc": "ko", "imdb": "en"}  # the server routes texts to a sentiment model by language
+SENTIMENT_LANGS = {"nsmc": "ko", "imdb": "en"}  # corpus (nsmc, nsmc-unlabeled, ...) -> language, for routing
 
 
 @dataclass
@@ -110,7 +110,9 @@ def _prepare_sentiment(cfg: TrainConfig, names: list[str], data_dir: Path) -> Pr
         tok,
         task="sentiment",
         labels=LABELS,
-        source_langs=tuple(sorted({SENTIMENT_LANGS[n] for n in names if n in SENTIMENT_LANGS})),
+        source_langs=tuple(
+            sorted({SENTIMENT_LANGS[n.split("-")[0]] for n in names if n.split("-")[0] in SENTIMENT_LANGS})
+        ),
         pooling=cfg.pooling,
         cls_id=tok.piece_to_id("[CLS]"),
         max_len=cfg.max_src_len,
