@@ -33,13 +33,15 @@ class SentimentClassifier(nn.Module):
         keep = mask[:, 0, 0, :, None].to(hidden.dtype)  # (B, S, 1)
         return (hidden * keep).sum(1) / keep.sum(1).clamp_min(1.0)
 
-    def forward(self, ids: Tensor) -> Tensor:
-        """ids (B, S) -> logits (B, C)."""
+    def forward(self, ids: Tensor, mlm_positions: Tensor | None = None) -> Tensor:
+        """ids (B, S) -> logits (B, C); with a (B, S) bool mask, masked-LM logits (N, V) at its N positions."""
         hidden, mask, _ = self.encode(ids)
+        if mlm_positions is not None:
+            return self.mlm_logits(hidden[mlm_positions])
         return self.head(self.dropout(self.pool(hidden, mask)))
 
     def mlm_logits(self, hidden: Tensor) -> Tensor:
-        """Masked-LM pretraining head tied to the token embedding: (B, S, D) -> (B, S, V)."""
+        """Masked-LM pretraining head tied to the token embedding: (..., D) -> (..., V)."""
         return hidden @ self.embed.token.weight.t()
 
     @torch.inference_mode()

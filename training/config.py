@@ -134,8 +134,11 @@ class TrainConfig:
     threads: int = 0  # torch.set_num_threads; 0 = torch's default
 
     def __post_init__(self) -> None:
-        if self.batch_tokens < self.max_src_len + self.max_tgt_len:
-            raise ValueError(f"batch_tokens={self.batch_tokens} must hold one longest example")
+        longest = self.max_src_len + (self.max_tgt_len if self.task == "translation" else 0)
+        if self.batch_tokens < longest:
+            raise ValueError(
+                f"batch_tokens={self.batch_tokens} must hold one longest example ({longest} tokens)"
+            )
 
     @property
     def run_dir(self) -> Path:
@@ -166,7 +169,9 @@ def _convert(value: str, tp: Any) -> Any:
 
 def parse_overrides(args: list[str], base: dict[str, Any] | None = None) -> TrainConfig:
     """Build a TrainConfig from `--field=value` args (and `--preset=name` / `--config=file.json`)."""
+    # precedence: base (the CLI's task) < preset < --config file < explicit --field=value
     values: dict[str, Any] = dict(base or {})
+    explicit: dict[str, Any] = {}
     hints = typing.get_type_hints(TrainConfig)
     for arg in args:
         if not arg.startswith("--") or "=" not in arg:
@@ -176,16 +181,17 @@ def parse_overrides(args: list[str], base: dict[str, Any] | None = None) -> Trai
         if key == "preset":
             if value not in PRESETS:
                 raise ValueError(f"unknown preset {value!r}; choose from {sorted(PRESETS)}")
-            values = {**PRESETS[value], "name": value, **values}
+            values.update(PRESETS[value], name=value)
         elif key == "config":
             values.update(json.loads(Path(value).read_text()))
         elif key not in hints:
             raise ValueError(f"Unknown config key: {key!r} (valid: {', '.join(sorted(hints))})")
         else:
             try:
-                values[key] = _convert(value, hints[key])
+                explicit[key] = _convert(value, hints[key])
             except ValueError as e:
                 raise ValueError(f"--{key}: {e}") from e
+    values.update(explicit)
     missing = [k for k in ("task", "dataset") if k not in values]
     if missing:
         raise ValueError(f"missing required settings: {missing} (or use --preset=NAME)")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from model import ModelConfig, Tokenizer
-from model.preprocess import classifier_ids, source_ids, target_ids
+from model.preprocess import classifier_ids, source_ids
 from training.config import TrainConfig
 from training.data import LabeledText, Pair, load_split, resolve_data_dir
 from training.tokenizers import train_tokenizer
@@ -95,9 +95,9 @@ def _model_cfg(cfg: TrainConfig, tok: Tokenizer, **task: object) -> ModelConfig:
 def _prepare_sentiment(cfg: TrainConfig, names: list[str], data_dir: Path) -> Prepared:
     if cfg.objective == "mlm":  # unlabeled texts; the last 2000 (at most 10%) are the validation set
         texts: list[str] = [t for n in names for t in load_split(n, "train", data_dir)]  # type: ignore[misc]
-        n_valid = min(2000, len(texts) // 10)
-        train = [LabeledText(t, 0) for t in texts[:-n_valid]]
-        valid = [LabeledText(t, 0) for t in texts[-n_valid:]]
+        cut = len(texts) - min(2000, len(texts) // 10)
+        train = [LabeledText(t, 0) for t in texts[:cut]]
+        valid = [LabeledText(t, 0) for t in texts[cut:]]
     else:
         train = [x for n in names for x in load_split(n, "train", data_dir)]  # type: ignore[misc]
         valid = [x for n in names for x in load_split(n, "valid", data_dir)]  # type: ignore[misc]
@@ -142,11 +142,12 @@ def _prepare_translation(cfg: TrainConfig, names: list[str], data_dir: Path) -> 
     train, corpora = [], []
     for n, (tr, va) in splits.items():
         src_lang, tgt_lang = pairs[n]
+        start = mcfg.start_id(tgt_lang)
         for p in tr:
             assert isinstance(p, Pair)
-            s, t = source_ids(tok, p.src, mcfg), target_ids(tok, p.tgt, mcfg, tgt_lang)
-            if len(s) <= cfg.max_src_len + 1 and len(t) <= cfg.max_tgt_len + 2:
-                train.append((s, t))
+            s, t = tok.encode(p.src), tok.encode(p.tgt)
+            if len(s) <= cfg.max_src_len and len(t) <= cfg.max_tgt_len:  # drop, never cut, over-long pairs
+                train.append((s + [mcfg.eos_id], [start, *t, mcfg.eos_id]))  # = source_ids / target_ids
         c = Corpus(n, src_lang, tgt_lang)
         for p in va[: cfg.eval_max_examples]:
             assert isinstance(p, Pair)

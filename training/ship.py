@@ -2,7 +2,8 @@
 
   python -m training ship --run /work/runs/translate-fr-en [--name translate-fr-en] [--dest checkpoints]
 
-Refuses to replace a shipped checkpoint unless the new test metric is better (`--force` overrides).
+Refuses to replace a shipped checkpoint unless the new validation metric is better (`--force` overrides);
+the test split is only measured, never used to choose.
 """
 
 from __future__ import annotations
@@ -99,7 +100,19 @@ def cli(argv: list[str] | None = None) -> int:
     name = args.name or args.run.name
     meta = read_config(best)
     dataset = meta["training"]["config"]["dataset"]
-    rel, fmt, headline = TEST_SETS[dataset]
+    if dataset not in TEST_SETS:
+        print(f"error: no test set known for dataset {dataset!r}; known: {sorted(TEST_SETS)}")
+        return 2
+    rel, fmt, _ = TEST_SETS[dataset]
+    valid = json.loads((best / "metrics.json").read_text()).get("valid", {})
+    dest = args.dest / name
+    if (dest / "metrics.json").exists() and not args.force:  # select on validation, never on test
+        old = json.loads((dest / "metrics.json").read_text()).get("valid", {}).get("metric", float("-inf"))
+        if valid.get("metric", float("-inf")) <= old:
+            print(
+                f"not shipping: validation metric {valid.get('metric')} does not improve on the shipped {old}"
+            )
+            return 1
     data = resolve_data_dir(args.data_dir) / rel
     eval_args = SimpleNamespace(
         checkpoint=best,
@@ -118,24 +131,17 @@ def cli(argv: list[str] | None = None) -> int:
     )
     test.pop("checkpoint", None)
     test.pop("data", None)
-    dest = args.dest / name
-    if (dest / "metrics.json").exists() and not args.force:
-        old = json.loads((dest / "metrics.json").read_text()).get("test", {}).get(headline, float("-inf"))
-        if test[headline] <= old:
-            print(f"not shipping: test {headline} {test[headline]} does not improve on the shipped {old}")
-            return 1
     tmp = args.dest / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(best, tmp)
-    valid = json.loads((best / "metrics.json").read_text()).get("valid", {})
     (tmp / "metrics.json").write_text(
         json.dumps({"test": test, "valid": valid}, indent=2, ensure_ascii=False) + "\n"
     )
     task = "sentiment" if meta["task"] == "sentiment" else "translate"
     command = f"python -m training {task} --preset={name}  # or: make train-{name}"
     (tmp / "README.md").write_text(model_card(name, meta, test, valid, command, _size_mb(tmp)))
+    load_checkpoint(tmp)  # the new directory must load before it replaces the shipped one
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
-    load_checkpoint(dest)  # the shipped directory must load
     print(json.dumps({"shipped": str(dest), **{k: v for k, v in test.items() if k != "decoding"}}))
     return 0

@@ -50,6 +50,8 @@ def setup_distributed() -> tuple[int, int]:
     """(rank, world size); initialises the process group under torchrun (gloo on CPU, nccl on GPU)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     return (dist.get_rank() if world > 1 else 0), world
 
@@ -165,12 +167,49 @@ def evaluate(model: torch.nn.Module, data: Prepared, cfg: TrainConfig) -> dict[s
 
 
 def _rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "python": random.getstate()}
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def _set_rng_state(s: dict[str, Any]) -> None:
     torch.set_rng_state(s["torch"])
     random.setstate(s["python"])
+    if "cuda" in s and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+# settings a resumed run must share with the saved one (data order, vocabulary, architecture, objective)
+RESUME_KEYS = (
+    "task",
+    "dataset",
+    "seed",
+    "vocab_size",
+    "spm_model_type",
+    "d_model",
+    "n_heads",
+    "n_layers",
+    "n_decoder_layers",
+    "d_ff",
+    "norm_first",
+    "pooling",
+    "max_src_len",
+    "max_tgt_len",
+    "truncation",
+    "batch_tokens",
+    "objective",
+)
+
+
+def _check_resumable(saved: dict[str, Any], cfg: TrainConfig, path: Path) -> None:
+    now = cfg.to_dict()
+    diff = {k: (saved.get(k), now[k]) for k in RESUME_KEYS if saved.get(k) != now[k]}
+    if diff:
+        raise ValueError(
+            f"{path}: cannot resume with different settings (saved, now): {diff}; "
+            "use another --name or --out_dir for a new run"
+        )
 
 
 def _save_state(
@@ -265,13 +304,16 @@ def _train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
         init_from(model, cfg.init_from)
     opt = make_optimizer(model, cfg)
     lengths = [len(s) + (len(t) if isinstance(t, list) else 0) for s, t in data.train]
-    per_epoch = len(shard(token_batches(lengths, cfg.batch_tokens, cfg.seed, 0), rank, world))
-    total = cfg.max_steps or cfg.epochs * per_epoch
+    total = cfg.max_steps or sum(
+        len(shard(token_batches(lengths, cfg.batch_tokens, cfg.seed, e), rank, world))
+        for e in range(cfg.epochs)
+    )
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, total))
     prog = Progress()
     state_path = run / "state.pt"
     if state_path.exists():
-        st = torch.load(state_path, map_location=dev, weights_only=True)
+        st = torch.load(state_path, map_location="cpu", weights_only=True)  # RNG states must stay on the CPU
+        _check_resumable(st["config"], cfg, state_path)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["optimizer"])
         sched.load_state_dict(st["scheduler"])
@@ -282,14 +324,19 @@ def _train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
         )
     if prog.done:
         return run / "best"
-    ddp = DistributedDataParallel(model) if world > 1 else model
+    # the masked-LM phase leaves the classifier head unused
+    ddp = (
+        DistributedDataParallel(model, find_unused_parameters=cfg.objective == "mlm") if world > 1 else model
+    )
     autocast = torch.autocast(dev.type, dtype=torch.bfloat16) if cfg.bf16 else nullcontext()
     metrics_path = run / "metrics.jsonl"
-    eval_every = cfg.eval_every or per_epoch
     model.train()
     t0, tokens_seen, seconds0 = time.time(), 0, prog.seconds
     while prog.epoch < cfg.epochs and not prog.done:
         batches = shard(token_batches(lengths, cfg.batch_tokens, cfg.seed, prog.epoch), rank, world)
+        if prog.batch >= len(batches):  # nothing left in this epoch (e.g. an empty shard)
+            prog.epoch, prog.batch = prog.epoch + 1, 0
+            continue
         bar = tqdm(
             total=len(batches),
             initial=prog.batch,
@@ -324,10 +371,11 @@ def _train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
                         "tokens_per_s": rate,
                     },
                 )
-            last_of_epoch = prog.batch == len(batches)
-            if prog.step % eval_every == 0 or last_of_epoch or cfg.dry_run or prog.step == total:
-                if last_of_epoch:
-                    prog.epoch, prog.batch = prog.epoch + 1, 0
+            end_of_epoch = prog.batch == len(batches)
+            if end_of_epoch:  # the position of the next batch to run; eval records count finished epochs
+                prog.epoch, prog.batch = prog.epoch + 1, 0
+            scheduled = bool(cfg.eval_every) and prog.step % cfg.eval_every == 0
+            if end_of_epoch or scheduled or cfg.dry_run or prog.step == total:
                 _checkpoint(model, opt, sched, prog, cfg, data, rank, world, state_path, metrics_path)
             elif rank == 0 and prog.step % cfg.save_every == 0:
                 _save_state(state_path, model, opt, sched, prog, cfg)
@@ -337,6 +385,7 @@ def _train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
         bar.close()
         if cfg.dry_run or (stop_at_step and prog.step >= stop_at_step):
             break
+    prog.done = prog.done or prog.epoch >= cfg.epochs
     if rank == 0:
         _save_state(state_path, model, opt, sched, prog, cfg)
     return run / "best"
@@ -381,6 +430,8 @@ def _checkpoint(
         plot_curves(metrics_path, cfg.run_dir / "curves.png")
         _save_state(state_path, model, opt, sched, prog, cfg)
     if world > 1:
-        flag = torch.tensor([int(prog.done)])
+        flag = torch.tensor(
+            [int(prog.done)], device=next(model.parameters()).device
+        )  # nccl needs CUDA tensors
         dist.broadcast(flag, 0)
         prog.done = bool(flag.item())

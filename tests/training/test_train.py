@@ -216,3 +216,59 @@ def test_ddp_two_cpu_processes(synthetic_data_dir: Path, tmp_path: Path) -> None
     train(single)
     steps_single = [r["step"] for r in records(tmp_path / "single") if "loss" in r]
     assert max(steps) <= max(steps_single) // 2 + 1  # each rank takes half of the batches
+
+
+def test_preset_decides_the_task(capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = parse_overrides(["--preset=sentiment-ko"], {"task": "translation"})
+    assert cfg.task == "sentiment"
+    assert cfg.dataset == "nsmc"
+    assert main(["translate", "--preset=sentiment-ko"]) == 2
+    assert "not translation" in capsys.readouterr().err
+
+
+def test_resume_refuses_changed_settings(synthetic_data_dir: Path, tmp_path: Path) -> None:
+    base = ["--dataset=tatoeba-fr-en", "--name=r", *tiny(synthetic_data_dir, tmp_path)]
+    train(parse_overrides(base, {"task": "translation"}), stop_at_step=2)
+    changed = parse_overrides([*base, "--d_model=64"], {"task": "translation"})
+    with pytest.raises(ValueError, match="cannot resume with different settings.*d_model"):
+        train(changed)
+
+
+def test_ship_writes_card_and_selects_on_validation(
+    synthetic_data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(
+            [
+                "translate",
+                "--dataset=tatoeba-fr-en",
+                "--name=fr",
+                *tiny(synthetic_data_dir, tmp_path, epochs=1),
+            ]
+        )
+        == 0
+    )
+    dest = tmp_path / "shipped"
+    argv = [
+        "ship",
+        "--run",
+        str(tmp_path / "fr"),
+        "--name",
+        "translate-fr-en",
+        "--dest",
+        str(dest),
+        "--data-dir",
+        str(synthetic_data_dir),
+    ]
+    assert main(argv) == 0
+    shipped = dest / "translate-fr-en"
+    metrics = json.loads((shipped / "metrics.json").read_text())
+    assert metrics["test"]["n"] == 40
+    assert "metric" in metrics["valid"]
+    card = (shipped / "README.md").read_text()
+    assert f"| bleu | {metrics['test']['bleu']} |" in card
+    assert "python -m training translate --preset=translate-fr-en" in card
+    assert load_checkpoint(shipped).config.task == "translation"
+    capsys.readouterr()
+    assert main(argv) == 1  # same validation metric: not an improvement, the shipped one stays
+    assert "not shipping" in capsys.readouterr().out
