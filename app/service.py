@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
+import torch
+
 from app.batching import Batcher, BatcherPool, OnIdle
 from app.errors import ClientDisconnected, DeadlineExceeded, Unavailable, invalid
 from app.handlers import (
@@ -69,6 +71,10 @@ class Service:
         assert self.registry is not None
         loop = asyncio.get_running_loop()
         names = list(self.registry.entries)
+        if (
+            self.settings.torch_threads
+        ):  # set from the inference thread itself: OpenMP settings are per thread
+            await loop.run_in_executor(self.executor, torch.set_num_threads, self.settings.torch_threads)
         try:
             for i, name in enumerate(names, 1):
                 self.reason = f"loading {name} ({i} of {len(names)})"

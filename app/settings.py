@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = False  # uvicorn's per-request access log (python -m app)
     warmup: bool = True  # one inference per model before /ready turns 200
+    torch_threads: int = Field(
+        default=0, ge=0
+    )  # intra-op threads of the inference thread; 0 = torch's default
 
     @field_validator("device")
     @classmethod
