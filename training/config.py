@@ -69,8 +69,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         **_TRANSLATE,
         "dataset": "multi30k-de-en",
         "n_layers": 3,
-        "epochs": 40,
+        "epochs": 30,
         "dropout": 0.2,
+        "warmup_steps": 400,
     },
 }
 
