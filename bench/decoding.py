@@ -18,9 +18,9 @@ from model import DecodeOptions, Hypothesis, ModelConfig, Translator, beam_searc
 from model.layers import make_causal_mask
 from model.translator import DecoderState
 
-CONFIG = ModelConfig(
+CONFIG = ModelConfig(  # the shipped translators' architecture (training/config.py _TRANSLATE)
     task="translation",
-    vocab_size=16000,
+    vocab_size=8000,
     d_model=256,
     n_heads=4,
     n_layers=4,
