@@ -84,6 +84,7 @@ def save_checkpoint(
         for k, v in _unique_state(model).items()
     }
     safetensors.torch.save_file(tensors, str(path / WEIGHTS), metadata={"format": FORMAT})
+    (path / WEIGHTS).chmod(0o644)  # safetensors writes 0600; a service user must be able to read it
     if Path(tokenizer_path).resolve() != (path / TOKENIZER).resolve():
         shutil.copyfile(tokenizer_path, path / TOKENIZER)
     files = {}

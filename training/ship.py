@@ -32,6 +32,7 @@ TEST_SETS: dict[str, tuple[str, str, str]] = {
     "multi30k-de-en": ("multi30k/test", "multi30k", "bleu"),
     "multi30k-en-de": ("multi30k/test", "multi30k", "bleu"),
 }
+CARD_METRICS = ("accuracy", "macro_f1", "bleu", "chrf", "n")
 DATA_NOTES = {
     "nsmc": "NSMC (Naver Sentiment Movie Corpus v1.0, CC0): official 150K train (5% held out for validation) / 50K test",
     "imdb": "IMDb Large Movie Review Dataset (Maas et al. 2011): official 25K train (5% held out) / 20K of the official 25K test",
@@ -52,7 +53,11 @@ def model_card(
     dataset = tcfg.get("dataset", "?")
     note = DATA_NOTES.get(dataset.split("-")[0], dataset)
     hours = train.get("seconds", 0) / 3600
-    metric_lines = "\n".join(f"| {k} | {v} |" for k, v in test.items() if not isinstance(v, dict))
+    metric_lines = "\n".join(f"| {k} | {test[k]} |" for k in CARD_METRICS if k in test)
+    signature = "".join(
+        f"\n- sacrebleu `{k}`: `{test[k]}`" for k in ("bleu_signature", "chrf_signature") if k in test
+    )
+    decoding = f"\n- decoding: `{json.dumps(test['decoding'])}`" if "decoding" in test else ""
     arch = (
         f"d_model={cfg['d_model']}, n_heads={cfg['n_heads']}, encoder layers={cfg['n_layers']}"
         + (f", decoder layers={cfg['n_decoder_layers']}" if cfg["task"] == "translation" else "")
@@ -65,7 +70,8 @@ From-scratch Transformer ({cfg["task"]}), trained on this project's CPU; no pret
 
 - **Data**: {note} (`{dataset}`).
 - **Architecture**: {arch}.
-- **Training**: {train.get("step", "?")} optimizer steps, {train.get("epoch", "?")} epochs, {hours:.1f} h on a 2-core CPU (fp32).
+- **Training**: {train.get("step", "?")} optimizer steps, {train.get("epoch", "?")} epochs, {hours:.1f} h wall time on a 2-core CPU (fp32, one
+thread, sharing the CPU with other training runs).
 - **Size**: {size_mb:.1f} MB on disk (fp16 safetensors + tokenizer).
 - **Date**: {datetime.now(UTC).date().isoformat()}
 
@@ -78,14 +84,24 @@ python -m training ship --run runs/{tcfg.get("name") or name} --name {name}
 
 ## Test metrics
 
-Measured with `{test.get("command", "")}`:
+Measured with `{test.get("command", "")}` ({test.get("seconds", "?")} s on this CPU):
 
 | metric | value |
 |---|---|
 {metric_lines}
+{signature}{decoding}
 
 Validation (best checkpoint): `{json.dumps({k: v for k, v in valid.items() if k != "n"})}`
 """
+
+
+def write_card(dest: Path, name: str, task: str) -> None:
+    """(Re)write a shipped checkpoint's README.md from its config.json and metrics.json."""
+    metrics = json.loads((dest / "metrics.json").read_text())
+    command = f"python -m training {task} --preset={name}  # or: make train-{name}"
+    (dest / "README.md").write_text(
+        model_card(name, read_config(dest), metrics["test"], metrics["valid"], command, _size_mb(dest))
+    )
 
 
 def cli(argv: list[str] | None = None) -> int:
@@ -137,9 +153,7 @@ def cli(argv: list[str] | None = None) -> int:
     (tmp / "metrics.json").write_text(
         json.dumps({"test": test, "valid": valid}, indent=2, ensure_ascii=False) + "\n"
     )
-    task = "sentiment" if meta["task"] == "sentiment" else "translate"
-    command = f"python -m training {task} --preset={name}  # or: make train-{name}"
-    (tmp / "README.md").write_text(model_card(name, meta, test, valid, command, _size_mb(tmp)))
+    write_card(tmp, name, "sentiment" if meta["task"] == "sentiment" else "translate")
     load_checkpoint(tmp)  # the new directory must load before it replaces the shipped one
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
