@@ -154,6 +154,10 @@ def cli(argv: list[str] | None = None) -> int:
         json.dumps({"test": test, "valid": valid}, indent=2, ensure_ascii=False) + "\n"
     )
     write_card(tmp, name, "sentiment" if meta["task"] == "sentiment" else "translate")
+    if "seconds" not in meta.get("training", {}):  # runs started before wall time was recorded: file times
+        tok = args.run / "tokenizer.model"
+        meta["training"]["seconds"] = round((best / "config.json").stat().st_mtime - tok.stat().st_mtime)
+        (tmp / "config.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
     load_checkpoint(tmp)  # the new directory must load before it replaces the shipped one
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
