@@ -29,9 +29,14 @@ OBVIOUS_SENTIMENT = {
     ],
 }
 OBVIOUS_TRANSLATION = {  # (source, words the English translation must contain)
-    "fr": [("Je t'aime.", {"love"}), ("Merci beaucoup.", {"thank"}), ("Où est la gare ?", {"station"})],
+    "fr": [
+        ("Je t'aime.", {"love"}),
+        ("Merci beaucoup.", {"thank"}),
+        ("Où est la gare ?", {"station"}),
+        ("Le chien mange.", {"dog", "eats"}),
+    ],
     "es": [
-        ("Te quiero.", {"love"}),
+        ("Te amo.", {"love"}),
         ("Muchas gracias.", {"thank"}),
         ("¿Dónde está la estación?", {"station"}),
     ],
