@@ -92,12 +92,16 @@ class Cell:
     client: str
 
 
-def texts(words: list[str], n: int = 200, seed: int = 0) -> list[str]:
-    """Sentences of 3 to 40 words (mixed lengths, so padding and bucketing matter)."""
+SENTENCE_WORDS = (3, 5, 8, 12, 20)  # translation inputs: sentence-sized, like the Tatoeba test set
+
+
+def texts(
+    words: list[str], n: int = 200, seed: int = 0, lengths: tuple[int, ...] = (3, 5, 8, 12, 20, 40)
+) -> list[str]:
+    """Sentences of mixed word counts (so padding and bucketing matter)."""
     rng = random.Random(seed)
     return [
-        " ".join(rng.choice(words) for _ in range(rng.choice([3, 5, 8, 12, 20, 40]))).capitalize() + "."
-        for _ in range(n)
+        " ".join(rng.choice(words) for _ in range(rng.choice(lengths))).capitalize() + "." for _ in range(n)
     ]
 
 
@@ -110,7 +114,7 @@ def discover(root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         name = cfg_path.parent.name
         if model["task"] == "sentiment" and (not sentiment or name == "sentiment-en"):
             sentiment = {"model": name}
-        elif model["task"] == "translation" and not translate:
+        elif model["task"] == "translation" and (not translate or name == "translate-fr-en"):
             translate = {
                 "model": name,
                 "source_lang": model["source_langs"][0],
@@ -256,7 +260,7 @@ def ceiling(
         out["/sentiment"] = len(seqs) / (time.perf_counter() - start)
     if translate:
         m = load_checkpoint(checkpoint_dir / translate["model"])
-        seqs = [source_ids(m.tokenizer, t, m.config) for t in texts(FR_WORDS)[:64]]
+        seqs = [source_ids(m.tokenizer, t, m.config) for t in texts(FR_WORDS, lengths=SENTENCE_WORDS)[:64]]
         opts = DecodeOptions(beam_size=beam_size)
         start = time.perf_counter()
         translate_ids(m.model, seqs, opts, translate["target_lang"], 32)  # type: ignore[arg-type]
@@ -315,7 +319,10 @@ def main(argv: list[str] | None = None) -> int:
     use_wrk = args.wrk == "yes" or (args.wrk == "auto" and shutil.which("wrk") is not None)
     bodies = {
         "/sentiment": [{"text": t} | sentiment for t in texts(EN_WORDS)] if sentiment else [],
-        "/translate": [{"text": t, "beam_size": args.beam_size} | translate for t in texts(FR_WORDS)]
+        "/translate": [
+            {"text": t, "beam_size": args.beam_size} | translate
+            for t in texts(FR_WORDS, lengths=SENTENCE_WORDS)
+        ]
         if translate
         else [],
     }
