@@ -14,7 +14,7 @@ import random
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +204,12 @@ RESUME_KEYS = (
 
 def _check_resumable(saved: dict[str, Any], cfg: TrainConfig, path: Path) -> None:
     now = cfg.to_dict()
-    diff = {k: (saved.get(k), now[k]) for k in RESUME_KEYS if saved.get(k) != now[k]}
+    defaults = {
+        f.name: f.default for f in fields(TrainConfig)
+    }  # keys newer than the saved state: their default
+    diff = {
+        k: (saved.get(k, defaults[k]), now[k]) for k in RESUME_KEYS if saved.get(k, defaults[k]) != now[k]
+    }
     if diff:
         raise ValueError(
             f"{path}: cannot resume with different settings (saved, now): {diff}; "
