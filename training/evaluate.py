@@ -70,26 +70,33 @@ def evaluate_translation(
     return res
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    loaded = load_checkpoint(args.checkpoint, device="cuda" if torch.cuda.is_available() else "cpu")
+def run(
+    checkpoint: Path,
+    data: Path,
+    fmt: str,
+    *,
+    beam_size: int = 4,
+    length_penalty: float = 0.6,
+    limit: int = 0,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+) -> dict[str, Any]:
+    """Score `checkpoint` on `data` (the CLI's work, callable from ship and tests)."""
+    loaded = load_checkpoint(checkpoint, device="cuda" if torch.cuda.is_available() else "cpu")
     t0 = time.time()
     if loaded.config.task == "sentiment":
-        if args.format not in ("nsmc", "imdb"):
+        if fmt not in ("nsmc", "imdb"):
             raise SystemExit(
-                f"error: --format {args.format} is a translation format; {loaded.name} is a sentiment model"
+                f"error: --format {fmt} is a translation format; {loaded.name} is a sentiment model"
             )
-        res = evaluate_sentiment(loaded, args.data, args.format, args.limit)
+        res = evaluate_sentiment(loaded, data, fmt, limit)
     else:
-        if args.format not in ("tatoeba", "multi30k"):
-            raise SystemExit(
-                f"error: --format {args.format} is a sentiment format; {loaded.name} is a translator"
-            )
-        opts = DecodeOptions(beam_size=args.beam_size, length_penalty=args.length_penalty)
-        res = evaluate_translation(
-            loaded, args.data, args.format, opts, args.limit, args.source_lang, args.target_lang
-        )
-    res["checkpoint"] = str(args.checkpoint)
-    res["data"] = str(args.data)
+        if fmt not in ("tatoeba", "multi30k"):
+            raise SystemExit(f"error: --format {fmt} is a sentiment format; {loaded.name} is a translator")
+        opts = DecodeOptions(beam_size=beam_size, length_penalty=length_penalty)
+        res = evaluate_translation(loaded, data, fmt, opts, limit, source_lang, target_lang)
+    res["checkpoint"] = str(checkpoint)
+    res["data"] = str(data)
     res["seconds"] = round(time.time() - t0, 1)
     return res
 
@@ -114,5 +121,15 @@ def cli(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(json.dumps(run(args), ensure_ascii=False))
+    res = run(
+        args.checkpoint,
+        args.data,
+        args.format,
+        beam_size=args.beam_size,
+        length_penalty=args.length_penalty,
+        limit=args.limit,
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+    )
+    print(json.dumps(res, ensure_ascii=False))
     return 0

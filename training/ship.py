@@ -13,7 +13,6 @@ import json
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from model import load_checkpoint
@@ -130,17 +129,7 @@ def cli(argv: list[str] | None = None) -> int:
             )
             return 1
     data = resolve_data_dir(args.data_dir) / rel
-    eval_args = SimpleNamespace(
-        checkpoint=best,
-        data=data,
-        format=fmt,
-        beam_size=4,
-        length_penalty=0.6,
-        limit=0,
-        source_lang=None,
-        target_lang=None,
-    )
-    test = evaluate_run(eval_args)
+    test = evaluate_run(best, data, fmt, beam_size=4)
     test["command"] = (
         f"python -m training evaluate --checkpoint checkpoints/{name} --data ../shared/data/{rel} --format {fmt}"
         + (" --beam-size 4" if fmt in ("tatoeba", "multi30k") else "")

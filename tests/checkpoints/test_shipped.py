@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -86,17 +85,7 @@ def test_scores_above_floor_on_test_slice(path: Path) -> None:
     if not (data.exists() or Path(f"{data}.en").exists()):
         pytest.skip(f"{data} not available (../shared/data absent)")
     card = json.loads((path / "metrics.json").read_text())["test"][metric]
-    args = SimpleNamespace(
-        checkpoint=path,
-        data=data,
-        format=fmt,
-        beam_size=4,
-        length_penalty=0.6,
-        limit=500,
-        source_lang=None,
-        target_lang=None,
-    )
-    res = evaluate(args)
+    res = evaluate(path, data, fmt, beam_size=4, limit=500)
     assert res["n"] == 500
     assert res[metric] >= card - MARGIN[metric], (
         f"{path.name}: {metric} {res[metric]} on 500 test examples, card says {card}"
