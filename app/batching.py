@@ -1,9 +1,11 @@
 """Cross-request dynamic batching (MLServer's AdaptiveBatcher, LitServe's collate loop).
 
 One Batcher per batch-compatible key (model + decoding options). A request enqueues its items (texts or
-sentences) and gets one Future for all of them; the loop flushes at `max_batch_size` items or when the
-monotonic deadline `first item queued + max_delay` passes, runs the batch in the shared single-thread
-executor, and hands each result back to its own request. Items of requests that are already done (timed
+sentences) and gets one Future for all of them; the loop flushes at `max_batch_size` items, when the
+monotonic deadline `first item queued + max_delay` passes, or as soon as the shared inference thread is
+idle (waiting longer would only leave it idle: no added latency at low load, and under load batches grow
+while the thread runs the previous one). The batch runs in that thread; each result goes back to its own
+request. Items of requests that are already done (timed
 out, disconnected, failed elsewhere) are skipped at batch time. A failing batch fails only its requests.
 """
 
@@ -15,7 +17,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -53,14 +55,41 @@ class BatchStats:
     seconds_ewma: float = field(default=0.0)
 
 
+class InferenceThread:
+    """The one thread that runs forward passes (one at a time), and whether it is busy."""
+
+    def __init__(self) -> None:
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="inference")
+        self.busy = 0  # calls submitted and not finished
+        self._on_idle: set[Callable[[], None]] = set()
+
+    async def run(self, fn: Callable[..., O], *args: Any) -> O:
+        self.busy += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+        finally:
+            self.busy -= 1
+            if not self.busy:
+                callbacks, self._on_idle = self._on_idle, set()
+                for callback in callbacks:
+                    callback()
+
+    def when_idle(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (once) when the thread next becomes idle."""
+        self._on_idle.add(callback)
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=True)
+
+
 class Batcher(Generic[I, O]):
-    """Queue + loop for one key; `run(items) -> results` executes in `executor` (one forward pass)."""
+    """Queue + loop for one key; `run(items) -> results` executes on `worker` (one forward pass)."""
 
     def __init__(
         self,
         name: str,
         run: Callable[[list[I]], list[O]],
-        executor: Executor,
+        worker: InferenceThread,
         *,
         max_batch_size: int,
         max_delay_s: float,
@@ -75,7 +104,7 @@ class Batcher(Generic[I, O]):
         assert max_delay_s >= 0, max_delay_s
         self.name, self.model = name, model or name
         self.max_batch_size, self.max_delay_s, self.max_queue = max_batch_size, max_delay_s, max_queue
-        self._run, self._executor, self._metrics = run, executor, metrics
+        self._run, self._worker, self._metrics = run, worker, metrics
         self._idle_timeout_s, self._on_idle = idle_timeout_s, on_idle
         self._queue: deque[_Item] = deque()
         self._wakeup = asyncio.Event()
@@ -137,7 +166,8 @@ class Batcher(Generic[I, O]):
                 self._metrics.forget_queue(self.name)
 
     async def _collect(self) -> list[_Item]:
-        """Wait for a first item, then for a full batch or the first item's deadline; [] = stop."""
+        """Wait for a first item, then, while the inference thread is busy, for a full batch or the first
+        item's deadline; [] = stop."""
         loop = asyncio.get_running_loop()
         while not self._queue:
             if self._closing:
@@ -151,10 +181,16 @@ class Batcher(Generic[I, O]):
                     self._on_idle(self)
                     return []
         flush_at = self._queue[0].queued_at + self.max_delay_s
-        while len(self._queue) < self.max_batch_size and not self._closing and loop.time() < flush_at:
+        while (
+            len(self._queue) < self.max_batch_size
+            and not self._closing
+            and loop.time() < flush_at
+            and self._worker.busy
+        ):
             self._wakeup.clear()
             timer = loop.call_at(flush_at, self._wakeup.set)
-            await self._wakeup.wait()  # a new item or the deadline
+            self._worker.when_idle(self._wakeup.set)
+            await self._wakeup.wait()  # a new item, the deadline or an idle thread
             timer.cancel()
         n = min(self.max_batch_size, len(self._queue))
         batch = [self._queue.popleft() for _ in range(n)]
@@ -177,7 +213,7 @@ class Batcher(Generic[I, O]):
             return
         start = time.perf_counter()
         try:
-            outputs = await loop.run_in_executor(self._executor, self._run_checked, [i.payload for i in live])
+            outputs = await self._worker.run(self._run_checked, [i.payload for i in live])
         except Exception as e:
             log.exception("batch of %d item(s) failed in %s", len(live), self.name)
             error = InferenceFailed(f"inference failed for this batch ({type(e).__name__}: {e})")

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 log = logging.getLogger(__name__)
 
@@ -95,26 +95,27 @@ def _message(err: dict[str, Any]) -> str:
     return f"{field}: {msg}"
 
 
-async def validation_error_handler(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
-    detail = [
-        {"loc": list(err.get("loc", ())), "msg": _message(err), "type": err.get("type", "value_error")}
-        for err in exc.errors()
-    ]
-    return JSONResponse({"detail": detail}, status_code=422)
-
-
-async def service_error_handler(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ServiceError)
-    return JSONResponse({"detail": exc.message}, status_code=exc.status_code, headers=exc.headers)
-
-
-async def unhandled_error_handler(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+def error_response(exc: Exception, where: str) -> Response:
+    """The response to an exception raised while serving `where` ("POST /translate"): 422 in FastAPI's
+    shape, a ServiceError's status and message, 499 for a client that left, else 500 (logged)."""
+    if isinstance(exc, RequestValidationError):
+        detail = [
+            {"loc": list(err.get("loc", ())), "msg": _message(err), "type": err.get("type", "value_error")}
+            for err in exc.errors()
+        ]
+        return JSONResponse({"detail": detail}, status_code=422)
+    if isinstance(exc, ServiceError):
+        return JSONResponse({"detail": exc.message}, status_code=exc.status_code, headers=exc.headers)
+    if isinstance(exc, ClientDisconnected):
+        return Response(status_code=499)  # nginx's "client closed request": nobody reads it, metrics count it
+    log.exception("unhandled error on %s", where, exc_info=exc)
     return JSONResponse({"detail": f"internal error: {type(exc).__name__}"}, status_code=500)
 
 
+async def _handler(request: Request, exc: Exception) -> Response:
+    return error_response(exc, f"{request.method} {request.url.path}")
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(RequestValidationError, validation_error_handler)
-    app.add_exception_handler(ServiceError, service_error_handler)
-    app.add_exception_handler(Exception, unhandled_error_handler)
+    for exc in (RequestValidationError, ServiceError, ClientDisconnected, Exception):
+        app.add_exception_handler(exc, _handler)

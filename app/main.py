@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from starlette.types import Receive, Scope, Send
 
-from app.errors import ClientDisconnected, install_error_handlers
+from app.errors import install_error_handlers
+from app.fastpath import FastPath
 from app.metrics import Metrics, MetricsMiddleware
 from app.routes import attention, demo, sentiment, system, translate
 from app.service import Service
@@ -25,7 +27,20 @@ Model routes answer 503 until `/ready` is 200, 429 with `Retry-After` when a que
 """
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+class ServingApp(FastAPI):
+    """FastAPI with app.fastpath.FastPath in front: hot model routes skip the framework's per-request
+    machinery (set `fast_path = None` to serve everything through FastAPI)."""
+
+    fast_path: FastPath | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.fast_path is not None and self.fast_path.accepts(scope):
+            await self.fast_path(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+
+def create_app(settings: Settings | None = None) -> ServingApp:
     """An app serving every checkpoint under settings.checkpoint_dir (settings default: the environment)."""
     settings = settings if settings is not None else load_settings()
     metrics = Metrics()
@@ -39,10 +54,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await service.stop()  # ready -> 503, drain the queues, stop the batchers and the thread
 
-    app = FastAPI(title="Transformer serving", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app = ServingApp(title="Transformer serving", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
     app.state.settings, app.state.service = settings, service
     install_error_handlers(app)
-    app.add_exception_handler(ClientDisconnected, _client_gone)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -54,11 +68,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in (system.open_router, system.router, sentiment.router, translate.router, attention.router):
         app.include_router(router)
     demo.install(app)  # GET / and /static, public: the page is where the API key is entered
+    app.fast_path = FastPath(service, settings, metrics, fallback=super(ServingApp, app).__call__)
     return app
-
-
-async def _client_gone(request: Request, exc: Exception) -> Response:
-    return Response(status_code=499)  # nginx's "client closed request": nobody reads it, metrics count it
 
 
 app = create_app()

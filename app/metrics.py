@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -41,6 +42,19 @@ class Metrics:
         )
         self.queue_depth = Gauge("queue_depth", "Items waiting in a batcher queue", ["queue"], registry=r)
         self.models_loaded = Gauge("models_loaded", "Models loaded and warmed up", registry=r)
+        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        key = (route, method, status)
+        children = self._request_children.get(key)
+        if children is None:  # labels() costs a lock and a tuple build: cache the children per key
+            labels = (route, method, str(status))
+            children = self._request_children[key] = (
+                self.requests.labels(*labels),
+                self.latency.labels(*labels),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     def observe_batch(self, model: str, size: int, seconds: float) -> None:
         self.batch_size.labels(model=model).observe(size)
@@ -74,6 +88,4 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_status)
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
-            labels = (route, scope["method"], str(status))
-            self.metrics.requests.labels(*labels).inc()
-            self.metrics.latency.labels(*labels).observe(time.perf_counter() - start)
+            self.metrics.observe_request(route, scope["method"], status, time.perf_counter() - start)

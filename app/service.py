@@ -6,13 +6,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
 import torch
 
-from app.batching import Batcher, BatcherPool, OnIdle
+from app.batching import Batcher, BatcherPool, InferenceThread, OnIdle
 from app.errors import ClientDisconnected, DeadlineExceeded, Unavailable, invalid
 from app.handlers import (
     AttentionHandler,
@@ -46,7 +45,7 @@ class Service:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.settings, self.metrics = settings, metrics
         self.registry: Registry | None = None
-        self.executor: ThreadPoolExecutor | None = None
+        self.worker: InferenceThread | None = None
         self.pool = BatcherPool()
         self.sentiment: dict[str, SentimentHandler] = {}
         self.translation: dict[str, TranslationHandler] = {}
@@ -64,21 +63,21 @@ class Service:
         dtype = self.settings.torch_dtype(device)
         self.registry = Registry.discover(self.settings.check_checkpoint_dir(), device, dtype)
         self.model_status = dict.fromkeys(self.registry.entries, "loading")
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix="inference")  # one forward at a time
+        self.worker = InferenceThread()  # one forward pass at a time, off the event loop
         self._loader = asyncio.create_task(self._load_all(), name="load-models")
 
     async def _load_all(self) -> None:
         assert self.registry is not None
-        loop = asyncio.get_running_loop()
+        assert self.worker is not None
         names = list(self.registry.entries)
         if (
             self.settings.torch_threads
         ):  # set from the inference thread itself: OpenMP settings are per thread
-            await loop.run_in_executor(self.executor, torch.set_num_threads, self.settings.torch_threads)
+            await self.worker.run(torch.set_num_threads, self.settings.torch_threads)
         try:
             for i, name in enumerate(names, 1):
                 self.reason = f"loading {name} ({i} of {len(names)})"
-                loaded = await loop.run_in_executor(self.executor, self.registry.load, name)
+                loaded = await self.worker.run(self.registry.load, name)
                 handler: SentimentHandler | TranslationHandler
                 if loaded.config.task == "sentiment":
                     handler = self.sentiment[name] = SentimentHandler(loaded)
@@ -87,7 +86,7 @@ class Service:
                 self.attention_handlers[name] = AttentionHandler(loaded)
                 if self.settings.warmup:
                     self.model_status[name], self.reason = "warming_up", f"warming up {name}"
-                    await loop.run_in_executor(self.executor, handler.warmup)
+                    await self.worker.run(handler.warmup)
                 self.model_status[name] = "ready"
                 self.metrics.models_loaded.inc()
         except Exception as e:
@@ -105,8 +104,8 @@ class Service:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loader
         await self.pool.close()
-        if self.executor is not None:
-            await asyncio.to_thread(self.executor.shutdown, wait=True)
+        if self.worker is not None:
+            await asyncio.to_thread(self.worker.shutdown)
 
     def readiness(self) -> Readiness:
         return Readiness(status=self.status, reason=self.reason, models=dict(self.model_status))  # type: ignore[arg-type]
@@ -243,12 +242,12 @@ class Service:
         idle_timeout_s: float | None = None,
         on_idle: OnIdle | None = None,
     ) -> Batcher[Any, Any]:
-        assert self.executor is not None
+        assert self.worker is not None
         s = self.settings
         return Batcher(
             name,
             run,
-            self.executor,
+            self.worker,
             max_batch_size=max_batch_size or s.max_batch_size,
             max_delay_s=0.0 if max_batch_size == 1 else s.max_batch_delay_ms / 1000,
             max_queue=s.max_queue,

@@ -6,12 +6,11 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from app.batching import Batcher, BatcherPool
+from app.batching import Batcher, BatcherPool, InferenceThread
 from app.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
 from app.metrics import Metrics
 
@@ -38,14 +37,14 @@ class Recorder:
 
 
 @pytest.fixture
-async def executor() -> AsyncIterator[ThreadPoolExecutor]:
-    pool = ThreadPoolExecutor(1)
-    yield pool
-    pool.shutdown(wait=True)
+async def executor() -> AsyncIterator[InferenceThread]:
+    worker = InferenceThread()
+    yield worker
+    worker.shutdown()
 
 
 @pytest.fixture
-def make(executor: ThreadPoolExecutor) -> Callable[..., Batcher[int, int]]:
+def make(executor: InferenceThread) -> Callable[..., Batcher[int, int]]:
     def build(run: Callable[[list[int]], list[int]], **kw: Any) -> Batcher[int, int]:
         opts = {"max_batch_size": 4, "max_delay_s": 0.05, "max_queue": 100} | kw
         return Batcher("test", run, executor, **opts)
@@ -64,14 +63,51 @@ async def test_full_batch_flushes_before_the_deadline(make: Callable[..., Batche
     await b.close()
 
 
-async def test_deadline_flushes_a_partial_batch(make: Callable[..., Batcher[int, int]]) -> None:
+async def test_idle_thread_takes_a_partial_batch_at_once(make: Callable[..., Batcher[int, int]]) -> None:
     rec = Recorder()
-    b = make(rec, max_batch_size=32, max_delay_s=0.05)
+    b = make(rec, max_batch_size=32, max_delay_s=30.0)
     start = time.monotonic()
-    results = await asyncio.gather(b.enqueue([1], FAR), b.enqueue([2, 3], FAR))
-    assert time.monotonic() - start >= 0.045
+    results = await asyncio.gather(b.enqueue([1], FAR), b.enqueue([2, 3], FAR))  # queued in the same tick
+    assert time.monotonic() - start < 5  # not the 30 s delay: waiting would only leave the thread idle
     assert results == [[10], [20, 30]]
     assert rec.batches == [[1, 2, 3]]
+    await b.close()
+
+
+async def test_busy_thread_deadline_flushes_a_partial_batch(
+    make: Callable[..., Batcher[int, int]], executor: InferenceThread
+) -> None:
+    """While another model's batch runs, items wait for more until the first one's deadline, then flush."""
+    rec = Recorder()
+    b = make(rec, max_batch_size=32, max_delay_s=0.05)
+    other = asyncio.ensure_future(executor.run(time.sleep, 0.4))
+    await asyncio.sleep(0.01)  # the thread is busy
+    first = b.enqueue([1], FAR)
+    await asyncio.sleep(0.01)
+    second = b.enqueue([2, 3], FAR)
+    await asyncio.sleep(0.15)  # past the deadline, the thread still busy: [1, 2, 3] is already flushed
+    third = b.enqueue([4], FAR)
+    assert await asyncio.gather(first, second, third) == [[10], [20, 30], [40]]
+    assert rec.batches == [[1, 2, 3], [4]]
+    await other
+    await b.close()
+
+
+async def test_batch_waits_for_the_thread_then_flushes_when_it_is_idle(
+    make: Callable[..., Batcher[int, int]], executor: InferenceThread
+) -> None:
+    rec = Recorder()
+    b = make(rec, max_batch_size=32, max_delay_s=30.0)
+    other = asyncio.ensure_future(executor.run(time.sleep, 0.2))
+    await asyncio.sleep(0.01)  # the thread is busy
+    start = time.monotonic()
+    first = b.enqueue([1], FAR)
+    await asyncio.sleep(0.05)
+    second = b.enqueue([2], FAR)
+    assert await asyncio.gather(first, second) == [[10], [20]]
+    assert 0.1 < time.monotonic() - start < 5  # flushed when the thread freed up, not after 30 s
+    assert rec.batches == [[1, 2]]
+    await other
     await b.close()
 
 
@@ -195,7 +231,7 @@ async def test_close_finishes_queued_items_then_rejects(make: Callable[..., Batc
     assert [await f for f in futures] == [[0], [10], [20], [30], [40]]
 
 
-async def test_metrics_record_batch_sizes_and_queue_depth(executor: ThreadPoolExecutor) -> None:
+async def test_metrics_record_batch_sizes_and_queue_depth(executor: InferenceThread) -> None:
     metrics = Metrics()
     b: Batcher[int, int] = Batcher(
         "q",
@@ -216,7 +252,7 @@ async def test_metrics_record_batch_sizes_and_queue_depth(executor: ThreadPoolEx
     assert reg.get_sample_value("queue_depth", {"queue": "q"}) is None  # a stopped queue is forgotten
 
 
-async def test_pool_retires_idle_dynamic_batchers(executor: ThreadPoolExecutor) -> None:
+async def test_pool_retires_idle_dynamic_batchers(executor: InferenceThread) -> None:
     pool = BatcherPool()
 
     def create(on_idle: Callable[[Batcher[Any, Any]], None]) -> Batcher[Any, Any]:
