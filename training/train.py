@@ -11,9 +11,12 @@ import logging
 import math
 import os
 import random
+import signal
 import sys
+import threading
 import time
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -276,7 +279,7 @@ def train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
             pretrain_steps=0,
         )
         best = train(mlm, stop_at_step)
-        if stop_at_step and not _done(mlm.run_dir):
+        if not _done(mlm.run_dir):  # stopped early (stop_at_step or a signal): resume later
             return best
         cfg = replace(cfg, init_from=str(best), tokenizer_from=str(cfg.run_dir / "tokenizer.model"))
     return _train(cfg, stop_at_step)
@@ -285,6 +288,31 @@ def train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
 def _done(run: Path) -> bool:
     state = run / "state.pt"
     return state.exists() and torch.load(state, weights_only=True)["progress"]["done"]
+
+
+@contextmanager
+def _stop_on_signal(enabled: bool) -> Iterator[Callable[[], bool]]:
+    """SIGTERM/SIGINT ask the loop to finish its step, save the resumable state and return (preemptible
+    runs: `kill PID`, then the same command resumes). Single process only: DDP ranks would stop at
+    different steps."""
+    requested: list[int] = []
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if not requested:
+            log.warning(
+                "%s: stopping after this step (the state is saved for resuming)", signal.Signals(signum).name
+            )
+        requested.append(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield lambda: bool(requested)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def _train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
@@ -337,59 +365,66 @@ def _train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
     metrics_path = run / "metrics.jsonl"
     model.train()
     t0, tokens_seen, seconds0 = time.time(), 0, prog.seconds
-    while prog.epoch < cfg.epochs and not prog.done:
-        batches = shard(token_batches(lengths, cfg.batch_tokens, cfg.seed, prog.epoch), rank, world)
-        if prog.batch >= len(batches):  # nothing left in this epoch (e.g. an empty shard)
-            prog.epoch, prog.batch = prog.epoch + 1, 0
-            continue
-        bar = tqdm(
-            total=len(batches),
-            initial=prog.batch,
-            desc=f"epoch {prog.epoch}",
-            disable=rank != 0,
-            mininterval=1 if sys.stderr.isatty() else 60,
-            file=sys.stderr,
-        )
-        for idx in batches[prog.batch :]:
-            with autocast:
-                loss, n = batch_loss(ddp, data, idx, cfg, dev)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            sched.step()
-            prog.step, prog.batch = prog.step + 1, prog.batch + 1
-            prog.seconds = seconds0 + time.time() - t0
-            tokens_seen += sum(lengths[i] for i in idx)
-            bar.update(1)
-            if rank == 0 and (prog.step % cfg.log_every == 0 or cfg.dry_run or prog.step <= 3):
-                rate = tokens_seen * world / (time.time() - t0)
-                bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{rate:.0f}")
-                _log_jsonl(
-                    metrics_path,
-                    {
-                        "step": prog.step,
-                        "epoch": prog.epoch,
-                        "loss": loss.item(),
-                        "grad_norm": float(grad_norm),
-                        "lr": sched.get_last_lr()[0],
-                        "tokens_per_s": rate,
-                    },
-                )
-            end_of_epoch = prog.batch == len(batches)
-            if end_of_epoch:  # the position of the next batch to run; eval records count finished epochs
+    with _stop_on_signal(world == 1) as stop_requested:
+        while prog.epoch < cfg.epochs and not prog.done:
+            batches = shard(token_batches(lengths, cfg.batch_tokens, cfg.seed, prog.epoch), rank, world)
+            if prog.batch >= len(batches):  # nothing left in this epoch (e.g. an empty shard)
                 prog.epoch, prog.batch = prog.epoch + 1, 0
-            scheduled = bool(cfg.eval_every) and prog.step % cfg.eval_every == 0
-            if end_of_epoch or scheduled or cfg.dry_run or prog.step == total:
-                _checkpoint(model, opt, sched, prog, cfg, data, rank, world, state_path, metrics_path)
-            elif rank == 0 and prog.step % cfg.save_every == 0:
-                _save_state(state_path, model, opt, sched, prog, cfg)
-            if prog.done or prog.step >= total or cfg.dry_run or (stop_at_step and prog.step >= stop_at_step):
-                prog.done = prog.done or prog.step >= total or cfg.dry_run
+                continue
+            bar = tqdm(
+                total=len(batches),
+                initial=prog.batch,
+                desc=f"epoch {prog.epoch}",
+                disable=rank != 0,
+                mininterval=1 if sys.stderr.isatty() else 60,
+                file=sys.stderr,
+            )
+            for idx in batches[prog.batch :]:
+                with autocast:
+                    loss, n = batch_loss(ddp, data, idx, cfg, dev)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                opt.step()
+                sched.step()
+                prog.step, prog.batch = prog.step + 1, prog.batch + 1
+                prog.seconds = seconds0 + time.time() - t0
+                tokens_seen += sum(lengths[i] for i in idx)
+                bar.update(1)
+                if rank == 0 and (prog.step % cfg.log_every == 0 or cfg.dry_run or prog.step <= 3):
+                    rate = tokens_seen * world / (time.time() - t0)
+                    bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{rate:.0f}")
+                    _log_jsonl(
+                        metrics_path,
+                        {
+                            "step": prog.step,
+                            "epoch": prog.epoch,
+                            "loss": loss.item(),
+                            "grad_norm": float(grad_norm),
+                            "lr": sched.get_last_lr()[0],
+                            "tokens_per_s": rate,
+                        },
+                    )
+                end_of_epoch = prog.batch == len(batches)
+                if end_of_epoch:  # the position of the next batch to run; eval records count finished epochs
+                    prog.epoch, prog.batch = prog.epoch + 1, 0
+                scheduled = bool(cfg.eval_every) and prog.step % cfg.eval_every == 0
+                if end_of_epoch or scheduled or cfg.dry_run or prog.step == total:
+                    _checkpoint(model, opt, sched, prog, cfg, data, rank, world, state_path, metrics_path)
+                elif rank == 0 and prog.step % cfg.save_every == 0:
+                    _save_state(state_path, model, opt, sched, prog, cfg)
+                if (
+                    prog.done
+                    or prog.step >= total
+                    or cfg.dry_run
+                    or (stop_at_step and prog.step >= stop_at_step)
+                    or stop_requested()
+                ):
+                    prog.done = prog.done or prog.step >= total or cfg.dry_run
+                    break
+            bar.close()
+            if cfg.dry_run or (stop_at_step and prog.step >= stop_at_step) or stop_requested():
                 break
-        bar.close()
-        if cfg.dry_run or (stop_at_step and prog.step >= stop_at_step):
-            break
     prog.done = prog.done or prog.epoch >= cfg.epochs
     if rank == 0:
         _save_state(state_path, model, opt, sched, prog, cfg)

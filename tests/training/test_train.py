@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -176,6 +180,36 @@ def test_resume_continues_exactly(synthetic_data_dir: Path, tmp_path: Path) -> N
     evals_full = [r["eval"] for r in records(tmp_path / "full") if "eval" in r]
     evals_part = [r["eval"] for r in records(tmp_path / "part") if "eval" in r]
     assert evals_part == evals_full
+
+
+def test_sigterm_saves_the_state_and_the_run_resumes(synthetic_data_dir: Path, tmp_path: Path) -> None:
+    """kill PID stops a run after its current step with a resumable state; the same command finishes it."""
+    cfg = parse_overrides(
+        ["--dataset=tatoeba-fr-en", "--name=sig", *tiny(synthetic_data_dir, tmp_path, epochs=50)],
+        {"task": "translation"},
+    )
+    metrics = tmp_path / "sig" / "metrics.jsonl"
+
+    def kill_after_step_3() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if metrics.exists() and any(r.get("step", 0) >= 3 for r in records(tmp_path / "sig")):
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.01)
+
+    before = signal.getsignal(signal.SIGTERM)
+    killer = threading.Thread(target=kill_after_step_3)
+    killer.start()
+    train(cfg)
+    killer.join()
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is restored
+    progress = torch.load(tmp_path / "sig" / "state.pt", weights_only=True)["progress"]
+    assert not progress["done"]
+    assert 3 <= progress["step"] < 50
+    resumed = replace(cfg, epochs=2)  # a shorter schedule: the resumed run finishes quickly
+    train(resumed)
+    assert torch.load(tmp_path / "sig" / "state.pt", weights_only=True)["progress"]["done"]
 
 
 def test_unknown_config_key_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
