@@ -42,12 +42,14 @@ class Metrics:
         )
         self.queue_depth = Gauge("queue_depth", "Items waiting in a batcher queue", ["queue"], registry=r)
         self.models_loaded = Gauge("models_loaded", "Models loaded and warmed up", registry=r)
+        # labels() costs a lock and a tuple build per call: the children are cached per label values
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._batch_children: dict[str, tuple[Any, Any]] = {}
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         key = (route, method, status)
         children = self._request_children.get(key)
-        if children is None:  # labels() costs a lock and a tuple build: cache the children per key
+        if children is None:
             labels = (route, method, str(status))
             children = self._request_children[key] = (
                 self.requests.labels(*labels),
@@ -57,8 +59,14 @@ class Metrics:
         children[1].observe(seconds)
 
     def observe_batch(self, model: str, size: int, seconds: float) -> None:
-        self.batch_size.labels(model=model).observe(size)
-        self.inference.labels(model=model).observe(seconds)
+        children = self._batch_children.get(model)
+        if children is None:
+            children = self._batch_children[model] = (
+                self.batch_size.labels(model=model),
+                self.inference.labels(model=model),
+            )
+        children[0].observe(size)
+        children[1].observe(seconds)
 
     def forget_queue(self, name: str) -> None:
         """Drop the gauge of a retired batcher (dynamic decoding-option keys must not pile up)."""

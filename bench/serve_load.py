@@ -4,9 +4,9 @@
 
 Starts `python -m app` itself on a free 127.0.0.1 port, twice: batching on (the default settings) and off
 (APP_MAX_BATCH_SIZE=1). For /sentiment and /translate at each concurrency it reports throughput and
-p50/p95/p99 latency, one text per request. /sentiment uses `wrk` (bench/wrk/post.lua) when installed: a Python
-client tops out near 150 req/s on 2 cores; /translate uses an httpx async client (decoding, not the client,
-is its bottleneck). The ceiling runs model.inference directly on the same inputs in batches of 32.
+p50/p95/p99 latency, one text per request, with `wrk` (bench/wrk/post.lua) when installed: a Python client
+tops out near 150 req/s on 2 cores and takes CPU from the server (`--wrk no` falls back to an httpx async
+client). The ceiling runs model.inference directly on the same inputs in batches of 32.
 """
 
 from __future__ import annotations
@@ -208,6 +208,8 @@ def wrk_load(
             f"-t{min(2, concurrency)}",
             f"-c{concurrency}",
             f"-d{max(1, round(duration))}s",
+            "--timeout",
+            "60s",  # wrk's default 2 s would drop slow (unbatched /translate) requests from the latencies
             "-s",
             str(WRK_SCRIPT),
             url,
@@ -313,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
         "--routes", nargs="+", default=["/sentiment", "/translate"], choices=["/sentiment", "/translate"]
     )
     p.add_argument("--beam-size", type=int, default=4, help="/translate beam size (the API default is 4)")
-    p.add_argument("--wrk", choices=["auto", "yes", "no"], default="auto", help="use wrk for /sentiment")
+    p.add_argument(
+        "--wrk", choices=["auto", "yes", "no"], default="auto", help="use wrk as the load generator"
+    )
     args = p.parse_args(argv)
     sentiment, translate = discover(args.checkpoint_dir)
     use_wrk = args.wrk == "yes" or (args.wrk == "auto" and shutil.which("wrk") is not None)
@@ -345,8 +349,9 @@ def main(argv: list[str] | None = None) -> int:
                 short_p50 = statistics.median(lat)
             for route in routes:
                 for c in args.concurrency:
-                    wrk = use_wrk and route == "/sentiment"
-                    cells.append(measure(f"{url}{route}", route, mode, bodies[route], c, args.duration, wrk))
+                    cells.append(
+                        measure(f"{url}{route}", route, mode, bodies[route], c, args.duration, use_wrk)
+                    )
                     print(f"  {route} c={c}: {cells[-1].rps:.1f} req/s", file=sys.stderr)
     ceil = ceiling(
         args.checkpoint_dir,

@@ -17,17 +17,42 @@ def _device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def length_sorted_chunks(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices sorted by length (longest first) and cut into chunks: little padding per forward pass."""
+# A classifier forward pass costs about this many padded tokens on top of its tokens (measured on the
+# shipped d=128..256 encoders on CPU: ~0.5 ms of dispatch against ~7 us per token)
+FORWARD_COST_TOKENS = 64
+
+
+def length_sorted_chunks(lengths: Sequence[int], batch_size: int, forward_cost: int = 0) -> list[list[int]]:
+    """Indices sorted by length (longest first) and cut into chunks of at most batch_size.
+
+    forward_cost=0: equal cuts. Otherwise the cuts minimise sum(forward_cost + size * longest) over chunks
+    (dynamic programming): a batch of 32 mixed lengths runs as a few length buckets when the padding
+    saved outweighs the extra passes.
+    """
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    if forward_cost <= 0:
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    n, sl = len(order), [lengths[i] for i in order]
+    best, cut = [0] * (n + 1), [n] * (n + 1)  # best[i]: cost of items i.., first chunk ends at cut[i]
+    for i in range(n - 1, -1, -1):
+        best[i] = forward_cost + sl[i] + best[i + 1]
+        cut[i] = i + 1
+        for j in range(i + 2, min(n, i + batch_size) + 1):
+            cost = forward_cost + (j - i) * sl[i] + best[j]  # sl[i] is the chunk's longest
+            if cost < best[i]:
+                best[i], cut[i] = cost, j
+    chunks, i = [], 0
+    while i < n:
+        chunks.append(order[i : cut[i]])
+        i = cut[i]
+    return chunks
 
 
 @torch.inference_mode()
 def classify_ids(model: SentimentClassifier, seqs: list[list[int]], batch_size: int = 64) -> torch.Tensor:
     """Token id lists -> class probabilities (N, C), float32 on CPU, in input order."""
     out = torch.empty(len(seqs), len(model.cfg.labels))
-    for chunk in length_sorted_chunks([len(s) for s in seqs], batch_size):
+    for chunk in length_sorted_chunks([len(s) for s in seqs], batch_size, FORWARD_COST_TOKENS):
         out[chunk] = model.predict(pad_ids([seqs[i] for i in chunk], model.cfg.pad_id, _device(model))).cpu()
     return out
 
