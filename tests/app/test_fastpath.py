@@ -1,0 +1,142 @@
+"""The lean ASGI path for POST /sentiment and /translate answers exactly as the FastAPI routes do."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from app.main import ServingApp
+from app.settings import Settings
+from tests.app.conftest import serve
+
+pytestmark = pytest.mark.anyio
+
+Req = tuple[str, dict[str, Any] | bytes, dict[str, str]]
+JSON = {"content-type": "application/json"}
+CASES: list[Req] = [
+    ("/sentiment", {"text": "a good film"}, {}),
+    ("/sentiment", {"texts": ["bad", "좋아요", "fine"]}, {}),
+    ("/sentiment", {"text": "ok", "model": "sentiment-en"}, {}),
+    (
+        "/translate",
+        {
+            "text": "le chat. le chien!",
+            "source_lang": "fr",
+            "beam_size": 3,
+            "num_hypotheses": 2,
+            "return_scores": True,
+        },
+        {},
+    ),
+    ("/translate", {"texts": ["bonjour", "merci"], "source_lang": "fr", "beam_size": 1}, {}),
+    ("/translate", {"text": "hallo", "source_lang": "de", "target_lang": "fr"}, {}),
+    # errors: FastAPI's validation (replayed body) or the service's own
+    ("/sentiment", {"text": ""}, {}),
+    ("/sentiment", {"text": "x", "bogus": 1}, {}),
+    ("/sentiment", {"texts": []}, {}),
+    ("/sentiment", {"texts": ["a"] * 1000}, {}),
+    ("/sentiment", {"text": "x", "model": "nope"}, {}),
+    ("/translate", {"text": "x", "source_lang": "xx"}, {}),
+    ("/translate", {"text": "x", "source_lang": "fr", "beam_size": 2, "num_hypotheses": 3}, {}),
+    ("/sentiment", b'{"text": "unterminated', JSON),
+    ("/sentiment", b'{"text": "a good film"}', {"content-type": "text/plain"}),
+    ("/sentiment", b"", {}),
+]
+
+
+VALID = [c[1] for c in CASES[:6]]
+INVALID_BODIES = [
+    {"text": ""},
+    {"text": "x", "bogus": 1},
+    {"texts": []},
+    {"text": "x", "source_lang": "fr", "beam_size": 2, "num_hypotheses": 3},
+]
+
+
+async def _send(client: httpx.AsyncClient, case: Req) -> httpx.Response:
+    path, body, headers = case
+    if isinstance(body, bytes):
+        return await client.post(path, content=body, headers=headers)
+    return await client.post(path, json=body, headers=headers)
+
+
+def _comparable(r: httpx.Response) -> tuple[int, Any, str | None, str | None]:
+    body = r.json() if r.content else None
+    return r.status_code, body, r.headers.get("content-type"), r.headers.get("retry-after")
+
+
+async def _both_ways(app: FastAPI, client: httpx.AsyncClient, case: Req) -> tuple[Any, Any, int]:
+    """The response through the fast path, through FastAPI alone, and how often the fast path deferred."""
+    assert isinstance(app, ServingApp)
+    fast = app.fast_path
+    assert fast is not None
+    calls = 0
+    fallback = fast.fallback
+
+    async def counting(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal calls
+        calls += 1
+        await fallback(scope, receive, send)
+
+    fast.fallback = counting
+    try:
+        via_fast = _comparable(await _send(client, case))
+        app.fast_path = None
+        via_fastapi = _comparable(await _send(client, case))
+    finally:
+        app.fast_path, fast.fallback = fast, fallback
+    return via_fast, via_fastapi, calls
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+async def test_fast_path_matches_fastapi(app: FastAPI, client: httpx.AsyncClient, case: Req) -> None:
+    via_fast, via_fastapi, deferred = await _both_ways(app, client, case)
+    assert via_fast == via_fastapi
+    status = via_fast[0]
+    assert status != 500, via_fast
+    # valid bodies and the service's own errors are answered by the fast path; invalid bodies by FastAPI
+    # valid bodies (answers and the service's own errors) stay on the fast path; invalid bodies,
+    # malformed JSON and other content types are deferred to FastAPI with the body replayed
+    invalid_body = isinstance(case[1], bytes) or case[1] in INVALID_BODIES
+    assert deferred == (1 if invalid_body else 0), via_fast
+    assert (status == 200) == (case[1] in VALID)
+
+
+async def test_api_key_and_cors_behave_the_same(make_settings: Callable[..., Settings]) -> None:
+    settings = make_settings(api_key="s3cret", cors_origins=["http://ui.example"])
+    body = {"text": "a good film"}
+    headers_cases = [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": "Bearer s3cret"},
+        {"Authorization": "bearer s3cret"},
+        {"Authorization": "Basic s3cret"},
+        {"X-API-Key": "s3cret"},
+        {"X-API-Key": "s3cret", "Origin": "http://ui.example"},
+    ]
+    async with serve(settings) as (app, client):
+        for headers in headers_cases:
+            via_fast, via_fastapi, _ = await _both_ways(app, client, ("/sentiment", body, headers))
+            assert via_fast == via_fastapi, headers
+            assert via_fast[0] == (200 if "s3cret" in str(headers) and "Basic" not in str(headers) else 401)
+        r = await client.post(
+            "/sentiment", json=body, headers={"X-API-Key": "s3cret", "Origin": "http://ui.example"}
+        )
+        assert r.headers["access-control-allow-origin"] == "http://ui.example"
+
+
+async def test_fast_path_requests_are_counted_in_metrics(client: httpx.AsyncClient) -> None:
+    before = await client.get("/metrics")
+    assert (await client.post("/sentiment", json={"text": "fine"})).status_code == 200
+    after = await client.get("/metrics")
+
+    def count(text: str) -> float:
+        prefix = 'http_requests_total{method="POST",route="/sentiment",status="200"}'
+        lines = [line for line in text.splitlines() if line.startswith(prefix)]
+        return float(lines[0].split()[-1]) if lines else 0.0
+
+    assert count(after.text) == count(before.text) + 1
