@@ -29,7 +29,7 @@ class Settings(BaseSettings):
     )  # items (texts/sentences) per forward; 1 = no batching
     max_batch_delay_ms: float = Field(
         default=5.0, ge=0, le=10_000
-    )  # flush deadline after the first queued item
+    )  # while the inference thread is busy: the longest a partial batch waits for more items
     max_queue: int = Field(default=1024, ge=1)  # queued items per batcher before 429
     request_timeout_s: float = Field(default=30.0, gt=0)  # 504 past this deadline
     max_texts: int = Field(default=64, ge=1)  # texts per request
