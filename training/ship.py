@@ -45,7 +45,13 @@ def _size_mb(path: Path) -> float:
 
 
 def model_card(
-    name: str, meta: dict[str, Any], test: dict[str, Any], valid: dict[str, Any], command: str, size_mb: float
+    name: str,
+    meta: dict[str, Any],
+    test: dict[str, Any],
+    valid: dict[str, Any],
+    command: str,
+    size_mb: float,
+    note: str = "",
 ) -> str:
     cfg, train = meta["model"], meta.get("training", {})
     tcfg = train.get("config", {})
@@ -72,7 +78,7 @@ From-scratch Transformer ({cfg["task"]}), trained on this project's CPU; no pret
 - **Training**: {train.get("step", "?")} optimizer steps, {train.get("epoch", "?")} epochs, {hours:.1f} h wall time on a 2-core CPU (fp32, one
 thread, sharing the CPU with other training runs).
 - **Size**: {size_mb:.1f} MB on disk (fp16 safetensors + tokenizer).
-- **Date**: {datetime.now(UTC).date().isoformat()}
+- **Date**: {datetime.now(UTC).date().isoformat()}{f"{chr(10)}- **Notes**: {note}" if note else ""}
 
 ## Reproduce
 
@@ -99,7 +105,15 @@ def write_card(dest: Path, name: str, task: str) -> None:
     metrics = json.loads((dest / "metrics.json").read_text())
     command = f"python -m training {task} --preset={name}  # or: make train-{name}"
     (dest / "README.md").write_text(
-        model_card(name, read_config(dest), metrics["test"], metrics["valid"], command, _size_mb(dest))
+        model_card(
+            name,
+            read_config(dest),
+            metrics["test"],
+            metrics["valid"],
+            command,
+            _size_mb(dest),
+            metrics.get("note", ""),
+        )
     )
 
 
@@ -110,6 +124,7 @@ def cli(argv: list[str] | None = None) -> int:
     p.add_argument("--dest", type=Path, default=Path(__file__).resolve().parents[1] / "checkpoints")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--force", action="store_true")
+    p.add_argument("--note", default="", help="free text for the model card (e.g. how the run was resumed)")
     args = p.parse_args(argv)
     best = args.run / "best"
     name = args.name or args.run.name
@@ -140,7 +155,12 @@ def cli(argv: list[str] | None = None) -> int:
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(best, tmp)
     (tmp / "metrics.json").write_text(
-        json.dumps({"test": test, "valid": valid}, indent=2, ensure_ascii=False) + "\n"
+        json.dumps(
+            {"test": test, "valid": valid} | ({"note": args.note} if args.note else {}),
+            indent=2,
+            ensure_ascii=False,
+        )
+        + "\n"
     )
     write_card(tmp, name, "sentiment" if meta["task"] == "sentiment" else "translate")
     if "seconds" not in meta.get("training", {}):  # runs started before wall time was recorded: file times

@@ -294,7 +294,7 @@ def test_ship_writes_card_and_selects_on_validation(
         "--data-dir",
         str(synthetic_data_dir),
     ]
-    assert main(argv) == 0
+    assert main([*argv, "--note", "resumed once with --epochs=2"]) == 0
     shipped = dest / "translate-fr-en"
     metrics = json.loads((shipped / "metrics.json").read_text())
     assert metrics["test"]["n"] == 40
@@ -302,6 +302,7 @@ def test_ship_writes_card_and_selects_on_validation(
     card = (shipped / "README.md").read_text()
     assert f"| bleu | {metrics['test']['bleu']} |" in card
     assert "python -m training translate --preset=translate-fr-en" in card
+    assert "- **Notes**: resumed once with --epochs=2" in card
     assert load_checkpoint(shipped).config.task == "translation"
     capsys.readouterr()
     assert main(argv) == 1  # same validation metric: not an improvement, the shipped one stays
