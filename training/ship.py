@@ -51,7 +51,7 @@ def model_card(
     valid: dict[str, Any],
     command: str,
     size_mb: float,
-    note: str = "",
+    notes: str = "",
 ) -> str:
     cfg, train = meta["model"], meta.get("training", {})
     tcfg = train.get("config", {})
@@ -78,7 +78,7 @@ From-scratch Transformer ({cfg["task"]}), trained on this project's CPU; no pret
 - **Training**: {train.get("step", "?")} optimizer steps, {train.get("epoch", "?")} epochs, {hours:.1f} h wall time on a 2-core CPU (fp32, one
 thread, sharing the CPU with other training runs).
 - **Size**: {size_mb:.1f} MB on disk (fp16 safetensors + tokenizer).
-- **Date**: {datetime.now(UTC).date().isoformat()}{f"{chr(10)}- **Notes**: {note}" if note else ""}
+- **Date**: {datetime.now(UTC).date().isoformat()}{f"{chr(10)}- **Notes**: {notes}" if notes else ""}
 
 ## Reproduce
 
