@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.body_limit import BodyTooLarge, refuse
 from app.deps import api_key_matches
 from app.errors import error_response
 from app.metrics import Metrics
@@ -60,7 +61,12 @@ class FastPath:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
         route = HOT_ROUTES[scope["path"]]
-        body = await _read_body(receive)
+        try:
+            body = await _read_body(receive)
+        except BodyTooLarge as exc:  # a chunked body past APP_MAX_BODY_BYTES
+            self.metrics.observe_request(scope["path"], "POST", 413, time.perf_counter() - start)
+            await refuse(exc, scope, receive, send)
+            return
         if body is None:  # the client left before sending its body
             return
         request = self._parse(scope, route, body)

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import Receive, Scope, Send
 
+from app.body_limit import BodyTooLarge, declared_length, limited, refuse
 from app.errors import install_error_handlers
 from app.fastpath import FastPath
 from app.metrics import Metrics, MetricsMiddleware
@@ -32,8 +33,14 @@ class ServingApp(FastAPI):
     machinery (set `fast_path = None` to serve everything through FastAPI)."""
 
     fast_path: FastPath | None = None
+    max_body_bytes: int = 1_048_576
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            if (size := declared_length(scope)) is not None and size > self.max_body_bytes:
+                await refuse(BodyTooLarge(self.max_body_bytes, size), scope, receive, send)
+                return
+            receive = limited(receive, self.max_body_bytes)
         if self.fast_path is not None and self.fast_path.accepts(scope):
             await self.fast_path(scope, receive, send)
         else:
@@ -68,6 +75,7 @@ def create_app(settings: Settings | None = None) -> ServingApp:
     for router in (system.open_router, system.router, sentiment.router, translate.router, attention.router):
         app.include_router(router)
     demo.install(app)  # GET / and /static, public: the page is where the API key is entered
+    app.max_body_bytes = settings.max_body_bytes
     app.fast_path = FastPath(service, settings, metrics, fallback=super(ServingApp, app).__call__)
     return app
 

@@ -34,6 +34,7 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(default=30.0, gt=0)  # 504 past this deadline
     max_texts: int = Field(default=64, ge=1)  # texts per request
     max_chars: int = Field(default=2000, ge=1)  # characters per text
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)  # request body size; 413 above
     api_key: SecretStr | None = None  # when set: Authorization: Bearer <key> or X-API-Key on model routes
     cors_origins: Annotated[list[str], NoDecode] = []  # comma-separated
     host: str = "127.0.0.1"

@@ -1,0 +1,51 @@
+"""Request body size limit (APP_MAX_BODY_BYTES): 413 with a JSON message naming the limit.
+
+A declared Content-Length over the limit is refused before any byte is read; a chunked body is counted as it
+streams and raises BodyTooLarge (an HTTPException, so FastAPI's body parsing re-raises it as a 413 instead of
+its generic 400) once it passes the limit.
+"""
+
+from __future__ import annotations
+
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
+from starlette.types import Message, Receive, Scope, Send
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, limit: int, size: int | None = None) -> None:
+        got = f"a body of {size} bytes" if size is not None else "a longer body"
+        super().__init__(
+            413, f"request body too large: {got}, the limit is {limit} bytes (APP_MAX_BODY_BYTES)"
+        )
+
+
+def declared_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def limited(receive: Receive, limit: int) -> Receive:
+    """receive() that raises BodyTooLarge once more than `limit` body bytes have arrived."""
+    seen = 0
+
+    async def wrapped() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise BodyTooLarge(limit)
+        return message
+
+    return wrapped
+
+
+async def refuse(exc: BodyTooLarge, scope: Scope, receive: Receive, send: Send) -> None:
+    response = JSONResponse({"detail": exc.detail}, status_code=413, headers={"Connection": "close"})
+    await response(scope, receive, send)
