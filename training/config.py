@@ -64,8 +64,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval_every": 100,
     },
     # epochs fit the CPU time of two sessions (the shipped runs were resumed with these shorter schedules)
-    "translate-fr-en": {**_TRANSLATE, "dataset": "tatoeba-fr-en", "epochs": 5},
-    "translate-es-en": {**_TRANSLATE, "dataset": "tatoeba-es-en", "epochs": 7},
+    "translate-fr-en": {**_TRANSLATE, "dataset": "tatoeba-fr-en", "epochs": 6},
+    "translate-es-en": {**_TRANSLATE, "dataset": "tatoeba-es-en", "epochs": 8},
     "translate-de-en": {
         **_TRANSLATE,
         "dataset": "multi30k-de-en",
