@@ -73,18 +73,19 @@ class FastPath:
         if request is None:
             await self.fallback(scope, _replay(body, receive), send)
             return
-        status = 200
         try:
             result = await route.call(self.service, request, _disconnect_waiter(receive))
             payload = route.response.dump_json(result, exclude_none=route.exclude_none)
-            await send({"type": "http.response.start", "status": 200, "headers": _headers(len(payload))})
-            await send({"type": "http.response.body", "body": payload})
         except Exception as exc:  # the same rendering as the FastAPI app's exception handlers
             response = error_response(exc, f"POST {scope['path']}")
-            status = response.status_code
+            self.metrics.observe_request(
+                scope["path"], "POST", response.status_code, time.perf_counter() - start
+            )
             await response(scope, receive, send)
-        finally:
-            self.metrics.observe_request(scope["path"], "POST", status, time.perf_counter() - start)
+            return
+        self.metrics.observe_request(scope["path"], "POST", 200, time.perf_counter() - start)
+        await send({"type": "http.response.start", "status": 200, "headers": _headers(len(payload))})
+        await send({"type": "http.response.body", "body": payload})
 
     def _parse(self, scope: Scope, route: HotRoute, body: bytes) -> BaseModel | None:
         """The validated request, or None when FastAPI must answer (its 401/422 messages, CORS headers)."""
