@@ -5,8 +5,8 @@ sentences) and gets one Future for all of them; the loop flushes at `max_batch_s
 monotonic deadline `first item queued + max_delay` passes, or as soon as the shared inference thread is
 idle (waiting longer would only leave it idle: no added latency at low load, and under load batches grow
 while the thread runs the previous one). The batch runs in that thread; each result goes back to its own
-request. Items of requests that are already done (timed
-out, disconnected, failed elsewhere) are skipped at batch time. A failing batch fails only its requests.
+request. Items of requests that are already done (timed out, disconnected, failed elsewhere) are skipped at
+batch time. A failing batch fails only its requests.
 """
 
 from __future__ import annotations

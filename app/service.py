@@ -316,11 +316,12 @@ async def _wait_all(
     )
     watcher = loop.create_task(disconnected()) if disconnected is not None else None
     if watcher is not None:
-        watcher.add_done_callback(lambda w: None if w.cancelled() else stop(ClientDisconnected()))
+        watcher.add_done_callback(partial(_on_watcher_done, stop))
     try:
         result = await combined
     except asyncio.CancelledError:
-        if why:  # cancelled by the timer or the watcher, not by our caller
+        task = asyncio.current_task()
+        if why and not (task is not None and task.cancelling()):  # the timer or the watcher, not our caller
             raise why[0] from None
         raise
     finally:
@@ -328,3 +329,13 @@ async def _wait_all(
         if watcher is not None:
             watcher.cancel()
     return [result] if len(futures) == 1 else list(result)
+
+
+def _on_watcher_done(stop: Callable[[Exception], None], watcher: asyncio.Task[None]) -> None:
+    """The client left (the watcher finished); a failing watcher is logged, not taken for a disconnect."""
+    if watcher.cancelled():
+        return
+    if (error := watcher.exception()) is not None:
+        log.error("disconnect watcher failed", exc_info=error)
+        return
+    stop(ClientDisconnected())
