@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import socket
@@ -90,6 +91,8 @@ class Cell:
     p99: float
     errors: int
     client: str
+    server_cpu_ms: float = float("nan")  # CPU time of the server process (all threads) per request
+    client_cpu_ms: float = float("nan")  # CPU time of the load generator per request
 
 
 SENTENCE_WORDS = (3, 5, 8, 12, 20)  # translation inputs: sentence-sized, like the Tatoeba test set
@@ -123,6 +126,21 @@ def discover(root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return sentiment, translate
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and all its threads (Linux /proc; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def children_cpu_s() -> float:
+    """CPU seconds of waited-for child processes (the finished wrk runs)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -130,8 +148,8 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(checkpoint_dir: Path, env: dict[str, str]) -> Iterator[tuple[str, float]]:
-    """`python -m app` in a subprocess -> (base url, seconds from spawn to /ready 200); SIGTERM at exit."""
+def serve(checkpoint_dir: Path, env: dict[str, str]) -> Iterator[tuple[str, float, int]]:
+    """`python -m app` in a subprocess -> (base url, seconds from spawn to /ready 200, pid); SIGTERM at exit."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     clean = {k: v for k, v in os.environ.items() if not k.startswith("APP_")}
@@ -154,7 +172,7 @@ def serve(checkpoint_dir: Path, env: dict[str, str]) -> Iterator[tuple[str, floa
                 if time.monotonic() - start > 120:
                     raise RuntimeError("server not ready after 120 s")
                 time.sleep(0.02)
-            yield url, time.monotonic() - start
+            yield url, time.monotonic() - start, proc.pid
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -230,21 +248,45 @@ def wrk_load(
 
 
 def measure(
-    url: str, route: str, mode: str, bodies: list[dict[str, Any]], c: int, duration: float, use_wrk: bool
+    url: str,
+    route: str,
+    mode: str,
+    bodies: list[dict[str, Any]],
+    c: int,
+    duration: float,
+    use_wrk: bool,
+    server_pid: int,
 ) -> Cell:
+    server0, wrk0, own0 = process_cpu_s(server_pid), children_cpu_s(), time.process_time()
     if use_wrk:
         rps, p50, p95, p99, errors = wrk_load(url, bodies, c, duration)
-        return Cell(route, mode, c, rps, p50, p95, p99, errors, "wrk")
-    rps, lat, errors = asyncio.run(httpx_load(url, bodies, c, duration))
-    return Cell(
-        route, mode, c, rps, percentile(lat, 50), percentile(lat, 95), percentile(lat, 99), errors, "httpx"
-    )
+        cell = Cell(route, mode, c, rps, p50, p95, p99, errors, "wrk")
+        client_s = children_cpu_s() - wrk0
+    else:
+        rps, lat, errors = asyncio.run(httpx_load(url, bodies, c, duration))
+        cell = Cell(
+            route,
+            mode,
+            c,
+            rps,
+            percentile(lat, 50),
+            percentile(lat, 95),
+            percentile(lat, 99),
+            errors,
+            "httpx",
+        )
+        client_s = time.process_time() - own0
+    requests = max(1.0, rps * duration)
+    cell.server_cpu_ms = 1000 * (process_cpu_s(server_pid) - server0) / requests
+    cell.client_cpu_ms = 1000 * client_s / requests
+    return cell
 
 
 def ceiling(
     checkpoint_dir: Path, sentiment: dict[str, Any], translate: dict[str, Any], beam_size: int
-) -> dict[str, float]:
-    """Texts/s of model.inference alone on the same inputs, batches of 32, float32 CPU (the server's defaults)."""
+) -> dict[str, tuple[float, float]]:
+    """(texts/s, CPU ms per text) of model.inference alone on the same inputs, batches of 32, float32 CPU
+    with torch's default threads (the server's defaults)."""
     import torch
 
     from model import DecodeOptions, load_checkpoint
@@ -256,33 +298,44 @@ def ceiling(
         m = load_checkpoint(checkpoint_dir / sentiment["model"])
         seqs = [classifier_ids(m.tokenizer, t, m.config) for t in texts(EN_WORDS)]
         classify_ids(m.model, seqs[:32], 32)  # type: ignore[arg-type]
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         with torch.inference_mode():
             classify_ids(m.model, seqs, 32)  # type: ignore[arg-type]
-        out["/sentiment"] = len(seqs) / (time.perf_counter() - start)
+        out["/sentiment"] = (
+            len(seqs) / (time.perf_counter() - start),
+            1000 * (time.process_time() - cpu) / len(seqs),
+        )
     if translate:
         m = load_checkpoint(checkpoint_dir / translate["model"])
         seqs = [source_ids(m.tokenizer, t, m.config) for t in texts(FR_WORDS, lengths=SENTENCE_WORDS)[:64]]
         opts = DecodeOptions(beam_size=beam_size)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         translate_ids(m.model, seqs, opts, translate["target_lang"], 32)  # type: ignore[arg-type]
-        out["/translate"] = len(seqs) / (time.perf_counter() - start)
+        out["/translate"] = (
+            len(seqs) / (time.perf_counter() - start),
+            1000 * (time.process_time() - cpu) / len(seqs),
+        )
     return out
 
 
 def report(
-    cells: list[Cell], ready: dict[str, float], ceil: dict[str, float], short_p50: float, conc: list[int]
+    cells: list[Cell],
+    ready: dict[str, float],
+    ceil: dict[str, tuple[float, float]],
+    short_p50: float,
+    conc: list[int],
 ) -> str:
     lines = [
-        "| route | batching | concurrency | req/s | p50 ms | p95 ms | p99 ms | errors | client |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| route | batching | concurrency | req/s | p50 ms | p95 ms | p99 ms | errors | client | server CPU ms/req | client CPU ms/req |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     for c in cells:
         lines.append(
-            f"| {c.route} | {c.mode} | {c.concurrency} | {c.rps:.1f} | {c.p50:.1f} | {c.p95:.1f} | {c.p99:.1f} | {c.errors} | {c.client} |"
+            f"| {c.route} | {c.mode} | {c.concurrency} | {c.rps:.1f} | {c.p50:.1f} | {c.p95:.1f} | {c.p99:.1f}"
+            f" | {c.errors} | {c.client} | {c.server_cpu_ms:.2f} | {c.client_cpu_ms:.2f} |"
         )
-    lines += ["", "| route | in-process ceiling (texts/s, batches of 32) |", "|---|---:|"]
-    lines += [f"| {route} | {v:.1f} |" for route, v in ceil.items()]
+    lines += ["", "| route | in-process ceiling (texts/s, batches of 32) | CPU ms/text |", "|---|---:|---:|"]
+    lines += [f"| {route} | {v:.1f} | {cpu:.2f} |" for route, (v, cpu) in ceil.items()]
     get = {(c.route, c.mode, c.concurrency): c.rps for c in cells}
     top = max(conc)
     lines += ["", "| target | measured | met |", "|---|---:|---|"]
@@ -291,7 +344,7 @@ def report(
         lines.append(
             f"| /sentiment c={top}: batching on >= 4x off | {on / off:.2f}x | {'yes' if on / off >= 4 else 'no'} |"
         )
-    for route, v in ceil.items():
+    for route, (v, _) in ceil.items():
         if (rps := get.get((route, "on", top))) is not None:
             lines.append(
                 f"| {route} c={top} HTTP >= 60% of ceiling | {100 * rps / v:.0f}% | {'yes' if rps >= 0.6 * v else 'no'} |"
@@ -335,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     ready: dict[str, float] = {}
     short_p50 = float("nan")
     for mode, env in (("on", {}), ("off", {"APP_MAX_BATCH_SIZE": "1"})):
-        with serve(args.checkpoint_dir, env) as (url, ready[mode]):
+        with serve(args.checkpoint_dir, env) as (url, ready[mode], pid):
             print(f"server (batching {mode}) ready in {ready[mode]:.1f} s", file=sys.stderr)
             if mode == "on" and sentiment:
                 _, lat, _ = asyncio.run(
@@ -350,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
             for route in routes:
                 for c in args.concurrency:
                     cells.append(
-                        measure(f"{url}{route}", route, mode, bodies[route], c, args.duration, use_wrk)
+                        measure(f"{url}{route}", route, mode, bodies[route], c, args.duration, use_wrk, pid)
                     )
                     print(f"  {route} c={c}: {cells[-1].rps:.1f} req/s", file=sys.stderr)
     ceil = ceiling(
