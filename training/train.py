@@ -355,6 +355,10 @@ def _train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
         log.info(
             "resumed from %s at step %d (epoch %d, batch %d)", state_path, prog.step, prog.epoch, prog.batch
         )
+        extended = prog.epoch < cfg.epochs and prog.step < total and prog.bad_evals < cfg.patience
+        if prog.done and extended and not cfg.dry_run:  # a finished run given a longer schedule continues
+            prog.done = False
+            log.info("the schedule now runs to epoch %d (step %d): continuing", cfg.epochs, total)
     if prog.done:
         return run / "best"
     # the masked-LM phase leaves the classifier head unused

@@ -212,6 +212,24 @@ def test_sigterm_saves_the_state_and_the_run_resumes(synthetic_data_dir: Path, t
     assert torch.load(tmp_path / "sig" / "state.pt", weights_only=True)["progress"]["done"]
 
 
+def test_a_finished_run_continues_on_a_longer_schedule(synthetic_data_dir: Path, tmp_path: Path) -> None:
+    cfg = parse_overrides(
+        ["--dataset=tatoeba-fr-en", "--name=ext", *tiny(synthetic_data_dir, tmp_path, epochs=1)],
+        {"task": "translation"},
+    )
+    train(cfg)
+    state = tmp_path / "ext" / "state.pt"
+    first = torch.load(state, weights_only=True)["progress"]
+    assert first["done"]
+    train(cfg)  # the same schedule: nothing to do
+    assert torch.load(state, weights_only=True)["progress"]["step"] == first["step"]
+    train(replace(cfg, epochs=2))
+    second = torch.load(state, weights_only=True)["progress"]
+    assert second["done"]
+    assert second["epoch"] == 2
+    assert second["step"] > first["step"]
+
+
 def test_unknown_config_key_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["translate", "--dataset=tatoeba-fr-en", "--bogus=1"]) == 2
     assert "Unknown config key: 'bogus'" in capsys.readouterr().err
