@@ -70,7 +70,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         **_TRANSLATE,
         "dataset": "multi30k-de-en",
         "n_layers": 3,
-        "epochs": 8,
+        "epochs": 10,
         "batch_tokens": 4000,  # 29K pairs: more, smaller updates per epoch
         "dropout": 0.2,
         "warmup_steps": 400,
