@@ -123,6 +123,7 @@ class TrainConfig:
     save_every: int = 500  # optimizer steps between resumable state saves (besides every evaluation)
     eval_max_examples: int = 2000  # of the valid split
     eval_beam_size: int = 1  # greedy during training is ~4x cheaper; the evaluate CLI uses 4
+    average_last: int = 0  # >1: at each evaluation, the mean of the last N evaluated weights may become best/
     # masked-LM pretraining of the sentiment encoder on unlabeled in-domain text
     pretrain_dataset: str = (
         ""  # e.g. nsmc-unlabeled; runs first, in runs/<name>/mlm, then fine-tuning starts from it

@@ -6,6 +6,7 @@ loaded with weights_only=True), best/ (checkpoint of the best validation metric)
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -29,6 +30,7 @@ from tqdm import tqdm
 
 from model import DecodeOptions, build_model, load_checkpoint, pad_ids, save_checkpoint
 from model.inference import classify_ids, translate_ids
+from training.averaging import average_into, save_snapshot
 from training.batches import shard, token_batches
 from training.config import TrainConfig
 from training.metrics import accuracy_f1, bleu_chrf
@@ -450,12 +452,23 @@ def _checkpoint(
     """Evaluate on rank 0, keep the best checkpoint, apply early stopping, save the resumable state."""
     if rank == 0:
         res = evaluate(model, data, cfg)
+        record: dict[str, Any] = {"step": prog.step, "epoch": prog.epoch, "eval": res}
+        candidate, averaged = model, []
+        if cfg.average_last > 1:
+            kept = save_snapshot(cfg.run_dir, model, prog.step, cfg.average_last)
+            if len(kept) > 1:
+                avg = copy.deepcopy(model)
+                average_into(avg, kept)
+                avg_res = evaluate(avg, data, cfg)
+                record["eval_average"] = avg_res | {"snapshots": len(kept)}
+                if avg_res["metric"] > res["metric"]:
+                    candidate, res, averaged = avg, avg_res, [int(p.stem[5:]) for p in kept]
         improved = res["metric"] > prog.best
         if improved:
             prog.best, prog.bad_evals = res["metric"], 0
             save_checkpoint(
                 cfg.run_dir / "best",
-                model,
+                candidate,
                 data.tokenizer_path,
                 dtype=torch.float16,
                 training={
@@ -463,13 +476,14 @@ def _checkpoint(
                     "step": prog.step,
                     "epoch": prog.epoch,
                     "seconds": round(prog.seconds),
-                },
+                }
+                | ({"averaged_steps": averaged} if averaged else {}),
                 metrics={"valid": res},
             )
         else:
             prog.bad_evals += 1
             prog.done = prog.bad_evals >= cfg.patience
-        _log_jsonl(metrics_path, {"step": prog.step, "epoch": prog.epoch, "eval": res, "best": prog.best})
+        _log_jsonl(metrics_path, record | {"best": prog.best})
         log.info("step %d epoch %d: %s (best %.4f)", prog.step, prog.epoch, res, prog.best)
         plot_curves(metrics_path, cfg.run_dir / "curves.png")
         _save_state(state_path, model, opt, sched, prog, cfg)
