@@ -25,6 +25,7 @@ from app.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
 from app.metrics import Metrics
 
 log = logging.getLogger(__name__)
+MAX_IN_FLIGHT = 2  # batches per key submitted to the inference thread: one running, one queued behind it
 I = TypeVar("I")  # noqa: E741 - one item in
 O = TypeVar("O")  # noqa: E741 - one result out
 
@@ -37,6 +38,7 @@ class _Pending(Generic[O]):
     results: list[Any]
     remaining: int
     deadline: float  # loop.time() (monotonic)
+    failed: bool = False  # set by the inference thread when one of its batches raised
 
 
 @dataclass(eq=False, slots=True)
@@ -107,6 +109,7 @@ class Batcher(Generic[I, O]):
         self._run, self._worker, self._metrics = run, worker, metrics
         self._idle_timeout_s, self._on_idle = idle_timeout_s, on_idle
         self._queue: deque[_Item] = deque()
+        self._submitted: deque[int] = deque()  # sizes of this key's unfinished batches, oldest first
         self._wakeup = asyncio.Event()
         self._closing = self._closed = False
         self.stats = BatchStats()
@@ -114,15 +117,16 @@ class Batcher(Generic[I, O]):
         self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batcher:{name}")
 
     def __len__(self) -> int:
-        return len(self._queue)
+        """Items waiting: queued here, or in a batch submitted behind a running one."""
+        return len(self._queue) + sum(self._submitted) - (self._submitted[0] if self._submitted else 0)
 
     def enqueue(self, payloads: Sequence[I], deadline: float) -> asyncio.Future[list[O]]:
         """Queue one request's items; the Future gets their results in order (or the batch's error)."""
         if self._closing or self._closed:
             raise Unavailable("the server is shutting down")
-        if len(self._queue) + len(payloads) > self.max_queue:
+        if len(self) + len(payloads) > self.max_queue:
             raise QueueFull(
-                f"queue {self.name} is full ({len(self._queue)} of {self.max_queue} items queued); retry later",
+                f"queue {self.name} is full ({len(self)} of {self.max_queue} items queued); retry later",
                 self.retry_after(),
             )
         loop = asyncio.get_running_loop()
@@ -137,7 +141,7 @@ class Batcher(Generic[I, O]):
 
     def retry_after(self) -> int:
         """Seconds until the queue has drained at the recent batch rate (at least 1)."""
-        batches = math.ceil(len(self._queue) / self.max_batch_size) + 1
+        batches = math.ceil(len(self) / self.max_batch_size) + 1
         return max(1, math.ceil(batches * self.stats.seconds_ewma))
 
     async def close(self) -> None:
@@ -148,33 +152,47 @@ class Batcher(Generic[I, O]):
 
     def _set_depth(self) -> None:
         if self._depth is not None:
-            self._depth.set(len(self._queue))
+            self._depth.set(len(self))
 
     async def _loop(self) -> None:
+        running: set[asyncio.Task[None]] = set()  # this key's batches on (or queued for) the thread
+
+        def done(task: asyncio.Task[None]) -> None:
+            running.discard(task)
+            self._submitted.popleft()  # one thread runs them in order: the oldest finished
+            self._set_depth()
+            self._wakeup.set()
+
         try:
-            while batch := await self._collect():
-                try:
-                    await self._execute(batch)
-                except Exception:  # a bug here must not wedge the queue: fail the batch, keep serving
-                    log.exception("batcher %s: unexpected error", self.name)
-                    for item in batch:
-                        if not item.pending.future.done():
-                            item.pending.future.set_exception(InferenceFailed("internal batching error"))
+            while batch := await self._collect(running):
+                self._submitted.append(len(batch))
+                self._set_depth()
+                task = asyncio.get_running_loop().create_task(self._execute_guarded(batch))
+                running.add(task)
+                task.add_done_callback(done)
         finally:
+            if running:  # drain: every submitted item gets its result
+                await asyncio.gather(*running, return_exceptions=True)
             self._closed = True
             if self._metrics is not None:
                 self._metrics.forget_queue(self.name)
 
-    async def _collect(self) -> list[_Item]:
-        """Wait for a first item, then, while the inference thread is busy, for a full batch or the first
-        item's deadline; [] = stop."""
+    async def _collect(self, running: set[asyncio.Task[None]]) -> list[_Item]:
+        """The next batch; [] = stop.
+
+        With none of this key's batches running: wait for a first item, then, while the inference thread
+        is busy (with other models), for a full batch or the first item's deadline. With one running: only
+        a full batch goes now, queued right behind it, so that the thread moves on to it without a round
+        trip through the event loop (which, at hundreds of requests/s, is busy sending responses);
+        anything less waits for the running batch to finish. At most MAX_IN_FLIGHT batches are submitted.
+        """
         loop = asyncio.get_running_loop()
-        while not self._queue:
-            if self._closing:
+        while not self._queue or (running and not self._closing and not self._may_queue_behind(running)):
+            if self._closing and not self._queue:
                 return []
             self._wakeup.clear()
             try:
-                await asyncio.wait_for(self._wakeup.wait(), self._idle_timeout_s)
+                await asyncio.wait_for(self._wakeup.wait(), None if running else self._idle_timeout_s)
             except TimeoutError:
                 if not self._queue and self._on_idle is not None:  # no await since the check: no race
                     self._closed = True
@@ -193,36 +211,40 @@ class Batcher(Generic[I, O]):
             await self._wakeup.wait()  # a new item, the deadline or an idle thread
             timer.cancel()
         n = min(self.max_batch_size, len(self._queue))
-        batch = [self._queue.popleft() for _ in range(n)]
-        self._set_depth()
-        return batch
+        return [self._queue.popleft() for _ in range(n)]
+
+    def _may_queue_behind(self, running: set[asyncio.Task[None]]) -> bool:
+        return len(running) < MAX_IN_FLIGHT and len(self._queue) >= self.max_batch_size
+
+    async def _execute_guarded(self, batch: list[_Item]) -> None:
+        try:
+            await self._execute(batch)
+        except Exception:  # a bug here must not wedge the queue: fail the batch, keep serving
+            log.exception("batcher %s: unexpected error", self.name)
+            for item in batch:
+                if not item.pending.future.done():
+                    item.pending.future.set_exception(InferenceFailed("internal batching error"))
 
     async def _execute(self, batch: list[_Item]) -> None:
         loop = asyncio.get_running_loop()
-        now, live = loop.time(), []
-        for item in batch:
-            pending = item.pending
-            if pending.future.done():  # timed out, client gone, or failed in another batch
-                self.stats.skipped += 1
-            elif now >= pending.deadline:
-                self.stats.skipped += 1
-                pending.future.set_exception(DeadlineExceeded("request timed out while queued"))
-            else:
-                live.append(item)
-        if not live:
-            return
         start = time.perf_counter()
         try:
-            outputs = await self._worker.run(self._run_checked, [i.payload for i in live])
+            live, outputs = await self._worker.run(self._run_live, batch, loop.time)
         except Exception as e:
-            log.exception("batch of %d item(s) failed in %s", len(live), self.name)
+            log.exception("batch of %d item(s) failed in %s", len(batch), self.name)
             error = InferenceFailed(f"inference failed for this batch ({type(e).__name__}: {e})")
-            for item in live:
+            for item in batch:
                 if not item.pending.future.done():
                     item.pending.future.set_exception(error)
+            self._record(len(batch), time.perf_counter() - start)
             return
-        finally:
+        if live:
             self._record(len(live), time.perf_counter() - start)
+        self.stats.skipped += len(batch) - len(live)
+        computed = {id(item) for item in live}
+        for item in batch:  # skipped: done already (timed out, client gone, failed elsewhere) or expired
+            if id(item) not in computed and not item.pending.future.done():
+                item.pending.future.set_exception(DeadlineExceeded("request timed out while queued"))
         for item, out in zip(live, outputs, strict=True):
             pending = item.pending
             if pending.future.done():  # cancelled while the batch ran: drop its result
@@ -231,6 +253,20 @@ class Batcher(Generic[I, O]):
             pending.remaining -= 1
             if pending.remaining == 0:
                 pending.future.set_result(pending.results)
+
+    def _run_live(self, batch: list[_Item], now: Callable[[], float]) -> tuple[list[_Item], list[O]]:
+        """In the inference thread: run the items still wanted when the thread gets to them (a batch may
+        have waited behind another); reading done() and the loop's clock from here is a plain read."""
+        t = now()
+        live = [
+            i for i in batch if not (i.pending.failed or i.pending.future.done()) and t < i.pending.deadline
+        ]
+        try:
+            return live, (self._run_checked([i.payload for i in live]) if live else [])
+        except Exception:  # the loop fails these requests soon; a batch queued behind must skip them now
+            for item in live:
+                item.pending.failed = True
+            raise
 
     def _run_checked(self, payloads: list[I]) -> list[O]:
         outputs = self._run(payloads)

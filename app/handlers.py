@@ -17,7 +17,7 @@ from app.errors import invalid
 from app.schemas import AttentionResponse, Hypothesis, SentimentResult, TranslationResult
 from model import DecodeOptions, LoadedModel, ModelConfig, SentimentClassifier, Tokenizer, Translator
 from model.decoding import Hypothesis as Hyp
-from model.inference import classify_ids, translate_ids
+from model.inference import classify_ids, traced_predict, translate_ids
 from model.preprocess import classifier_ids, source_ids, target_ids
 
 WARMUP_TEXT = "warm up"
@@ -45,10 +45,12 @@ def split_sentences(text: str) -> list[list[str]]:
 class SentimentHandler:
     """Text -> [CLS]? ids + EOS -> class probabilities."""
 
-    def __init__(self, loaded: LoadedModel) -> None:
+    def __init__(self, loaded: LoadedModel, torchscript: bool = True) -> None:
         assert isinstance(loaded.model, SentimentClassifier)
         self.name, self.model, self.tokenizer = loaded.name, loaded.model, loaded.tokenizer
         self.labels = list(loaded.config.labels)
+        # a traced forward keeps the GIL free while it runs (see traced_predict): build it off the event loop
+        self._predict = traced_predict(self.model) if torchscript else self.model.predict
 
     def decode_request(self, text: str) -> list[int]:
         return classifier_ids(self.tokenizer, text, self.model.cfg)  # truncated to max_len like training
@@ -57,7 +59,7 @@ class SentimentHandler:
         return items  # classify_ids sorts by length and pads to (B, S) tensors + masks per chunk
 
     def predict(self, batch: list[list[int]]) -> torch.Tensor:
-        return classify_ids(self.model, batch, batch_size=max(1, len(batch)))  # (N, C) float32
+        return classify_ids(self.model, batch, max(1, len(batch)), self._predict)  # (N, C) float32
 
     def unbatch(self, output: torch.Tensor) -> list[list[float]]:
         return output.tolist()

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import sys
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from typing import Any
@@ -65,23 +66,25 @@ class Service:
         self.registry = Registry.discover(self.settings.check_checkpoint_dir(), device, dtype)
         self.model_status = dict.fromkeys(self.registry.entries, "loading")
         self.worker = InferenceThread()  # one forward pass at a time, off the event loop
+        self._switch_interval = sys.getswitchinterval()  # process-wide: restored by stop()
+        sys.setswitchinterval(self.settings.gil_switch_interval_ms / 1000)
         self._loader = asyncio.create_task(self._load_all(), name="load-models")
 
     async def _load_all(self) -> None:
         assert self.registry is not None
         assert self.worker is not None
         names = list(self.registry.entries)
-        if (
-            self.settings.torch_threads
-        ):  # set from the inference thread itself: OpenMP settings are per thread
-            await self.worker.run(torch.set_num_threads, self.settings.torch_threads)
+        # set from the inference thread itself: OpenMP settings are per thread
+        await self.worker.run(torch.set_num_threads, self.settings.inference_threads())
         try:
             for i, name in enumerate(names, 1):
                 self.reason = f"loading {name} ({i} of {len(names)})"
                 loaded = await self.worker.run(self.registry.load, name)
                 handler: SentimentHandler | TranslationHandler
                 if loaded.config.task == "sentiment":
-                    handler = self.sentiment[name] = SentimentHandler(loaded)
+                    handler = self.sentiment[name] = await self.worker.run(
+                        SentimentHandler, loaded, self.settings.torchscript
+                    )
                 else:
                     handler = self.translation[name] = TranslationHandler(loaded)
                 self.attention_handlers[name] = AttentionHandler(loaded)
@@ -109,6 +112,7 @@ class Service:
         await self.pool.close()
         if self.worker is not None:
             await asyncio.to_thread(self.worker.shutdown)
+            sys.setswitchinterval(self._switch_interval)
 
     def readiness(self) -> Readiness:
         return Readiness(status=self.status, reason=self.reason, models=dict(self.model_status))  # type: ignore[arg-type]

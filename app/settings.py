@@ -42,9 +42,13 @@ class Settings(BaseSettings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = False  # uvicorn's per-request access log (python -m app)
     warmup: bool = True  # one inference per model before /ready turns 200
-    torch_threads: int = Field(
-        default=0, ge=0
-    )  # intra-op threads of the inference thread; 0 = torch's default
+    # intra-op threads of the inference thread; 0 = auto: on CPU one fewer than torch's default (the
+    # cores), at least 1, so that the event loop keeps a core; on CUDA torch's default
+    torch_threads: int = Field(default=0, ge=0)
+    torchscript: bool = True  # classifiers run as a TorchScript trace (model.inference.traced_predict)
+    # sys.setswitchinterval: how long a thread waiting for the GIL waits before it asks for it. Python's
+    # 5 ms default makes the inference thread wait up to 5 ms for the event loop after every batch
+    gil_switch_interval_ms: float = Field(default=0.2, gt=0, le=100)
 
     @field_validator("device")
     @classmethod
@@ -70,6 +74,13 @@ class Settings(BaseSettings):
     @classmethod
     def _lower(cls, v: object) -> object:
         return v.lower() if isinstance(v, str) else v
+
+    def inference_threads(self) -> int:
+        """APP_TORCH_THREADS, or for 0: torch's default minus one on CPU (at least 1), as is on CUDA."""
+        if self.torch_threads:
+            return self.torch_threads
+        default = torch.get_num_threads()
+        return default if self.torch_device().type == "cuda" else max(1, default - 1)
 
     def torch_device(self) -> torch.device:
         """The device to serve on; `auto` takes CUDA when present. Raises SettingsError if unavailable."""

@@ -60,10 +60,8 @@ def length_penalty(length: int, alpha: float) -> float:
 def pad_ids(seqs: list[list[int]], pad_id: int, device: torch.device | str = "cpu") -> Tensor:
     """Right-pad token id lists into a (B, S) long tensor."""
     width = max(len(s) for s in seqs)
-    out = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return out.to(device)
+    # padded in Python, then one tensor op: per-row tensor ops would each release and re-take the GIL
+    return torch.tensor([s + [pad_id] * (width - len(s)) for s in seqs], dtype=torch.long, device=device)
 
 
 def _start(
