@@ -2,10 +2,10 @@
 
 One Batcher per batch-compatible key (model + decoding options). A request enqueues its items (texts or
 sentences) and gets one Future for all of them; the loop flushes at `max_batch_size` items, when the
-monotonic deadline `first item queued + max_delay` passes, or as soon as the shared inference thread is
+monotonic deadline `first item queued + max_delay` passes, or as soon as a shared inference worker is
 idle (waiting longer would only leave it idle: no added latency at low load, and under load batches grow
-while the thread runs the previous one). The batch runs in that thread; each result goes back to its own
-request. Items of requests that are already done (timed out, disconnected, failed elsewhere) are skipped at
+while the workers run the previous ones). The batch runs in a worker thread; each result goes back to its
+own request. Items of requests that are already done (timed out, disconnected, failed elsewhere) are skipped at
 batch time. A failing batch fails only its requests.
 """
 
@@ -21,11 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+import torch
+
 from app.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
 from app.metrics import Metrics
 
 log = logging.getLogger(__name__)
-MAX_IN_FLIGHT = 2  # batches per key submitted to the inference thread: one running, one queued behind it
 I = TypeVar("I")  # noqa: E741 - one item in
 O = TypeVar("O")  # noqa: E741 - one result out
 
@@ -57,13 +58,27 @@ class BatchStats:
     seconds_ewma: float = field(default=0.0)
 
 
-class InferenceThread:
-    """The one thread that runs forward passes (one at a time), and whether it is busy."""
+class InferenceWorkers:
+    """The threads that run forward passes (`workers` at a time), and whether all of them are busy.
 
-    def __init__(self) -> None:
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix="inference")
+    One worker serves one batch at a time with `threads` intra-op threads. On a CPU, two single-threaded
+    workers running two batches side by side use the cores better than one two-threaded worker: an
+    intra-op pool stalls at each op's barrier whenever the event loop takes one of its cores.
+    """
+
+    def __init__(self, workers: int = 1, threads: int = 0) -> None:
+        self.workers = workers
+        init = (torch.set_num_threads, (threads,)) if threads else (None, ())  # OpenMP: per thread
+        self.executor = ThreadPoolExecutor(
+            workers, thread_name_prefix="inference", initializer=init[0], initargs=init[1]
+        )
         self.busy = 0  # calls submitted and not finished
         self._on_idle: set[Callable[[], None]] = set()
+
+    @property
+    def saturated(self) -> bool:
+        """Every worker has a call (a new one would wait)."""
+        return self.busy >= self.workers
 
     async def run(self, fn: Callable[..., O], *args: Any) -> O:
         self.busy += 1
@@ -71,13 +86,13 @@ class InferenceThread:
             return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
         finally:
             self.busy -= 1
-            if not self.busy:
+            if self.busy < self.workers:
                 callbacks, self._on_idle = self._on_idle, set()
                 for callback in callbacks:
                     callback()
 
     def when_idle(self, callback: Callable[[], None]) -> None:
-        """Call `callback` (once) when the thread next becomes idle."""
+        """Call `callback` (once) when a worker is next free."""
         self._on_idle.add(callback)
 
     def shutdown(self) -> None:
@@ -91,7 +106,7 @@ class Batcher(Generic[I, O]):
         self,
         name: str,
         run: Callable[[list[I]], list[O]],
-        worker: InferenceThread,
+        worker: InferenceWorkers,
         *,
         max_batch_size: int,
         max_delay_s: float,
@@ -180,11 +195,11 @@ class Batcher(Generic[I, O]):
     async def _collect(self, running: set[asyncio.Task[None]]) -> list[_Item]:
         """The next batch; [] = stop.
 
-        With none of this key's batches running: wait for a first item, then, while the inference thread
+        With none of this key's batches running: wait for a first item, then, while every inference worker
         is busy (with other models), for a full batch or the first item's deadline. With one running: only
-        a full batch goes now, queued right behind it, so that the thread moves on to it without a round
-        trip through the event loop (which, at hundreds of requests/s, is busy sending responses);
-        anything less waits for the running batch to finish. At most MAX_IN_FLIGHT batches are submitted.
+        a full batch goes now (to a free worker, or queued right behind), so that a worker moves on to it
+        without a round trip through the event loop (which, at hundreds of requests/s, is busy sending responses);
+        anything less waits for the running batch to finish. At most workers + 1 of them are submitted.
         """
         loop = asyncio.get_running_loop()
         while not self._queue or (running and not self._closing and not self._may_queue_behind(running)):
@@ -203,7 +218,7 @@ class Batcher(Generic[I, O]):
             len(self._queue) < self.max_batch_size
             and not self._closing
             and loop.time() < flush_at
-            and self._worker.busy
+            and self._worker.saturated
         ):
             self._wakeup.clear()
             timer = loop.call_at(flush_at, self._wakeup.set)
@@ -214,7 +229,7 @@ class Batcher(Generic[I, O]):
         return [self._queue.popleft() for _ in range(n)]
 
     def _may_queue_behind(self, running: set[asyncio.Task[None]]) -> bool:
-        return len(running) < MAX_IN_FLIGHT and len(self._queue) >= self.max_batch_size
+        return len(running) < self._worker.workers + 1 and len(self._queue) >= self.max_batch_size
 
     async def _execute_guarded(self, batch: list[_Item]) -> None:
         try:

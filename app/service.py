@@ -1,4 +1,4 @@
-"""The running service: registry, handlers, batchers and the one inference thread, with their life cycle."""
+"""The running service: registry, handlers, batchers and the inference workers, with their life cycle."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from typing import Any
 
-import torch
-
-from app.batching import Batcher, BatcherPool, InferenceThread, OnIdle
+from app.batching import Batcher, BatcherPool, InferenceWorkers, OnIdle
 from app.errors import ClientDisconnected, DeadlineExceeded, Unavailable, invalid
 from app.handlers import (
     AttentionHandler,
@@ -47,7 +45,7 @@ class Service:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.settings, self.metrics = settings, metrics
         self.registry: Registry | None = None
-        self.worker: InferenceThread | None = None
+        self.worker: InferenceWorkers | None = None
         self.pool = BatcherPool()
         self.sentiment: dict[str, SentimentHandler] = {}
         self.translation: dict[str, TranslationHandler] = {}
@@ -65,7 +63,9 @@ class Service:
         dtype = self.settings.torch_dtype(device)
         self.registry = Registry.discover(self.settings.check_checkpoint_dir(), device, dtype)
         self.model_status = dict.fromkeys(self.registry.entries, "loading")
-        self.worker = InferenceThread()  # one forward pass at a time, off the event loop
+        self.worker = InferenceWorkers(  # forward passes off the event loop
+            self.settings.inference_workers_count(), self.settings.inference_threads()
+        )
         self._switch_interval = sys.getswitchinterval()  # process-wide: restored by stop()
         sys.setswitchinterval(self.settings.gil_switch_interval_ms / 1000)
         self._loader = asyncio.create_task(self._load_all(), name="load-models")
@@ -74,8 +74,6 @@ class Service:
         assert self.registry is not None
         assert self.worker is not None
         names = list(self.registry.entries)
-        # set from the inference thread itself: OpenMP settings are per thread
-        await self.worker.run(torch.set_num_threads, self.settings.inference_threads())
         try:
             for i, name in enumerate(names, 1):
                 self.reason = f"loading {name} ({i} of {len(names)})"

@@ -29,7 +29,7 @@ class Settings(BaseSettings):
     )  # items (texts/sentences) per forward; 1 = no batching
     max_batch_delay_ms: float = Field(
         default=5.0, ge=0, le=10_000
-    )  # while the inference thread is busy: the longest a partial batch waits for more items
+    )  # while every inference worker is busy: the longest a partial batch waits for more items
     max_queue: int = Field(default=1024, ge=1)  # queued items per batcher before 429
     request_timeout_s: float = Field(default=30.0, gt=0)  # 504 past this deadline
     max_texts: int = Field(default=64, ge=1)  # texts per request
@@ -42,8 +42,11 @@ class Settings(BaseSettings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = False  # uvicorn's per-request access log (python -m app)
     warmup: bool = True  # one inference per model before /ready turns 200
-    # intra-op threads of the inference thread; 0 = auto: on CPU one fewer than torch's default (the
-    # cores), at least 1, so that the event loop keeps a core; on CUDA torch's default
+    # forward passes that run at once, each in its own thread; 0 = auto: 2 on a CPU with 2+ cores (two
+    # single-threaded batches side by side beat one batch on two threads), 1 on CUDA
+    inference_workers: int = Field(default=0, ge=0, le=64)
+    # intra-op threads per worker; 0 = auto: on CPU the cores left after one for the event loop, shared by
+    # the workers (at least 1 each); on CUDA torch's default
     torch_threads: int = Field(default=0, ge=0)
     torchscript: bool = True  # classifiers run as a TorchScript trace (model.inference.traced_predict)
     # sys.setswitchinterval: how long a thread waiting for the GIL waits before it asks for it. Python's
@@ -75,12 +78,20 @@ class Settings(BaseSettings):
     def _lower(cls, v: object) -> object:
         return v.lower() if isinstance(v, str) else v
 
+    def inference_workers_count(self) -> int:
+        """APP_INFERENCE_WORKERS, or for 0: 2 on a CPU with 2+ cores, else 1."""
+        if self.inference_workers:
+            return self.inference_workers
+        return 2 if self.torch_device().type == "cpu" and torch.get_num_threads() >= 2 else 1
+
     def inference_threads(self) -> int:
-        """APP_TORCH_THREADS, or for 0: torch's default minus one on CPU (at least 1), as is on CUDA."""
+        """APP_TORCH_THREADS, or for 0: on CPU (cores - 1) // workers, at least 1; on CUDA torch's default."""
         if self.torch_threads:
             return self.torch_threads
-        default = torch.get_num_threads()
-        return default if self.torch_device().type == "cuda" else max(1, default - 1)
+        cores = torch.get_num_threads()
+        if self.torch_device().type == "cuda":
+            return cores
+        return max(1, (cores - 1) // self.inference_workers_count())
 
     def torch_device(self) -> torch.device:
         """The device to serve on; `auto` takes CUDA when present. Raises SettingsError if unavailable."""

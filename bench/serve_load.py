@@ -286,21 +286,23 @@ def ceiling(
     checkpoint_dir: Path, sentiment: dict[str, Any], translate: dict[str, Any], beam_size: int
 ) -> dict[str, tuple[float, float]]:
     """(texts/s, CPU ms per text) of model.inference alone on the same inputs, batches of 32, float32 CPU
-    with torch's default threads (the server's defaults)."""
+    with torch's default threads (all cores: the best model-only figure) and, for classifiers, the traced
+    forward the server runs (APP_TORCHSCRIPT)."""
     import torch
 
     from model import DecodeOptions, load_checkpoint
-    from model.inference import classify_ids, translate_ids
+    from model.inference import classify_ids, traced_predict, translate_ids
     from model.preprocess import classifier_ids, source_ids
 
     out = {}
     if sentiment:
         m = load_checkpoint(checkpoint_dir / sentiment["model"])
         seqs = [classifier_ids(m.tokenizer, t, m.config) for t in texts(EN_WORDS)]
-        classify_ids(m.model, seqs[:32], 32)  # type: ignore[arg-type]
+        predict = traced_predict(m.model)  # type: ignore[arg-type]
+        classify_ids(m.model, seqs[:32], 32, predict)  # type: ignore[arg-type]
         start, cpu = time.perf_counter(), time.process_time()
         with torch.inference_mode():
-            classify_ids(m.model, seqs, 32)  # type: ignore[arg-type]
+            classify_ids(m.model, seqs, 32, predict)  # type: ignore[arg-type]
         out["/sentiment"] = (
             len(seqs) / (time.perf_counter() - start),
             1000 * (time.process_time() - cpu) / len(seqs),
@@ -371,7 +373,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--wrk", choices=["auto", "yes", "no"], default="auto", help="use wrk as the load generator"
     )
+    p.add_argument(
+        "--set", action="append", default=[], metavar="APP_NAME=VALUE", help="a server setting (both servers)"
+    )
     args = p.parse_args(argv)
+    extra = dict(kv.split("=", 1) for kv in args.set)
+    if bad := [k for k in extra if not k.startswith("APP_")]:
+        p.error(f"--set takes APP_* settings, got {bad}")
     sentiment, translate = discover(args.checkpoint_dir)
     use_wrk = args.wrk == "yes" or (args.wrk == "auto" and shutil.which("wrk") is not None)
     bodies = {
@@ -388,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     ready: dict[str, float] = {}
     short_p50 = float("nan")
     for mode, env in (("on", {}), ("off", {"APP_MAX_BATCH_SIZE": "1"})):
-        with serve(args.checkpoint_dir, env) as (url, ready[mode], pid):
+        with serve(args.checkpoint_dir, extra | env) as (url, ready[mode], pid):
             print(f"server (batching {mode}) ready in {ready[mode]:.1f} s", file=sys.stderr)
             if mode == "on" and sentiment:
                 _, lat, _ = asyncio.run(

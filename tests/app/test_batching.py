@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.batching import Batcher, BatcherPool, InferenceThread
+from app.batching import Batcher, BatcherPool, InferenceWorkers
 from app.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
 from app.metrics import Metrics
 
@@ -37,14 +37,14 @@ class Recorder:
 
 
 @pytest.fixture
-async def executor() -> AsyncIterator[InferenceThread]:
-    worker = InferenceThread()
+async def executor() -> AsyncIterator[InferenceWorkers]:
+    worker = InferenceWorkers()
     yield worker
     worker.shutdown()
 
 
 @pytest.fixture
-def make(executor: InferenceThread) -> Callable[..., Batcher[int, int]]:
+def make(executor: InferenceWorkers) -> Callable[..., Batcher[int, int]]:
     def build(run: Callable[[list[int]], list[int]], **kw: Any) -> Batcher[int, int]:
         opts = {"max_batch_size": 4, "max_delay_s": 0.05, "max_queue": 100} | kw
         return Batcher("test", run, executor, **opts)
@@ -75,7 +75,7 @@ async def test_idle_thread_takes_a_partial_batch_at_once(make: Callable[..., Bat
 
 
 async def test_busy_thread_deadline_flushes_a_partial_batch(
-    make: Callable[..., Batcher[int, int]], executor: InferenceThread
+    make: Callable[..., Batcher[int, int]], executor: InferenceWorkers
 ) -> None:
     """While another model's batch runs, items wait for more until the first one's deadline, then flush."""
     rec = Recorder()
@@ -94,7 +94,7 @@ async def test_busy_thread_deadline_flushes_a_partial_batch(
 
 
 async def test_batch_waits_for_the_thread_then_flushes_when_it_is_idle(
-    make: Callable[..., Batcher[int, int]], executor: InferenceThread
+    make: Callable[..., Batcher[int, int]], executor: InferenceWorkers
 ) -> None:
     rec = Recorder()
     b = make(rec, max_batch_size=32, max_delay_s=30.0)
@@ -231,7 +231,7 @@ async def test_close_finishes_queued_items_then_rejects(make: Callable[..., Batc
     assert [await f for f in futures] == [[0], [10], [20], [30], [40]]
 
 
-async def test_metrics_record_batch_sizes_and_queue_depth(executor: InferenceThread) -> None:
+async def test_metrics_record_batch_sizes_and_queue_depth(executor: InferenceWorkers) -> None:
     metrics = Metrics()
     b: Batcher[int, int] = Batcher(
         "q",
@@ -252,7 +252,7 @@ async def test_metrics_record_batch_sizes_and_queue_depth(executor: InferenceThr
     assert reg.get_sample_value("queue_depth", {"queue": "q"}) is None  # a stopped queue is forgotten
 
 
-async def test_pool_retires_idle_dynamic_batchers(executor: InferenceThread) -> None:
+async def test_pool_retires_idle_dynamic_batchers(executor: InferenceWorkers) -> None:
     pool = BatcherPool()
 
     def create(on_idle: Callable[[Batcher[Any, Any]], None]) -> Batcher[Any, Any]:
@@ -269,3 +269,62 @@ async def test_pool_retires_idle_dynamic_batchers(executor: InferenceThread) -> 
     assert second is not first
     assert await second.enqueue([2], FAR) == [2]
     await pool.close()
+
+
+async def test_a_full_batch_queues_behind_the_running_one(
+    make: Callable[..., Batcher[int, int]], executor: InferenceWorkers
+) -> None:
+    """The thread goes from batch to batch without waiting for the event loop; a partial one waits."""
+    rec = Recorder()
+    rec.gate.clear()
+    b = make(rec, max_batch_size=2, max_delay_s=30.0)
+    first = b.enqueue([1, 2], FAR)
+    await asyncio.to_thread(rec.started.wait, 5)
+    partial = b.enqueue([3], FAR)
+    await asyncio.sleep(0.05)
+    assert executor.busy == 1  # one item is not a batch: it waits for the running one
+    full = b.enqueue([4], FAR)  # [3, 4] is full: submitted behind the running batch
+    await asyncio.sleep(0.05)
+    assert executor.busy == 2
+    third = b.enqueue([5, 6], FAR)
+    await asyncio.sleep(0.05)
+    assert executor.busy == 2  # at most two of a key's batches are submitted
+    assert len(b) == 4  # [3, 4] waits behind the running batch; [5, 6] in the queue
+    rec.gate.set()
+    assert await asyncio.gather(first, partial, full, third) == [[10, 20], [30], [40], [50, 60]]
+    assert rec.batches == [[1, 2], [3, 4], [5, 6]]
+    await b.close()
+
+
+async def test_a_request_cancelled_while_its_batch_waits_behind_is_skipped(
+    make: Callable[..., Batcher[int, int]],
+) -> None:
+    rec = Recorder()
+    rec.gate.clear()
+    b = make(rec, max_batch_size=1, max_delay_s=0.0)
+    first = b.enqueue([1], FAR)
+    await asyncio.to_thread(rec.started.wait, 5)
+    gone = b.enqueue([2], FAR)  # a full batch: submitted behind [1] at once
+    await asyncio.sleep(0.05)
+    gone.cancel()
+    rec.gate.set()
+    assert await first == [10]
+    assert await b.enqueue([3], FAR) == [30]
+    assert rec.batches == [[1], [3]]
+    assert b.stats.skipped == 1
+    await b.close()
+
+
+async def test_two_workers_run_two_full_batches_side_by_side() -> None:
+    workers = InferenceWorkers(2, threads=1)
+    both = threading.Barrier(2)
+
+    def run(items: list[int]) -> list[int]:
+        both.wait(5)  # raises BrokenBarrierError unless the other batch runs at the same time
+        return [x * 10 for x in items]
+
+    b = Batcher("test", run, workers, max_batch_size=2, max_delay_s=30.0, max_queue=100)
+    assert await asyncio.gather(b.enqueue([1, 2], FAR), b.enqueue([3, 4], FAR)) == [[10, 20], [30, 40]]
+    assert b.stats.batches == 2
+    await b.close()
+    workers.shutdown()

@@ -65,6 +65,9 @@ def test_auto_device_and_dtype() -> None:
         ("DEVICE", "tpu", "device"),
         ("DTYPE", "int8", "dtype"),
         ("PORT", "70000", "port"),
+        ("TORCH_THREADS", "-1", "torch_threads"),
+        ("INFERENCE_WORKERS", "-1", "inference_workers"),
+        ("GIL_SWITCH_INTERVAL_MS", "0", "gil_switch_interval_ms"),
     ],
 )
 def test_invalid_settings_name_the_variable(
@@ -75,6 +78,25 @@ def test_invalid_settings_name_the_variable(
         load_settings()
     assert f"APP_{name} ({field})" in str(info.value)
     assert value in str(info.value)
+
+
+def test_cpu_workers_and_threads_leave_the_event_loop_a_core() -> None:
+    cores = torch.get_num_threads()
+    auto = Settings(device="cpu")
+    assert auto.inference_workers_count() == (2 if cores >= 2 else 1)
+    assert auto.inference_threads() == max(1, (cores - 1) // auto.inference_workers_count())
+    assert Settings(device="cpu", inference_workers=1).inference_threads() == max(1, cores - 1)
+    explicit = Settings(device="cpu", inference_workers=3, torch_threads=2)
+    assert (explicit.inference_workers_count(), explicit.inference_threads()) == (3, 2)
+
+
+@pytest.mark.anyio
+async def test_the_gil_switch_interval_is_set_while_serving_and_restored(sentiment_only_dir: Path) -> None:
+    before = sys.getswitchinterval()
+    app = create_app(Settings(checkpoint_dir=sentiment_only_dir, gil_switch_interval_ms=0.5))
+    async with LifespanManager(app):
+        assert sys.getswitchinterval() == pytest.approx(0.0005)
+    assert sys.getswitchinterval() == before
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

@@ -94,3 +94,29 @@ def test_config_round_trips_through_a_dict() -> None:
     assert ModelConfig.from_dict(as_json_lists) == cfg
     with pytest.raises(ValueError, match="unknown model config keys: \\['colour'\\]"):
         ModelConfig.from_dict(cfg.to_dict() | {"colour": "red"})
+
+
+def test_traced_predict_matches_eager_for_any_batch_and_length() -> None:
+    """The TorchScript trace (served by default) gives the eager model's probabilities: batch sizes and
+    lengths other than the trace's example, padding, and the longest input."""
+    from model.inference import classify_ids, traced_predict
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        task="sentiment", vocab_size=97, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=40,
+        labels=("negative", "positive", "neutral"),
+    )  # fmt: skip
+    model = SentimentClassifier(cfg).eval()
+    traced = traced_predict(model)
+    rng = torch.Generator().manual_seed(1)
+    for batch, longest in ((1, 1), (1, 40), (5, 17), (33, 40)):
+        seqs = [
+            torch.randint(
+                5, 97, (int(torch.randint(1, longest + 1, (1,), generator=rng)),), generator=rng
+            ).tolist()
+            for _ in range(batch)
+        ]
+        want = classify_ids(model, seqs, 64)
+        got = classify_ids(model, seqs, 64, traced)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    assert not model.training
