@@ -66,7 +66,7 @@ class SentimentHandler:
 
     def encode_response(self, probs: list[float]) -> SentimentResult:
         best = max(range(len(probs)), key=probs.__getitem__)
-        return SentimentResult(
+        return SentimentResult.model_construct(  # no validation: every field is built right here
             model=self.name,
             label=self.labels[best],
             score=probs[best],
