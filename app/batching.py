@@ -124,7 +124,9 @@ class Batcher(Generic[I, O]):
         self._run, self._worker, self._metrics = run, worker, metrics
         self._idle_timeout_s, self._on_idle = idle_timeout_s, on_idle
         self._queue: deque[_Item] = deque()
-        self._submitted: deque[int] = deque()  # sizes of this key's unfinished batches, oldest first
+        self._submitted: dict[
+            asyncio.Task[None], int
+        ] = {}  # this key's unfinished batches: size, oldest first
         self._wakeup = asyncio.Event()
         self._closing = self._closed = False
         self.stats = BatchStats()
@@ -133,7 +135,8 @@ class Batcher(Generic[I, O]):
 
     def __len__(self) -> int:
         """Items waiting: queued here, or in a batch submitted behind a running one."""
-        return len(self._queue) + sum(self._submitted) - (self._submitted[0] if self._submitted else 0)
+        waiting = list(self._submitted.values())[self._worker.workers :]  # the oldest ones have a worker
+        return len(self._queue) + sum(waiting)
 
     def enqueue(self, payloads: Sequence[I], deadline: float) -> asyncio.Future[list[O]]:
         """Queue one request's items; the Future gets their results in order (or the batch's error)."""
@@ -174,15 +177,15 @@ class Batcher(Generic[I, O]):
 
         def done(task: asyncio.Task[None]) -> None:
             running.discard(task)
-            self._submitted.popleft()  # one thread runs them in order: the oldest finished
+            del self._submitted[task]
             self._set_depth()
             self._wakeup.set()
 
         try:
             while batch := await self._collect(running):
-                self._submitted.append(len(batch))
-                self._set_depth()
                 task = asyncio.get_running_loop().create_task(self._execute_guarded(batch))
+                self._submitted[task] = len(batch)
+                self._set_depth()
                 running.add(task)
                 task.add_done_callback(done)
         finally:
@@ -257,9 +260,16 @@ class Batcher(Generic[I, O]):
             self._record(len(live), time.perf_counter() - start)
         self.stats.skipped += len(batch) - len(live)
         computed = {id(item) for item in live}
-        for item in batch:  # skipped: done already (timed out, client gone, failed elsewhere) or expired
-            if id(item) not in computed and not item.pending.future.done():
-                item.pending.future.set_exception(DeadlineExceeded("request timed out while queued"))
+        for item in batch:  # skipped: done already (timed out, client gone), failed in another batch, expired
+            pending = item.pending
+            if id(item) in computed or pending.future.done():
+                continue
+            if pending.failed:  # that batch's own failure may not have reached the loop yet
+                pending.future.set_exception(
+                    InferenceFailed("inference failed for another part of this request")
+                )
+            else:
+                pending.future.set_exception(DeadlineExceeded("request timed out while queued"))
         for item, out in zip(live, outputs, strict=True):
             pending = item.pending
             if pending.future.done():  # cancelled while the batch ran: drop its result
