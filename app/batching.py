@@ -196,43 +196,49 @@ class Batcher(Generic[I, O]):
                 self._metrics.forget_queue(self.name)
 
     async def _collect(self, running: set[asyncio.Task[None]]) -> list[_Item]:
-        """The next batch; [] = stop.
+        """The next batch ([] = stop): the queued items, as soon as one of these holds:
 
-        With none of this key's batches running: wait for a first item, then, while every inference worker
-        is busy (with other models), for a full batch or the first item's deadline. With one running: only
-        a full batch goes now (to a free worker, or queued right behind), so that a worker moves on to it
-        without a round trip through the event loop (which, at hundreds of requests/s, is busy sending responses);
-        anything less waits for the running batch to finish. At most workers + 1 of them are submitted.
+        - they fill a batch and at most `workers` of this key's batches are submitted: it goes to a free
+          worker or is queued right behind a running batch, so that a worker moves on to it without a
+          round trip through the event loop (busy sending responses at thousands of requests/s);
+        - none of this key's batches runs and a worker is free: waiting would only leave it idle;
+        - the first item has waited max_delay, and a worker is free or none of this key's batches runs.
+        Otherwise they wait for more items, a free worker, or one of this key's batches to finish.
         """
         loop = asyncio.get_running_loop()
-        while not self._queue or (running and not self._closing and not self._may_queue_behind(running)):
-            if self._closing and not self._queue:
-                return []
-            self._wakeup.clear()
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), None if running else self._idle_timeout_s)
-            except TimeoutError:
-                if not self._queue and self._on_idle is not None:  # no await since the check: no race
-                    self._closed = True
-                    self._on_idle(self)
+        while True:
+            if not self._queue:
+                if self._closing:
                     return []
-        flush_at = self._queue[0].queued_at + self.max_delay_s
-        while (
-            len(self._queue) < self.max_batch_size
-            and not self._closing
-            and loop.time() < flush_at
-            and self._worker.saturated
-        ):
+                self._wakeup.clear()
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), None if running else self._idle_timeout_s)
+                except TimeoutError:
+                    if not self._queue and self._on_idle is not None:  # no await since the check: no race
+                        self._closed = True
+                        self._on_idle(self)
+                        return []
+                continue
+            if self._closing:
+                break
+            timer = None
+            if len(self._queue) >= self.max_batch_size:
+                if len(running) <= self._worker.workers:
+                    break
+            else:
+                free = not self._worker.saturated
+                flush_at = self._queue[0].queued_at + self.max_delay_s
+                if (free and not running) or (loop.time() >= flush_at and (free or not running)):
+                    break
+                if loop.time() < flush_at:
+                    timer = loop.call_at(flush_at, self._wakeup.set)
             self._wakeup.clear()
-            timer = loop.call_at(flush_at, self._wakeup.set)
             self._worker.when_idle(self._wakeup.set)
-            await self._wakeup.wait()  # a new item, the deadline or an idle thread
-            timer.cancel()
+            await self._wakeup.wait()  # a new item, the first item's deadline, a free worker, a batch done
+            if timer is not None:
+                timer.cancel()
         n = min(self.max_batch_size, len(self._queue))
         return [self._queue.popleft() for _ in range(n)]
-
-    def _may_queue_behind(self, running: set[asyncio.Task[None]]) -> bool:
-        return len(running) < self._worker.workers + 1 and len(self._queue) >= self.max_batch_size
 
     async def _execute_guarded(self, batch: list[_Item]) -> None:
         try:
@@ -247,7 +253,8 @@ class Batcher(Generic[I, O]):
         loop = asyncio.get_running_loop()
         start = time.perf_counter()
         try:
-            live, outputs = await self._worker.run(self._run_live, batch, loop.time)
+            offset = loop.time() - time.monotonic()  # the loop's clock, readable from the worker thread
+            live, outputs = await self._worker.run(self._run_live, batch, lambda: time.monotonic() + offset)
         except Exception as e:
             log.exception("batch of %d item(s) failed in %s", len(batch), self.name)
             error = InferenceFailed(f"inference failed for this batch ({type(e).__name__}: {e})")
@@ -280,8 +287,9 @@ class Batcher(Generic[I, O]):
                 pending.future.set_result(pending.results)
 
     def _run_live(self, batch: list[_Item], now: Callable[[], float]) -> tuple[list[_Item], list[O]]:
-        """In the inference thread: run the items still wanted when the thread gets to them (a batch may
-        have waited behind another); reading done() and the loop's clock from here is a plain read."""
+        """In a worker thread: run the items still wanted when the worker gets to them (a batch may have
+        waited behind another). done() is a plain read; `now` is the loop's clock (loop.time() itself may
+        not be called off the loop: uvloop updates its clock there)."""
         t = now()
         live = [
             i for i in batch if not (i.pending.failed or i.pending.future.done()) and t < i.pending.deadline

@@ -109,8 +109,10 @@ class Service:
                 await self._loader
         await self.pool.close()
         if self.worker is not None:
-            await asyncio.to_thread(self.worker.shutdown)
-            sys.setswitchinterval(self._switch_interval)
+            try:
+                await asyncio.to_thread(self.worker.shutdown)
+            finally:
+                sys.setswitchinterval(self._switch_interval)
 
     def readiness(self) -> Readiness:
         return Readiness(status=self.status, reason=self.reason, models=dict(self.model_status))  # type: ignore[arg-type]
@@ -326,9 +328,9 @@ async def _wait_all(
     def watch() -> None:
         nonlocal watcher, timer
         assert disconnected is not None
+        timer = loop.call_at(deadline, timed_out)  # first: the deadline holds whatever happens next
         watcher = loop.create_task(disconnected())
         watcher.add_done_callback(partial(_on_watcher_done, stop))
-        timer = loop.call_at(deadline, timed_out)
 
     if disconnected is None or deadline <= loop.time() + WATCH_AFTER_S:
         timer = loop.call_at(deadline, timed_out)

@@ -29,7 +29,7 @@ class Settings(BaseSettings):
     )  # items (texts/sentences) per forward; 1 = no batching
     max_batch_delay_ms: float = Field(
         default=5.0, ge=0, le=10_000
-    )  # while every inference worker is busy: the longest a partial batch waits for more items
+    )  # while a batch of its key runs or every worker is busy: the longest a partial batch waits for more
     max_queue: int = Field(default=1024, ge=1)  # queued items per batcher before 429
     request_timeout_s: float = Field(default=30.0, gt=0)  # 504 past this deadline
     max_texts: int = Field(default=64, ge=1)  # texts per request
@@ -50,7 +50,7 @@ class Settings(BaseSettings):
     torch_threads: int = Field(default=0, ge=0)
     torchscript: bool = True  # classifiers run as a TorchScript trace (model.inference.traced_predict)
     # sys.setswitchinterval: how long a thread waiting for the GIL waits before it asks for it. Python's
-    # 5 ms default makes the inference thread wait up to 5 ms for the event loop after every batch
+    # 5 ms default makes an inference worker wait up to 5 ms for the event loop after every batch
     gil_switch_interval_ms: float = Field(default=0.2, gt=0, le=100)
 
     @field_validator("device")

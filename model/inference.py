@@ -64,11 +64,29 @@ def traced_predict(model: SentimentClassifier) -> Predict:
     torch.export/compile, which do not (yet) run a whole forward without the interpreter on CPU.
     """
     model.eval()
-    example = torch.full((2, 8), model.cfg.unk_id, dtype=torch.long, device=_device(model))
+    dev = _device(model)
+    example = torch.full((2, 8), model.cfg.unk_id, dtype=torch.long, device=dev)
     example[1, 4:] = model.cfg.pad_id
     with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")  # the deprecation notice and the max_len TracerWarning (see above)
-        return torch.jit.trace(_Predict(model), example, check_trace=False)
+        # expected: the deprecation notice and the max_len check's TracerWarning (see above); any other
+        # TracerWarning (a new data-dependent branch) is raised, and the trace must match the eager model
+        warnings.filterwarnings("error", category=torch.jit.TracerWarning)  # the later filters come first
+        warnings.filterwarnings("ignore", message=r".*torch\.jit\.trace.* is deprecated")
+        warnings.filterwarnings("ignore", message="Converting a tensor to a Python boolean")
+        traced = torch.jit.trace(_Predict(model), example, check_trace=False)
+    rng = torch.Generator().manual_seed(0)
+    atol = 1e-4 if next(model.parameters()).dtype == torch.float32 else 2e-2
+    for shape in ((1, 1), (3, min(model.cfg.max_len, 21))):  # other shapes than the example's
+        ids = torch.randint(5, model.cfg.vocab_size, shape, generator=rng)
+        ids[-1, max(1, shape[1] // 2) :] = model.cfg.pad_id
+        ids = ids.to(dev)
+        with torch.inference_mode():
+            want, got = model.predict(ids), traced(ids)
+        if not torch.allclose(got, want, rtol=0, atol=atol):
+            raise RuntimeError(
+                f"traced classifier differs from eager by {(got - want).abs().max().item():.2g}"
+            )
+    return traced
 
 
 class _Predict(torch.nn.Module):

@@ -328,3 +328,68 @@ async def test_two_workers_run_two_full_batches_side_by_side() -> None:
     assert b.stats.batches == 2
     await b.close()
     workers.shutdown()
+
+
+async def test_a_part_queued_behind_a_failed_part_is_not_computed(
+    make: Callable[..., Batcher[int, int]], executor: InferenceWorkers
+) -> None:
+    rec = Recorder()
+    rec.gate.clear()
+    b = make(rec, max_batch_size=1, max_delay_s=0.0)
+    request = b.enqueue([-1, 2], FAR)  # two batches of one; [2] is submitted behind [-1]
+    await asyncio.to_thread(rec.started.wait, 5)
+    await asyncio.sleep(0.05)
+    assert executor.busy == 2
+    rec.gate.set()
+    with pytest.raises(InferenceFailed):
+        await request
+    await asyncio.sleep(0.05)
+    assert rec.batches == [[-1]]
+    await b.close()
+
+
+async def test_a_part_skipped_because_another_failed_gets_500_not_504(
+    make: Callable[..., Batcher[int, int]],
+) -> None:
+    """The thread skips it before the failure of the other batch reaches the loop (two workers)."""
+    from app.batching import _Item, _Pending
+
+    b = make(Recorder())
+    loop = asyncio.get_running_loop()
+    pending: _Pending[int] = _Pending(loop.create_future(), [None, None], 2, FAR, failed=True)
+    await b._execute([_Item(pending, 1, 2, loop.time())])
+    with pytest.raises(InferenceFailed, match="another part"):
+        await pending.future
+    await b.close()
+
+
+async def test_a_partial_batch_goes_to_a_free_worker_after_max_delay() -> None:
+    """With one batch of the key running and a worker free, a partial batch waits max_delay, not for it."""
+    workers = InferenceWorkers(2, threads=1)
+    gate, first_started = threading.Event(), threading.Event()
+
+    def run(items: list[int]) -> list[int]:
+        if 1 in items:
+            first_started.set()
+            assert gate.wait(10)
+        return [x * 10 for x in items]
+
+    b = Batcher("test", run, workers, max_batch_size=8, max_delay_s=0.02, max_queue=100)
+    first = b.enqueue([1], FAR)
+    await asyncio.to_thread(first_started.wait, 5)
+    start = time.monotonic()
+    assert await b.enqueue([2], FAR) == [20]  # served by the other worker while [1] still runs
+    assert 0.015 <= time.monotonic() - start < 5
+    assert not first.done()
+    gate.set()
+    assert await first == [10]
+    await b.close()
+    workers.shutdown()
+
+
+async def test_each_worker_runs_with_its_intra_op_threads() -> None:
+    import torch
+
+    workers = InferenceWorkers(2, threads=1)
+    assert await asyncio.gather(*(workers.run(torch.get_num_threads) for _ in range(4))) == [1] * 4
+    workers.shutdown()

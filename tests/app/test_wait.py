@@ -54,3 +54,27 @@ async def test_our_own_cancellation_wins_over_the_deadline() -> None:
     time.sleep(0.05)  # both callbacks are due: the timer runs first, then the cancel
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_the_watcher_starts_late_and_the_deadline_still_holds() -> None:
+    """Requests answered within WATCH_AFTER_S never start a watcher task; later ones do, and the deadline
+    holds on that path too."""
+    from app.service import WATCH_AFTER_S
+
+    loop = asyncio.get_running_loop()
+    started: list[float] = []
+
+    async def never_leaves() -> None:
+        started.append(loop.time())
+        await asyncio.Event().wait()
+
+    fast = loop.create_future()
+    loop.call_later(WATCH_AFTER_S / 5, fast.set_result, [1])
+    assert await _wait_all([fast], loop.time() + 5, never_leaves, 5) == [[1]]
+    assert started == []
+    t0 = loop.time()
+    with pytest.raises(DeadlineExceeded):
+        await _wait_all([loop.create_future()], t0 + WATCH_AFTER_S + 0.1, never_leaves, 0.15)
+    assert len(started) == 1
+    assert started[0] - t0 >= WATCH_AFTER_S * 0.9
+    assert loop.time() - t0 < WATCH_AFTER_S + 1.0
