@@ -5,8 +5,9 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= ../shared/data
 RUNS ?= runs
 
-.PHONY: install serve test lint format bench \
-	train-sentiment-ko train-sentiment-en train-translate-fr-en train-translate-es-en train-translate-de-en
+TRAIN := train-sentiment-ko train-sentiment-en train-translate-fr-en train-translate-es-en train-translate-de-en
+
+.PHONY: install serve test lint format bench $(TRAIN)
 
 install: $(VENV)/.installed
 
@@ -32,6 +33,10 @@ format: install
 	$(PY) -m ruff format .
 
 # Shipped checkpoints: train (resumable: re-run the same command to continue), then evaluate + ship.
-train-%: install
+# later commands that continued a finished preset run (each shipped card lists them under Reproduce)
+CONTINUE_translate-de-en := --epochs=13 --average_last=6 --eval_every=81 --patience=30
+
+$(TRAIN): train-%: install  # a static pattern rule: implicit rules skip .PHONY targets
 	$(PY) -m training $(if $(findstring sentiment,$*),sentiment,translate) --preset=$* --out_dir=$(RUNS) --data_dir=$(DATA_DIR)
+	$(if $(CONTINUE_$*),$(PY) -m training $(if $(findstring sentiment,$*),sentiment,translate) --preset=$* --out_dir=$(RUNS) --data_dir=$(DATA_DIR) $(CONTINUE_$*))
 	$(PY) -m training ship --run $(RUNS)/$* --name $* --data-dir $(DATA_DIR)

@@ -104,6 +104,8 @@ def write_card(dest: Path, name: str, task: str) -> None:
     """(Re)write a shipped checkpoint's README.md from its config.json and metrics.json."""
     metrics = json.loads((dest / "metrics.json").read_text())
     command = f"python -m training {task} --preset={name}  # or: make train-{name}"
+    for extra in metrics.get("continued", []):  # later runs that continued the finished one
+        command += f"\npython -m training {task} --preset={name} {extra}  # continues the run"
     (dest / "README.md").write_text(
         model_card(
             name,
@@ -125,6 +127,14 @@ def cli(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default=None)
     p.add_argument("--force", action="store_true")
     p.add_argument("--note", default="", help="free text for the model card (e.g. how the run was resumed)")
+    p.add_argument(
+        "--continued",
+        action="append",
+        default=[],
+        metavar="ARGS",
+        help="overrides of a later command that continued the finished preset run, as --continued='--epochs=13 ...'; "
+        "listed in the card's Reproduce section, in order",
+    )
     args = p.parse_args(argv)
     best = args.run / "best"
     name = args.name or args.run.name
@@ -156,7 +166,9 @@ def cli(argv: list[str] | None = None) -> int:
     shutil.copytree(best, tmp)
     (tmp / "metrics.json").write_text(
         json.dumps(
-            {"test": test, "valid": valid} | ({"note": args.note} if args.note else {}),
+            {"test": test, "valid": valid}
+            | ({"note": args.note} if args.note else {})
+            | ({"continued": args.continued} if args.continued else {}),
             indent=2,
             ensure_ascii=False,
         )

@@ -312,7 +312,7 @@ def test_ship_writes_card_and_selects_on_validation(
         "--data-dir",
         str(synthetic_data_dir),
     ]
-    assert main([*argv, "--note", "resumed once with --epochs=2"]) == 0
+    assert main([*argv, "--note", "resumed once with --epochs=2", "--continued=--epochs=2"]) == 0
     shipped = dest / "translate-fr-en"
     metrics = json.loads((shipped / "metrics.json").read_text())
     assert metrics["test"]["n"] == 40
@@ -321,6 +321,7 @@ def test_ship_writes_card_and_selects_on_validation(
     assert f"| bleu | {metrics['test']['bleu']} |" in card
     assert "python -m training translate --preset=translate-fr-en" in card
     assert "- **Notes**: resumed once with --epochs=2" in card
+    assert "python -m training translate --preset=translate-fr-en --epochs=2  # continues the run" in card
     assert load_checkpoint(shipped).config.task == "translation"
     capsys.readouterr()
     assert main(argv) == 1  # same validation metric: not an improvement, the shipped one stays
