@@ -33,10 +33,13 @@ format: install
 	$(PY) -m ruff format .
 
 # Shipped checkpoints: train (resumable: re-run the same command to continue), then evaluate + ship.
-# later commands that continued a finished preset run (each shipped card lists them under Reproduce)
-CONTINUE_translate-de-en := --epochs=13 --average_last=6 --eval_every=81 --patience=30
+# later commands that continued a finished preset run, in order, commas for spaces (each shipped card lists
+# them under Reproduce)
+comma := ,
+CONTINUE_translate-es-en := --epochs=9 --epochs=11,--average_last=6,--eval_every=129,--patience=30
+CONTINUE_translate-de-en := --epochs=13,--average_last=6,--eval_every=81,--patience=30
 
 $(TRAIN): train-%: install  # a static pattern rule: implicit rules skip .PHONY targets
 	$(PY) -m training $(if $(findstring sentiment,$*),sentiment,translate) --preset=$* --out_dir=$(RUNS) --data_dir=$(DATA_DIR)
-	$(if $(CONTINUE_$*),$(PY) -m training $(if $(findstring sentiment,$*),sentiment,translate) --preset=$* --out_dir=$(RUNS) --data_dir=$(DATA_DIR) $(CONTINUE_$*))
-	$(PY) -m training ship --run $(RUNS)/$* --name $* --data-dir $(DATA_DIR)
+	$(foreach c,$(CONTINUE_$*),$(PY) -m training $(if $(findstring sentiment,$*),sentiment,translate) --preset=$* --out_dir=$(RUNS) --data_dir=$(DATA_DIR) $(subst $(comma), ,$(c)) &&) true
+	$(PY) -m training ship --run $(RUNS)/$* --name $* --data-dir $(DATA_DIR) $(foreach c,$(CONTINUE_$*),--continued='$(subst $(comma), ,$(c))')
