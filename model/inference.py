@@ -56,9 +56,9 @@ def traced_predict(model: SentimentClassifier) -> Predict:
     """The classifier's predict() as one TorchScript graph (same outputs, any batch size and length).
 
     Why: an eager forward releases and re-takes the GIL around each of its ~100 ops, and every re-take
-    waits while another Python thread runs (the server's event loop). Measured on the 2-core CPU, a batch
-    of 32 took 12 ms alone, 16 ms beside a thread that runs Python a third of the time, and 310 ms beside a
-    busy one; the traced graph runs in C++ with one GIL release and takes 17 ms beside the busy thread.
+    waits while another Python thread runs (the server's event loop). Measured on the 2-core CPU (one
+    intra-op thread, a batch of 32 reviews): eager 20 ms alone, 310 ms beside a thread busy running Python;
+    traced 17 ms alone, 27 ms beside it (the graph runs in C++ and releases the GIL once).
     The trace records no data-dependent branch: the only one, the max_len check, holds for every input
     (inputs are truncated to max_len before they get here). torch.jit is deprecated in favour of
     torch.export/compile, which do not (yet) run a whole forward without the interpreter on CPU.
