@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from model import ModelConfig, build_model, load_checkpoint
+from model import build_model, load_checkpoint
+from tests.conftest import tiny_sentiment_config, tiny_translation_config
 from training.averaging import average_into, save_snapshot, snapshots
 from training.config import parse_overrides
 from training.train import train
@@ -18,18 +19,7 @@ from .test_train import records, tiny
 
 def _model(seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)
-    cfg = ModelConfig(
-        task="translation",
-        source_langs=["fr"],
-        target_langs=["en"],
-        vocab_size=50,
-        d_model=16,
-        n_heads=2,
-        n_layers=1,
-        n_decoder_layers=1,
-        d_ff=32,
-    )
-    return build_model(cfg)
+    return build_model(tiny_translation_config(50))
 
 
 def test_average_is_the_elementwise_mean_and_keeps_tied_weights(tmp_path: Path) -> None:
@@ -59,17 +49,7 @@ def test_only_the_newest_snapshots_are_kept_and_a_replayed_step_drops_later_ones
 def test_average_refuses_empty_and_foreign_snapshots(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no snapshots"):
         average_into(_model(0), [])
-    other = build_model(
-        ModelConfig(
-            task="sentiment",
-            labels=("negative", "positive"),
-            vocab_size=50,
-            d_model=16,
-            n_heads=2,
-            n_layers=1,
-            d_ff=32,
-        )
-    )
+    other = build_model(tiny_sentiment_config(50))
     kept = save_snapshot(tmp_path, other, 1, keep=1)
     with pytest.raises(ValueError, match="not in the model"):
         average_into(_model(0), kept)
