@@ -75,7 +75,7 @@ From-scratch Transformer ({cfg["task"]}), trained on this project's CPU; no pret
 
 - **Data**: {note} (`{dataset}`).
 - **Architecture**: {arch}.
-- **Training**: {train.get("step", "?")} optimizer steps, {train.get("epoch", "?")} epochs, {hours:.1f} h wall time on a 2-core CPU (fp32, one
+- **Training**: {train.get("step", "?")} optimizer steps ({train.get("epoch", "?")} full epochs done), {hours:.1f} h wall time on a 2-core CPU (fp32, one
 thread, sharing the CPU with other training runs).
 - **Size**: {size_mb:.1f} MB on disk (fp16 safetensors + tokenizer).
 - **Date**: {datetime.now(UTC).date().isoformat()}{f"{chr(10)}- **Notes**: {notes}" if notes else ""}
@@ -84,7 +84,7 @@ thread, sharing the CPU with other training runs).
 
 ```
 {command}
-python -m training ship --run runs/{tcfg.get("name") or name} --name {name}
+python -m training ship --run runs/{name} --name {name}
 ```
 
 ## Test metrics
