@@ -124,9 +124,8 @@ class Batcher(Generic[I, O]):
         self._run, self._worker, self._metrics = run, worker, metrics
         self._idle_timeout_s, self._on_idle = idle_timeout_s, on_idle
         self._queue: deque[_Item] = deque()
-        self._submitted: dict[
-            asyncio.Task[None], int
-        ] = {}  # this key's unfinished batches: size, oldest first
+        # this key's submitted, unfinished batches (running or waiting for a worker): size, oldest first
+        self._submitted: dict[asyncio.Task[None], int] = {}
         self._wakeup = asyncio.Event()
         self._closing = self._closed = False
         self.stats = BatchStats()
@@ -173,29 +172,25 @@ class Batcher(Generic[I, O]):
             self._depth.set(len(self))
 
     async def _loop(self) -> None:
-        running: set[asyncio.Task[None]] = set()  # this key's batches on (or queued for) the thread
-
         def done(task: asyncio.Task[None]) -> None:
-            running.discard(task)
             del self._submitted[task]
             self._set_depth()
             self._wakeup.set()
 
         try:
-            while batch := await self._collect(running):
+            while batch := await self._collect():
                 task = asyncio.get_running_loop().create_task(self._execute_guarded(batch))
                 self._submitted[task] = len(batch)
                 self._set_depth()
-                running.add(task)
                 task.add_done_callback(done)
         finally:
-            if running:  # drain: every submitted item gets its result
-                await asyncio.gather(*running, return_exceptions=True)
+            if self._submitted:  # drain: every submitted item gets its result
+                await asyncio.gather(*self._submitted, return_exceptions=True)
             self._closed = True
             if self._metrics is not None:
                 self._metrics.forget_queue(self.name)
 
-    async def _collect(self, running: set[asyncio.Task[None]]) -> list[_Item]:
+    async def _collect(self) -> list[_Item]:
         """The next batch ([] = stop): the queued items, as soon as one of these holds:
 
         - they fill a batch and at most `workers` of this key's batches are submitted: it goes to a free
@@ -206,6 +201,7 @@ class Batcher(Generic[I, O]):
         Otherwise they wait for more items, a free worker, or one of this key's batches to finish.
         """
         loop = asyncio.get_running_loop()
+        running = self._submitted  # this key's batches on (or waiting for) a worker
         while True:
             if not self._queue:
                 if self._closing:

@@ -50,7 +50,7 @@ def build_model(cfg: ModelConfig) -> SentimentClassifier | Translator:
     return SentimentClassifier(cfg) if cfg.task == "sentiment" else Translator(cfg)
 
 
-def _unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
+def unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """state_dict without aliases of tied weights (safetensors refuses shared storage); first name wins."""
     seen: set[int] = set()
     out = {}
@@ -81,7 +81,7 @@ def save_checkpoint(
     path.mkdir(parents=True, exist_ok=True)
     tensors = {
         k: v.detach().to("cpu", dtype if v.is_floating_point() else v.dtype).contiguous()
-        for k, v in _unique_state(model).items()
+        for k, v in unique_state(model).items()
     }
     safetensors.torch.save_file(tensors, str(path / WEIGHTS), metadata={"format": FORMAT})
     (path / WEIGHTS).chmod(0o644)  # safetensors writes 0600; a service user must be able to read it
@@ -179,7 +179,7 @@ def load_checkpoint(
     except Exception as e:  # safetensors raises its own SafetensorError on a bad header or short body
         raise CheckpointError(f"{path / WEIGHTS}: not a valid safetensors file ({e})") from e
     model = build_model(cfg)
-    expected = {k: v.shape for k, v in _unique_state(model).items()}
+    expected = {k: v.shape for k, v in unique_state(model).items()}
     missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
     if missing or unexpected:
         raise CheckpointError(

@@ -13,16 +13,19 @@ import safetensors.torch
 import torch
 from torch import nn
 
+from model.checkpoint import unique_state
+
 SNAPSHOTS = "snapshots"
 
 
-def _step(path: Path) -> int:
+def snapshot_step(path: Path) -> int:
+    """The optimizer step a snapshot file was written at."""
     return int(path.stem.removeprefix("step-"))
 
 
 def snapshots(run: Path) -> list[Path]:
     """The run's snapshot files, oldest first."""
-    return sorted((run / SNAPSHOTS).glob("step-*.safetensors"), key=_step)
+    return sorted((run / SNAPSHOTS).glob("step-*.safetensors"), key=snapshot_step)
 
 
 def save_snapshot(run: Path, model: nn.Module, step: int, keep: int) -> list[Path]:
@@ -34,28 +37,18 @@ def save_snapshot(run: Path, model: nn.Module, step: int, keep: int) -> list[Pat
     d = run / SNAPSHOTS
     d.mkdir(parents=True, exist_ok=True)
     for p in snapshots(run):
-        if _step(p) > step:
+        if snapshot_step(p) > step:
             p.unlink()
     path = d / f"step-{step:07d}.safetensors"
     tmp = path.with_suffix(".tmp")
-    tensors = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
-    safetensors.torch.save_file(_dedupe(tensors, model), str(tmp))
+    # tied weights once (safetensors refuses aliases); average_into writes through the kept name
+    tensors = {k: v.detach().float().cpu().contiguous() for k, v in unique_state(model).items()}
+    safetensors.torch.save_file(tensors, str(tmp))
     tmp.replace(path)
     kept = snapshots(run)
     for p in kept[:-keep]:
         p.unlink()
     return kept[-keep:]
-
-
-def _dedupe(tensors: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
-    """Drop aliases of tied weights (safetensors refuses them); load_state_dict(strict=False) restores them."""
-    seen: set[int] = set()
-    out = {}
-    for name, t in model.state_dict().items():
-        if t.data_ptr() not in seen:
-            seen.add(t.data_ptr())
-            out[name] = tensors[name]
-    return out
 
 
 def average_into(model: nn.Module, paths: list[Path]) -> None:

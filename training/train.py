@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from model import DecodeOptions, build_model, load_checkpoint, pad_ids, save_checkpoint
 from model.inference import classify_ids, translate_ids
-from training.averaging import average_into, save_snapshot
+from training.averaging import average_into, save_snapshot, snapshot_step
 from training.batches import shard, token_batches
 from training.config import TrainConfig
 from training.metrics import accuracy_f1, bleu_chrf
@@ -462,7 +462,7 @@ def _checkpoint(
                 avg_res = evaluate(avg, data, cfg)
                 record["eval_average"] = avg_res | {"snapshots": len(kept)}
                 if avg_res["metric"] > res["metric"]:
-                    candidate, res, averaged = avg, avg_res, [int(p.stem[5:]) for p in kept]
+                    candidate, res, averaged = avg, avg_res, [snapshot_step(p) for p in kept]
         improved = res["metric"] > prog.best
         if improved:
             prog.best, prog.bad_evals = res["metric"], 0
