@@ -223,6 +223,8 @@ _LOADERS: dict[str, tuple[tuple[str, ...], Callable[[Path, str], list]]] = {
     "nsmc": (_TRAIN_VALID_TEST, _nsmc),
     "nsmc-unlabeled": (("train",), lambda d, _: read_text_lines(d / "nsmc" / "unlabeled.txt.gz")),
     "imdb": (_TRAIN_VALID_TEST, _imdb),
+    # the review texts of the imdb train split, unlabeled: in-domain masked-LM text that leaves valid/test out
+    "imdb-text": (("train",), lambda d, _: [x.text for x in _imdb(d, "train")]),
     "tatoeba-fr-en": (_TRAIN_VALID_TEST, _tatoeba("fr", "en")),
     "tatoeba-es-en": (_TRAIN_VALID_TEST, _tatoeba("es", "en")),
     "tatoeba-en-fr": (_TRAIN_VALID_TEST, _tatoeba("en", "fr")),
@@ -240,7 +242,7 @@ def load_split(
 
     Returns:
         ``LabeledText`` rows (nsmc, imdb), ``Pair`` rows (translation, ``src -> tgt`` as in the
-        name) or plain strings (nsmc-unlabeled).
+        name) or plain strings (nsmc-unlabeled, imdb-text).
     """
     if dataset not in _LOADERS:
         raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")

@@ -279,6 +279,13 @@ def test_load_split_uses_env_data_dir(data_dir: Path, monkeypatch: pytest.Monkey
     assert len(load_split("multi30k-de-en", "train")) == 3
 
 
+def test_imdb_text_is_the_train_split_unlabeled(data_dir: Path) -> None:
+    # masked-LM text for sentiment-en: exactly the train reviews, so valid and test stay unseen
+    assert load_split("imdb-text", "train", data_dir) == [x.text for x in load_split("imdb", "train", data_dir)]
+    valid = {x.text for x in load_split("imdb", "valid", data_dir)}
+    assert valid and not valid & set(load_split("imdb-text", "train", data_dir))
+
+
 def test_load_split_rejects_unknown_names(data_dir: Path) -> None:
     with pytest.raises(ValueError, match=r"unknown dataset 'sst2'.*nsmc, nsmc-unlabeled, imdb"):
         load_split("sst2", "train", data_dir)
