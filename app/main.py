@@ -5,6 +5,8 @@ uvicorn app.main:app --host 127.0.0.1 --port 8000     (or: python -m app)
 
 from __future__ import annotations
 
+import time
+
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -34,11 +36,16 @@ class ServingApp(FastAPI):
 
     fast_path: FastPath | None = None
     max_body_bytes: int = 1_048_576
+    metrics: Metrics | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             if (size := declared_length(scope)) is not None and size > self.max_body_bytes:
+                start = time.perf_counter()
                 await refuse(BodyTooLarge(self.max_body_bytes, size), scope, receive, send)
+                if self.metrics is not None:  # refused before routing: label it as MetricsMiddleware would
+                    route = scope["path"] if scope["path"] in self.openapi()["paths"] else "unmatched"
+                    self.metrics.observe_request(route, scope["method"], 413, time.perf_counter() - start)
                 return
             receive = limited(receive, self.max_body_bytes)
         if self.fast_path is not None and self.fast_path.accepts(scope):
@@ -75,7 +82,7 @@ def create_app(settings: Settings | None = None) -> ServingApp:
     for router in (system.open_router, system.router, sentiment.router, translate.router, attention.router):
         app.include_router(router)
     demo.install(app)  # GET / and /static, public: the page is where the API key is entered
-    app.max_body_bytes = settings.max_body_bytes
+    app.max_body_bytes, app.metrics = settings.max_body_bytes, metrics
     app.fast_path = FastPath(service, settings, metrics, fallback=super(ServingApp, app).__call__)
     return app
 
