@@ -6,7 +6,6 @@ uvicorn app.main:app --host 127.0.0.1 --port 8000     (or: python -m app)
 from __future__ import annotations
 
 import time
-
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 

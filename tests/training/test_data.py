@@ -281,9 +281,12 @@ def test_load_split_uses_env_data_dir(data_dir: Path, monkeypatch: pytest.Monkey
 
 def test_imdb_text_is_the_train_split_unlabeled(data_dir: Path) -> None:
     # masked-LM text for sentiment-en: exactly the train reviews, so valid and test stay unseen
-    assert load_split("imdb-text", "train", data_dir) == [x.text for x in load_split("imdb", "train", data_dir)]
+    assert load_split("imdb-text", "train", data_dir) == [
+        x.text for x in load_split("imdb", "train", data_dir)
+    ]
     valid = {x.text for x in load_split("imdb", "valid", data_dir)}
-    assert valid and not valid & set(load_split("imdb-text", "train", data_dir))
+    assert valid
+    assert not valid & set(load_split("imdb-text", "train", data_dir))
 
 
 def test_load_split_rejects_unknown_names(data_dir: Path) -> None:
