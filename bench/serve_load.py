@@ -18,8 +18,6 @@ import os
 import random
 import resource
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +33,8 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from tests.server_process import free_port, server_env, stop, wait_ready  # noqa: E402
+
 WRK_SCRIPT = REPO / "bench" / "wrk" / "post.lua"
 SHORT_TEXT = "A wonderful film."
 EN_WORDS = [
@@ -141,45 +141,27 @@ def children_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def serve(checkpoint_dir: Path, env: dict[str, str]) -> Iterator[tuple[str, float, int]]:
     """`python -m app` in a subprocess -> (base url, seconds from spawn to /ready 200, pid); SIGTERM at exit."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("APP_")}
     base = {"APP_CHECKPOINT_DIR": str(checkpoint_dir), "APP_PORT": str(port), "APP_LOG_LEVEL": "warning"}
     with tempfile.TemporaryFile() as log:
+
+        def output() -> str:
+            log.seek(0)
+            return log.read().decode(errors="replace")
+
         start = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app"], env=clean | base | env, cwd=REPO, stdout=log, stderr=log
+            [sys.executable, "-m", "app"], env=server_env(base | env), cwd=REPO, stdout=log, stderr=log
         )
         try:
-            while True:
-                if proc.poll() is not None:
-                    log.seek(0)
-                    raise RuntimeError(f"server exited ({proc.returncode}):\n{log.read().decode()}")
-                try:
-                    if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() - start > 120:
-                    raise RuntimeError("server not ready after 120 s")
-                time.sleep(0.02)
+            wait_ready(proc, url, 120, output)
             yield url, time.monotonic() - start, proc.pid
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc, timeout=30)
 
 
 def percentile(sorted_ms: list[float], q: float) -> float:

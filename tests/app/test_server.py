@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,45 +13,18 @@ import httpx
 import pytest
 
 from app.settings import REPO_ROOT
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.server_process import free_port, server_env, stop, wait_ready
 
 
 def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("APP_")}
     return subprocess.Popen(
-        cmd, env=clean | env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd, env=server_env(env), cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
 
 
-def wait_ready(proc: subprocess.Popen[str], url: str, timeout: float = 60.0) -> float:
-    """Seconds until /ready answered 200."""
-    start_t = time.monotonic()
-    while time.monotonic() - start_t < timeout:
-        if proc.poll() is not None:
-            pytest.fail(f"server exited with {proc.returncode}:\n{proc.stdout.read() if proc.stdout else ''}")
-        try:
-            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                return time.monotonic() - start_t
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    pytest.fail(f"not ready after {timeout}s")
-
-
-def stop(proc: subprocess.Popen[str]) -> str:
+def stop_with_output(proc: subprocess.Popen[str]) -> str:
     """SIGTERM (graceful), then the output; SIGKILL only if it hangs."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop(proc)
     if proc.stdout is None:
         return ""
     with proc.stdout:
@@ -71,7 +41,7 @@ def server(app_checkpoint_dir: Path) -> Iterator[str]:
         wait_ready(proc, url)
         yield url
     finally:
-        stop(proc)
+        stop_with_output(proc)
 
 
 def test_routes_over_tcp(server: str) -> None:
@@ -125,7 +95,7 @@ def test_python_m_app_with_api_key_and_graceful_sigterm(app_checkpoint_dir: Path
         r = httpx.post(f"{url}/sentiment", json={"text": "a"}, headers={"Authorization": "Bearer k3y"})
         assert r.status_code == 200
     finally:
-        output = stop(proc)
+        output = stop_with_output(proc)
     assert proc.returncode in (0, -signal.SIGTERM), output  # uvicorn re-raises the signal after a clean stop
     assert "Application shutdown complete" in output
     assert "k3y" not in output

@@ -10,7 +10,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,8 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from tests.server_process import free_port, stop
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
@@ -126,22 +127,6 @@ class Server:
         return self.log.read_text(encoding="utf-8", errors="replace")[-4000:]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-
-
 @pytest.fixture(scope="module")
 def served_checkpoints(
     tmp_path_factory: pytest.TempPathFactory,
@@ -165,7 +150,7 @@ def image_server(
     assert argv[:1] in (["python"], ["python3"]), f"image command is not a python command: {argv}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("APP_")}
     env |= {k: v for k, v in final_stage.env().items() if k not in IMAGE_LAYOUT_ENV}
-    port = _free_port()
+    port = free_port()
     env |= {
         "APP_HOST": "127.0.0.1",
         "APP_PORT": str(port),
@@ -181,7 +166,7 @@ def image_server(
     try:
         yield server
     finally:
-        _stop(proc)
+        stop(proc, timeout=15)
 
 
 def _wait_ready(server: Server, timeout_s: float = READY_TIMEOUT_S) -> int | None:
@@ -251,7 +236,7 @@ def test_compose_healthcheck_passes_on_ready_server(ready_server: Server) -> Non
 
 def test_healthcheck_fails_without_server(final_stage: Stage) -> None:
     argv = final_stage.healthcheck()
-    env = {**os.environ, "APP_PORT": str(_free_port())}
+    env = {**os.environ, "APP_PORT": str(free_port())}
     done = subprocess.run([sys.executable, *argv[1:]], env=env, capture_output=True, timeout=30)
     assert done.returncode != 0
 

@@ -6,18 +6,14 @@ python -m tests.e2e.browser --checkpoint-dir checkpoints --out docs/demo.png
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
+from tests.server_process import free_port, server_env, stop, wait_ready
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page, Playwright
@@ -37,21 +33,14 @@ DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def server(checkpoint_dir: Path, timeout: float = 60.0, **env: str) -> Iterator[str]:
     """uvicorn app.main:app on a free 127.0.0.1 port until /ready is 200; yields its URL, SIGTERM at exit."""
     port = free_port()
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("APP_")}
     cmd = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)]
     proc = subprocess.Popen(
         cmd,
-        env=clean | {"APP_CHECKPOINT_DIR": str(checkpoint_dir)} | env,
+        env=server_env({"APP_CHECKPOINT_DIR": str(checkpoint_dir)} | env),
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -59,26 +48,10 @@ def server(checkpoint_dir: Path, timeout: float = 60.0, **env: str) -> Iterator[
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        end = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}:\n{proc.stdout.read()}")  # type: ignore[union-attr]
-            try:
-                if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > end:
-                raise RuntimeError(f"{url} not ready after {timeout}s")
-            time.sleep(0.05)
+        wait_ready(proc, url, timeout)
         yield url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         if proc.stdout is not None:
             proc.stdout.close()
 

@@ -1,0 +1,60 @@
+"""A server subprocess on a free 127.0.0.1 port, shared by the TCP tests (tests/app/test_server.py), the browser
+tests (tests/e2e), the image-command tests (tests/deploy) and the load benchmark (bench/serve_load.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_env(env: dict[str, str]) -> dict[str, str]:
+    """This process's environment without its APP_* settings (the caller's own must not leak in), plus env."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("APP_")} | env
+
+
+def wait_ready(
+    proc: subprocess.Popen, url: str, timeout: float = 60.0, output: Callable[[], str] | None = None
+) -> float:
+    """Poll GET {url}/ready until 200 -> seconds waited. RuntimeError with the server's output (`output()`, or
+    its piped stdout) if it exits first or is not ready within `timeout`."""
+
+    def tail() -> str:
+        if output is not None:
+            return output()
+        return proc.stdout.read() if proc.stdout is not None and proc.poll() is not None else ""
+
+    start = time.monotonic()
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{tail()}")
+        try:
+            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
+                return time.monotonic() - start
+        except httpx.TransportError:
+            pass
+        if time.monotonic() - start > timeout:
+            raise RuntimeError(f"{url} not ready after {timeout:.0f} s")
+        time.sleep(0.02)
+
+
+def stop(proc: subprocess.Popen, timeout: float = 20.0) -> None:
+    """SIGTERM (a graceful shutdown), SIGKILL only if it has not exited after `timeout` s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
