@@ -6,8 +6,9 @@ is the whole budget, not the model. This path answers a well-formed, authorized 
 itself, with the same request schema, service call, response schema and error rendering as the FastAPI
 route, and hands everything else (invalid bodies with the body replayed, missing keys, CORS requests,
 other content types) to FastAPI. FastAPI stays the one source of validation messages and of the OpenAPI
-schema. It matches scope["path"] exactly (behind --root-path or a mount, FastAPI serves everything) and
-does not see app.dependency_overrides or middleware added to the app: those apply to FastAPI routes only.
+schema. It matches the path below the ASGI root_path, as Starlette's router does (so also behind
+`--root-path`), and does not see app.dependency_overrides or middleware added to the app: those apply to
+FastAPI routes only.
 """
 
 from __future__ import annotations
@@ -59,22 +60,23 @@ class FastPath:
 
     @staticmethod
     def accepts(scope: Scope) -> bool:
-        return scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in HOT_ROUTES
+        return scope["type"] == "http" and scope["method"] == "POST" and route_path(scope) in HOT_ROUTES
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
-        route = HOT_ROUTES[scope["path"]]
+        path = route_path(scope)
+        route = HOT_ROUTES[path]
         if not self._headers_qualify(scope):  # FastAPI answers (its 401, 422 or CORS headers)
             await self.fallback(scope, receive, send)
             return
         try:
             body = await _read_body(receive)
         except BodyTooLarge as exc:  # a chunked body past APP_MAX_BODY_BYTES
-            self.metrics.observe_request(scope["path"], "POST", 413, time.perf_counter() - start)
+            self.metrics.observe_request(path, "POST", 413, time.perf_counter() - start)
             await refuse(exc, scope, receive, send)
             return
         if body is None:  # the client left before sending its body
-            self.metrics.observe_request(scope["path"], "POST", 499, time.perf_counter() - start)
+            self.metrics.observe_request(path, "POST", 499, time.perf_counter() - start)
             return
         try:
             request = route.request.model_validate_json(body)
@@ -85,13 +87,11 @@ class FastPath:
             result = await route.call(self.service, request, _disconnect_waiter(receive))
             payload = route.response.dump_json(result, exclude_none=route.exclude_none)
         except Exception as exc:  # the same rendering as the FastAPI app's exception handlers
-            response = error_response(exc, f"POST {scope['path']}")
-            self.metrics.observe_request(
-                scope["path"], "POST", response.status_code, time.perf_counter() - start
-            )
+            response = error_response(exc, f"POST {path}")
+            self.metrics.observe_request(path, "POST", response.status_code, time.perf_counter() - start)
             await response(scope, receive, send)
             return
-        self.metrics.observe_request(scope["path"], "POST", 200, time.perf_counter() - start)
+        self.metrics.observe_request(path, "POST", 200, time.perf_counter() - start)
         await send({"type": "http.response.start", "status": 200, "headers": _headers(len(payload))})
         await send({"type": "http.response.body", "body": payload})
 
@@ -108,6 +108,15 @@ class FastPath:
         if content_type.split(";", 1)[0].strip().lower() != "application/json":
             return False
         return api_key_matches(self.settings, _bearer(seen.get(b"authorization")), seen.get(b"x-api-key"))
+
+
+def route_path(scope: Scope) -> str:
+    """scope["path"] below scope["root_path"] (Starlette's routing rule: ASGI servers include the root path in
+    the path)."""
+    path, root = scope["path"], scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("/", ""):
+        return path[len(root) :]
+    return path
 
 
 async def _read_body(receive: Receive) -> bytes | None:

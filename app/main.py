@@ -15,7 +15,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.body_limit import BodyTooLarge, declared_length, limited, refuse
 from app.errors import install_error_handlers
-from app.fastpath import FastPath
+from app.fastpath import FastPath, route_path
 from app.metrics import Metrics, MetricsMiddleware
 from app.routes import attention, demo, sentiment, system, translate
 from app.service import Service
@@ -43,7 +43,8 @@ class ServingApp(FastAPI):
                 start = time.perf_counter()
                 await refuse(BodyTooLarge(self.max_body_bytes, size), scope, receive, send)
                 if self.metrics is not None:  # refused before routing: label it as MetricsMiddleware would
-                    route = scope["path"] if scope["path"] in self.openapi()["paths"] else "unmatched"
+                    path = route_path(scope)
+                    route = path if path in self.openapi()["paths"] else "unmatched"
                     self.metrics.observe_request(route, scope["method"], 413, time.perf_counter() - start)
                 return
             receive = limited(receive, self.max_body_bytes)

@@ -143,3 +143,40 @@ async def test_fast_path_requests_are_counted_in_metrics(client: httpx.AsyncClie
         return float(lines[0].split()[-1]) if lines else 0.0
 
     assert count(after.text) == count(before.text) + 1
+
+
+async def test_fast_path_serves_behind_a_root_path(app: FastAPI, client: httpx.AsyncClient) -> None:
+    # uvicorn --root-path /api puts the prefix into both root_path and path: routing uses the path below it
+    assert isinstance(app, ServingApp)
+    fast = app.fast_path
+    assert fast is not None
+    fallback, served, deferred = fast.fallback, 0, 0
+
+    class Spy:
+        accepts = staticmethod(fast.accepts)
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            nonlocal served
+            served += 1
+            await fast(scope, receive, send)
+
+    async def counting(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal deferred
+        deferred += 1
+        await fallback(scope, receive, send)
+
+    body = {"texts": ["a good film", "awful"]}
+    app.fast_path, fast.fallback = Spy(), counting  # type: ignore[assignment]
+    try:
+        transport = httpx.ASGITransport(app, root_path="/api")
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as prefixed:
+            behind = await prefixed.post("/api/sentiment", json=body)
+            unknown = await prefixed.post("/api/nothing", json=body)
+    finally:
+        app.fast_path, fast.fallback = fast, fallback
+    assert (served, deferred) == (1, 0)  # answered by the fast path, not FastAPI
+    assert behind.status_code == 200
+    assert behind.json() == (await client.post("/sentiment", json=body)).json()
+    assert unknown.status_code == 404
+    metrics = (await client.get("/metrics")).text
+    assert 'route="/api/sentiment"' not in metrics  # labelled by route, not by the raw path
