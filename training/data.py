@@ -235,6 +235,11 @@ _LOADERS: dict[str, tuple[tuple[str, ...], Callable[[Path, str], list]]] = {
 DATASETS: tuple[str, ...] = tuple(_LOADERS)
 
 
+def splits(dataset: str) -> tuple[str, ...]:
+    """The splits load_split reads for a dataset: train, valid, test, or only train for unlabeled text."""
+    return _LOADERS[dataset][0]
+
+
 def load_split(
     dataset: str, split: str, data_dir: Path | None = None
 ) -> list[LabeledText] | list[Pair] | list[str]:
