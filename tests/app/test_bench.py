@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.serve_load import main
+from bench.serve_load import main, sentiment_bodies
 
 
 @pytest.mark.parametrize("use_wrk", ["no", "yes"] if shutil.which("wrk") else ["no"])
@@ -16,14 +16,36 @@ def test_serve_load_prints_every_table(
 ) -> None:
     argv = ["--checkpoint-dir", str(app_checkpoint_dir), "--duration", "1", "--concurrency", "1", "4"]
     assert main([*argv, "--wrk", use_wrk]) == 0
-    out = capsys.readouterr().out
+    _check_tables(capsys.readouterr().out, texts=1)
+
+
+def test_serve_load_with_several_texts_per_request(
+    app_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--checkpoint-dir", str(app_checkpoint_dir), "--duration", "1", "--concurrency", "1", "4"]
+    assert main([*argv, "--wrk", "no", "--routes", "/sentiment", "--texts-per-request", "4"]) == 0
+    _check_tables(capsys.readouterr().out, texts=4, routes=1)
+
+
+def test_sentiment_bodies_send_every_text_equally_often() -> None:
+    items = [f"t{i}" for i in range(5)]
+    assert sentiment_bodies(items, 1, {"model": "m"}) == [{"text": t, "model": "m"} for t in items]
+    bodies = sentiment_bodies(items, 3, {})
+    assert [b["texts"] for b in bodies[:2]] == [["t0", "t1", "t2"], ["t3", "t4", "t0"]]
+    sent = [t for b in bodies for t in b["texts"]]
+    assert len(bodies) == 5
+    assert all(sent.count(t) == 3 for t in items)
+
+
+def _check_tables(out: str, texts: int, routes: int = 2) -> None:
     rows = [line for line in out.splitlines() if line.startswith("| /")]
-    cells = [r for r in rows if r.count("|") == 12]  # route, batching, concurrency, ... per measurement
-    assert len(cells) == 2 * 2 * 2  # 2 routes x batching on/off x 2 concurrencies
+    cells = [r for r in rows if r.count("|") == 13]  # route, batching, concurrency, ... per measurement
+    assert len(cells) == routes * 2 * 2  # routes x batching on/off x 2 concurrencies
     for row in cells:
         fields = [f.strip() for f in row.strip("|").split("|")]
         assert float(fields[3]) > 0, row  # req/s
-        assert fields[7] == "0", row  # no errors
-        assert float(fields[9]) > 0, row  # server CPU per request was measured
+        assert float(fields[4]) == pytest.approx(float(fields[3]) * texts, rel=0.01, abs=0.1), row  # texts/s
+        assert fields[8] == "0", row  # no errors
+        assert float(fields[10]) > 0, row  # server CPU per request was measured
     assert "in-process ceiling" in out
     assert "ready within 5 s of start (batching on)" in out
