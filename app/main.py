@@ -36,6 +36,7 @@ class ServingApp(FastAPI):
     fast_path: FastPath | None = None
     max_body_bytes: int = 1_048_576
     metrics: Metrics | None = None
+    route_paths: frozenset[str] = frozenset()  # the routes' path templates: metric labels before routing
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -44,7 +45,7 @@ class ServingApp(FastAPI):
                 await refuse(BodyTooLarge(self.max_body_bytes, size), scope, receive, send)
                 if self.metrics is not None:  # refused before routing: label it as MetricsMiddleware would
                     path = route_path(scope)
-                    route = path if path in self.openapi()["paths"] else "unmatched"
+                    route = path if path in self.route_paths else "unmatched"
                     self.metrics.observe_request(route, scope["method"], 413, time.perf_counter() - start)
                 return
             receive = limited(receive, self.max_body_bytes)
@@ -79,9 +80,12 @@ def create_app(settings: Settings | None = None) -> ServingApp:
             allow_headers=["Authorization", "X-API-Key", "Content-Type"],
         )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    for router in (system.open_router, system.router, sentiment.router, translate.router, attention.router):
+    routers = (system.open_router, system.router, sentiment.router, translate.router, attention.router)
+    for router in routers:
         app.include_router(router)
     demo.install(app)  # GET / and /static, public: the page is where the API key is entered
+    routes = [*app.routes, *(r for router in (*routers, demo.router) for r in router.routes)]
+    app.route_paths = frozenset(getattr(r, "path", "") for r in routes) - {""}
     app.max_body_bytes, app.metrics = settings.max_body_bytes, metrics
     app.fast_path = FastPath(service, settings, metrics, fallback=super(ServingApp, app).__call__)
     return app

@@ -379,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         "--set", action="append", default=[], metavar="APP_NAME=VALUE", help="a server setting (both servers)"
     )
     args = p.parse_args(argv)
+    if args.texts_per_request < 1:
+        p.error(f"--texts-per-request must be at least 1, got {args.texts_per_request}")
     extra = dict(kv.split("=", 1) for kv in args.set)
     if bad := [k for k in extra if not k.startswith("APP_")]:
         p.error(f"--set takes APP_* settings, got {bad}")

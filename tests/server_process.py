@@ -46,7 +46,7 @@ def wait_ready(
             pass
         if time.monotonic() - start > timeout:
             raise RuntimeError(f"{url} not ready after {timeout:.0f} s")
-        time.sleep(0.02)
+        time.sleep(0.05)
 
 
 def stop(proc: subprocess.Popen, timeout: float = 20.0) -> None:

@@ -103,8 +103,7 @@ def _prepare_sentiment(cfg: TrainConfig, names: list[str], data_dir: Path) -> Pr
         valid = [x for n in names for x in load_split(n, "valid", data_dir)]  # type: ignore[misc]
         texts = [x.text for x in train]
         if cfg.pretrain_dataset:
-            more: list[str] = load_split(cfg.pretrain_dataset, "train", data_dir)  # type: ignore[assignment]
-            texts = list(dict.fromkeys(texts + more))  # imdb-text repeats the train texts: count each once
+            texts += load_split(cfg.pretrain_dataset, "train", data_dir)  # type: ignore[arg-type]
     tok, tok_path = _tokenizer(cfg, texts, ["[CLS]", "[MASK]"])
     mcfg = _model_cfg(
         cfg,

@@ -42,9 +42,8 @@ async def test_bodies_over_the_limit_get_413(make_settings: Callable[..., Settin
         small = {"text": "fine"} if route == "/sentiment" else {"model": "sentiment-en", "text": "fine"}
         assert (await client.post(route, content=_chunks(json.dumps(small).encode()),
                                   headers={"content-type": "application/json"})).status_code == 200  # fmt: skip
-        metrics = (
-            await client.get("/metrics")
-        ).text  # both refusals counted, the declared one before routing
+        # both refusals are counted, the declared one before routing
+        metrics = (await client.get("/metrics")).text
         assert f'http_requests_total{{method="POST",route="{route}",status="413"}} 2.0' in metrics
 
 

@@ -34,7 +34,18 @@ def stop_with_output(proc: subprocess.Popen[str]) -> str:
 @pytest.fixture(scope="module")
 def server(app_checkpoint_dir: Path) -> Iterator[str]:
     port = free_port()
-    cmd = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)]
+    # no access log: nothing reads the piped output while the server runs, and /ready polls must not fill it
+    cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "app.main:app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-access-log",
+    ]
     proc = start(cmd, {"APP_CHECKPOINT_DIR": str(app_checkpoint_dir), "APP_MAX_BATCH_DELAY_MS": "20"})
     url = f"http://127.0.0.1:{port}"
     try:

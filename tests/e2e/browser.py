@@ -37,7 +37,18 @@ PHONE = {"width": 390, "height": 844}
 def server(checkpoint_dir: Path, timeout: float = 60.0, **env: str) -> Iterator[str]:
     """uvicorn app.main:app on a free 127.0.0.1 port until /ready is 200; yields its URL, SIGTERM at exit."""
     port = free_port()
-    cmd = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)]
+    # no access log: nothing reads the piped output while the server runs, and /ready polls must not fill it
+    cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "app.main:app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-access-log",
+    ]
     proc = subprocess.Popen(
         cmd,
         env=server_env({"APP_CHECKPOINT_DIR": str(checkpoint_dir)} | env),

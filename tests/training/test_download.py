@@ -65,9 +65,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_response(200)
         self.send_header("Content-Length", str(len(body) - start))
         self.end_headers()
-        state.bytes_sent += (
-            len(body) - start
-        )  # before the write: the client may return as soon as it has read
+        # counted before the write: the client may return as soon as it has read
+        state.bytes_sent += len(body) - start
         self.wfile.write(body[start:])
 
     def log_message(self, format: str, *args: object) -> None:  # quiet
