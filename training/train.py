@@ -287,6 +287,12 @@ def train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
     return _train(cfg, stop_at_step)
 
 
+def _epochs_left(cfg: TrainConfig, prog: Progress) -> bool:
+    """max_steps, when set, alone decides the length (a masked-LM phase of pretrain_steps may take more epochs
+    of its text than the fine-tuning's `epochs`); otherwise the epochs do."""
+    return cfg.max_steps > 0 or prog.epoch < cfg.epochs
+
+
 def _done(run: Path) -> bool:
     state = run / "state.pt"
     return state.exists() and torch.load(state, weights_only=True)["progress"]["done"]
@@ -357,7 +363,7 @@ def _train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
         log.info(
             "resumed from %s at step %d (epoch %d, batch %d)", state_path, prog.step, prog.epoch, prog.batch
         )
-        extended = prog.epoch < cfg.epochs and prog.step < total and prog.bad_evals < cfg.patience
+        extended = _epochs_left(cfg, prog) and prog.step < total and prog.bad_evals < cfg.patience
         if prog.done and extended and not cfg.dry_run:  # a finished run given a longer schedule continues
             prog.done = False
             log.info("the schedule now runs to epoch %d (step %d): continuing", cfg.epochs, total)
@@ -372,8 +378,10 @@ def _train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
     model.train()
     t0, tokens_seen, seconds0 = time.time(), 0, prog.seconds
     with _stop_on_signal(world == 1) as stop_requested:
-        while prog.epoch < cfg.epochs and not prog.done:
+        while _epochs_left(cfg, prog) and not prog.done:
             batches = shard(token_batches(lengths, cfg.batch_tokens, cfg.seed, prog.epoch), rank, world)
+            if not batches:  # no data for this process: nothing to run (and max_steps would never be reached)
+                break
             if prog.batch >= len(batches):  # nothing left in this epoch (e.g. an empty shard)
                 prog.epoch, prog.batch = prog.epoch + 1, 0
                 continue
@@ -431,7 +439,7 @@ def _train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
             bar.close()
             if cfg.dry_run or (stop_at_step and prog.step >= stop_at_step) or stop_requested():
                 break
-    prog.done = prog.done or prog.epoch >= cfg.epochs
+    prog.done = prog.done or not _epochs_left(cfg, prog)
     if rank == 0:
         _save_state(state_path, model, opt, sched, prog, cfg)
     return run / "best"

@@ -326,3 +326,23 @@ def test_ship_writes_card_and_selects_on_validation(
     capsys.readouterr()
     assert main(argv) == 1  # same validation metric: not an improvement, the shipped one stays
     assert "not shipping" in capsys.readouterr().out
+
+
+def test_masked_lm_phase_runs_pretrain_steps_past_the_fine_tuning_epochs(
+    synthetic_data_dir: Path, tmp_path: Path
+) -> None:
+    # ~2,700 tokens of unlabeled text in batches of 4,000: one or two steps per MLM epoch, so 5 steps take
+    # several epochs of it while fine-tuning runs epochs=1 (max_steps alone decides a phase's length)
+    args = tiny(
+        synthetic_data_dir,
+        tmp_path,
+        epochs=1,
+        pretrain_dataset="nsmc-unlabeled",
+        pretrain_steps=5,
+        pretrain_batch_tokens=4000,
+    )
+    assert main(["sentiment", "--dataset=nsmc", "--name=ko", *args]) == 0
+    mlm = [r for r in records(tmp_path / "ko" / "mlm") if "loss" in r]
+    assert [r["step"] for r in mlm] == [1, 2, 3, 4, 5]
+    assert mlm[-1]["epoch"] >= 2
+    assert [r["epoch"] for r in records(tmp_path / "ko") if "eval" in r] == [1]  # fine-tuning: its 1 epoch
