@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -17,6 +18,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def uvicorn_cmd(port: int) -> list[str]:
+    """`uvicorn app.main:app` on 127.0.0.1:port, without the access log: callers pipe its output and read it
+    only at exit, so /ready polls must not fill the pipe."""
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "app.main:app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-access-log",
+    ]
 
 
 def server_env(env: dict[str, str]) -> dict[str, str]:

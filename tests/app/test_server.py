@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from app.settings import REPO_ROOT
-from tests.server_process import free_port, server_env, stop, wait_ready
+from tests.server_process import free_port, server_env, stop, uvicorn_cmd, wait_ready
 
 
 def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
@@ -34,18 +34,7 @@ def stop_with_output(proc: subprocess.Popen[str]) -> str:
 @pytest.fixture(scope="module")
 def server(app_checkpoint_dir: Path) -> Iterator[str]:
     port = free_port()
-    # no access log: nothing reads the piped output while the server runs, and /ready polls must not fill it
-    cmd = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "app.main:app",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--no-access-log",
-    ]
+    cmd = uvicorn_cmd(port)
     proc = start(cmd, {"APP_CHECKPOINT_DIR": str(app_checkpoint_dir), "APP_MAX_BATCH_DELAY_MS": "20"})
     url = f"http://127.0.0.1:{port}"
     try:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tests.server_process import free_port, server_env, stop, wait_ready
+from tests.server_process import free_port, server_env, stop, uvicorn_cmd, wait_ready
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page, Playwright
@@ -37,18 +37,7 @@ PHONE = {"width": 390, "height": 844}
 def server(checkpoint_dir: Path, timeout: float = 60.0, **env: str) -> Iterator[str]:
     """uvicorn app.main:app on a free 127.0.0.1 port until /ready is 200; yields its URL, SIGTERM at exit."""
     port = free_port()
-    # no access log: nothing reads the piped output while the server runs, and /ready polls must not fill it
-    cmd = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "app.main:app",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--no-access-log",
-    ]
+    cmd = uvicorn_cmd(port)
     proc = subprocess.Popen(
         cmd,
         env=server_env({"APP_CHECKPOINT_DIR": str(checkpoint_dir)} | env),
