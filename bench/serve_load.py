@@ -4,9 +4,9 @@
 
 Starts `python -m app` itself on a free 127.0.0.1 port, twice: batching on (the default settings) and off
 (APP_MAX_BATCH_SIZE=1). For /sentiment and /translate at each concurrency it reports throughput and
-p50/p95/p99 latency, one text per request (`--texts-per-request N` for /sentiment), with `wrk` (bench/wrk/post.lua) when installed: a Python client
-tops out near 150 req/s on 2 cores and takes CPU from the server (`--wrk no` falls back to an httpx async
-client). The ceiling runs model.inference directly on the same inputs in batches of 32.
+p50/p95/p99 latency, one text per request (`--texts-per-request N` for /sentiment), with `wrk`
+(bench/wrk/post.lua) when installed: a Python client tops out near 150 req/s on 2 cores and takes CPU from
+the server (`--wrk no` falls back to an httpx async client). The ceiling runs model.inference directly on the same inputs in batches of 32.
 """
 
 from __future__ import annotations

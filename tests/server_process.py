@@ -66,8 +66,9 @@ def wait_ready(
         time.sleep(0.05)
 
 
-def stop(proc: subprocess.Popen, timeout: float = 20.0) -> None:
-    """SIGTERM (a graceful shutdown), SIGKILL only if it has not exited after `timeout` s."""
+def stop(proc: subprocess.Popen, timeout: float = 20.0) -> str:
+    """SIGTERM (a graceful shutdown), SIGKILL only if it has not exited after `timeout` s -> its piped
+    output (the pipe is closed; "" when the output was not piped)."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -75,3 +76,8 @@ def stop(proc: subprocess.Popen, timeout: float = 20.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    if proc.stdout is None:
+        return ""
+    with proc.stdout:
+        out = proc.stdout.read()
+    return out.decode(errors="replace") if isinstance(out, bytes) else out

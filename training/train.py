@@ -380,9 +380,10 @@ def _train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
     with _stop_on_signal(world == 1) as stop_requested:
         while _epochs_left(cfg, prog) and not prog.done:
             batches = shard(token_batches(lengths, cfg.batch_tokens, cfg.seed, prog.epoch), rank, world)
-            if not batches:  # no data for this process: nothing to run (and max_steps would never be reached)
-                break
             if prog.batch >= len(batches):  # nothing left in this epoch (e.g. an empty shard)
+                if not batches and cfg.max_steps:  # no data at all: max_steps would never be reached
+                    prog.done = True
+                    break
                 prog.epoch, prog.batch = prog.epoch + 1, 0
                 continue
             bar = tqdm(

@@ -22,15 +22,6 @@ def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
-def stop_with_output(proc: subprocess.Popen[str]) -> str:
-    """SIGTERM (graceful), then the output; SIGKILL only if it hangs."""
-    stop(proc)
-    if proc.stdout is None:
-        return ""
-    with proc.stdout:
-        return proc.stdout.read()
-
-
 @pytest.fixture(scope="module")
 def server(app_checkpoint_dir: Path) -> Iterator[str]:
     port = free_port()
@@ -41,7 +32,7 @@ def server(app_checkpoint_dir: Path) -> Iterator[str]:
         wait_ready(proc, url)
         yield url
     finally:
-        stop_with_output(proc)
+        stop(proc)
 
 
 def test_routes_over_tcp(server: str) -> None:
@@ -95,7 +86,7 @@ def test_python_m_app_with_api_key_and_graceful_sigterm(app_checkpoint_dir: Path
         r = httpx.post(f"{url}/sentiment", json={"text": "a"}, headers={"Authorization": "Bearer k3y"})
         assert r.status_code == 200
     finally:
-        output = stop_with_output(proc)
+        output = stop(proc)
     assert proc.returncode in (0, -signal.SIGTERM), output  # uvicorn re-raises the signal after a clean stop
     assert "Application shutdown complete" in output
     assert "k3y" not in output

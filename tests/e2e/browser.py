@@ -52,8 +52,6 @@ def server(checkpoint_dir: Path, timeout: float = 60.0, **env: str) -> Iterator[
         yield url
     finally:
         stop(proc)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def launch(pw: Playwright) -> Browser:
