@@ -134,6 +134,10 @@ class TrainConfig:
     pretrain_batch_tokens: int = 16384
     objective: Literal["supervised", "mlm"] = "supervised"  # set internally for the pretraining phase
     mask_prob: float = 0.15
+    # knowledge distillation (classifiers): teachers' mean probabilities on unlabeled text as extra targets
+    teachers: str = ""  # comma-separated checkpoint dirs
+    distill_dataset: str = ""  # unlabeled text (e.g. nsmc-unlabeled); valid-split texts are left out
+    distill_examples: int = 0  # a seeded sample of this many texts; 0 = all
     tokenizer_from: str = ""  # reuse this sentencepiece model instead of training one
     init_from: str = ""  # a checkpoint dir whose matching weights initialise this model
     dry_run: bool = False  # one batch of train and eval, then stop (CI smoke)

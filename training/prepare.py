@@ -10,6 +10,7 @@ from model import ModelConfig, Tokenizer
 from model.preprocess import classifier_ids, source_ids
 from training.config import TrainConfig
 from training.data import LabeledText, Pair, load_split, resolve_data_dir
+from training.distill import sample_texts, teacher_probs
 from training.tokenizers import train_tokenizer
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,8 @@ class Prepared:
     model_cfg: ModelConfig
     tokenizer: Tokenizer
     tokenizer_path: Path
-    train: list[tuple[list[int], list[int] | int]]  # (src ids, target ids) or (ids, label)
+    # (src ids, target ids), (ids, label) or, when distilling, (ids, class probabilities)
+    train: list[tuple[list[int], list[int] | int | tuple[float, ...]]]
     valid: list[tuple[list[int], int]]  # sentiment only
     corpora: list[Corpus]  # translation only
 
@@ -104,6 +106,13 @@ def _prepare_sentiment(cfg: TrainConfig, names: list[str], data_dir: Path) -> Pr
         texts = [x.text for x in train]
         if cfg.pretrain_dataset:
             texts += load_split(cfg.pretrain_dataset, "train", data_dir)  # type: ignore[arg-type]
+    unlabeled: list[str] = []
+    if cfg.distill_dataset and cfg.objective != "mlm":
+        if not cfg.teachers:
+            raise ValueError("distill_dataset needs teachers=CHECKPOINT[,CHECKPOINT...]")
+        pool: list[str] = load_split(cfg.distill_dataset, "train", data_dir)  # type: ignore[assignment]
+        unlabeled = sample_texts(pool, {x.text for x in valid}, cfg.distill_examples, cfg.seed)
+        texts += unlabeled
     tok, tok_path = _tokenizer(cfg, texts, ["[CLS]", "[MASK]"])
     mcfg = _model_cfg(
         cfg,
@@ -118,8 +127,16 @@ def _prepare_sentiment(cfg: TrainConfig, names: list[str], data_dir: Path) -> Pr
         max_len=cfg.max_src_len,
         truncation=cfg.truncation,
     )
-    enc = [(classifier_ids(tok, x.text, mcfg), x.label) for x in train]
+    enc: list = [(classifier_ids(tok, x.text, mcfg), x.label) for x in train]
     val = [(classifier_ids(tok, x.text, mcfg), x.label) for x in valid]
+    if unlabeled:  # every target becomes a probability row: gold one-hot, then the teachers' mean
+        probs = teacher_probs(cfg.teachers.split(","), unlabeled, cfg.run_dir, cfg.threads)
+        k = len(LABELS)
+        enc = [(ids, tuple(float(c == y) for c in range(k))) for ids, y in enc]
+        enc += [
+            (classifier_ids(tok, t, mcfg), tuple(p)) for t, p in zip(unlabeled, probs.tolist(), strict=True)
+        ]
+        log.info("%d labeled + %d teacher-labeled training texts", len(train), len(unlabeled))
     return Prepared(mcfg, tok, tok_path, enc, val, [])  # type: ignore[arg-type]
 
 

@@ -120,6 +120,7 @@ def batch_loss(
         return mlm_loss(model, data, pad_ids([data.train[i][0] for i in idx], pad, dev), cfg)
     if data.model_cfg.task == "sentiment":
         ids = pad_ids([data.train[i][0] for i in idx], pad, dev)
+        # class indices (B,), or class probabilities (B, C) when distilling
         labels = torch.tensor([data.train[i][1] for i in idx], device=dev)
         return F.cross_entropy(model(ids).float(), labels), len(idx)
     src = pad_ids([data.train[i][0] for i in idx], pad, dev)
@@ -204,6 +205,9 @@ RESUME_KEYS = (
     "truncation",
     "batch_tokens",
     "objective",
+    "teachers",
+    "distill_dataset",
+    "distill_examples",
 )
 
 
@@ -279,6 +283,8 @@ def train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
             tokenizer_from=str(cfg.run_dir / "tokenizer.model"),
             pretrain_dataset="",
             pretrain_steps=0,
+            teachers="",
+            distill_dataset="",
         )
         best = train(mlm, stop_at_step)
         if not _done(mlm.run_dir):  # stopped early (stop_at_step or a signal): resume later

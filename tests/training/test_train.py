@@ -16,8 +16,12 @@ import pytest
 import torch
 
 from model import build_model, load_checkpoint
+from model.inference import classify_texts
 from training.__main__ import main
 from training.config import parse_overrides
+from training.data import load_split
+from training.distill import CACHE, sample_texts
+from training.prepare import prepare
 from training.train import init_from, train
 
 REPO = Path(__file__).resolve().parents[2]
@@ -346,3 +350,52 @@ def test_masked_lm_phase_runs_pretrain_steps_past_the_fine_tuning_epochs(
     assert [r["step"] for r in mlm] == [1, 2, 3, 4, 5]
     assert mlm[-1]["epoch"] >= 2
     assert [r["epoch"] for r in records(tmp_path / "ko") if "eval" in r] == [1]  # fine-tuning: its 1 epoch
+
+
+def test_distillation_adds_teacher_labelled_texts(synthetic_data_dir: Path, tmp_path: Path) -> None:
+    teacher_args = tiny(synthetic_data_dir, tmp_path, epochs=1)
+    assert main(["sentiment", "--dataset=nsmc", "--name=teacher", *teacher_args]) == 0
+    teacher = tmp_path / "teacher" / "best"
+    student = parse_overrides(
+        tiny(synthetic_data_dir, tmp_path, epochs=1, teachers=f"{teacher},{teacher}"),
+        {
+            "task": "sentiment",
+            "dataset": "nsmc",
+            "name": "student",
+            "distill_dataset": "nsmc-unlabeled",
+            "distill_examples": 50,
+        },
+    )
+    data = prepare(student)
+    soft = [y for _, y in data.train if isinstance(y, tuple) and 0 < y[0] < 1]
+    gold = [y for _, y in data.train if y in ((1.0, 0.0), (0.0, 1.0))]
+    assert len(soft) == 50
+    assert len(gold) == len(data.train) - 50
+    loaded = load_checkpoint(teacher)
+    texts = sample_texts(
+        load_split("nsmc-unlabeled", "train", synthetic_data_dir),
+        {x.text for x in load_split("nsmc", "valid", synthetic_data_dir)},
+        50,
+        student.seed,
+    )
+    want = classify_texts(loaded.model, loaded.tokenizer, texts)  # two copies of one teacher: its own probs
+    assert torch.allclose(torch.tensor(soft), want, atol=1e-5)
+    cache = tmp_path / "student" / CACHE
+    stamp = cache.stat().st_mtime_ns
+    assert prepare(student).train == data.train
+    assert cache.stat().st_mtime_ns == stamp
+    train(student)
+    assert load_checkpoint(tmp_path / "student" / "best").meta["training"]["config"]["teachers"]
+
+
+def test_distillation_needs_teachers(synthetic_data_dir: Path, tmp_path: Path) -> None:
+    args = tiny(synthetic_data_dir, tmp_path, distill_dataset="nsmc-unlabeled")
+    with pytest.raises(ValueError, match="teachers"):
+        prepare(parse_overrides(args, {"task": "sentiment", "dataset": "nsmc"}))
+
+
+def test_sample_texts_leaves_out_valid_and_duplicates() -> None:
+    pool = ["a", "b", "b", "c", " ", "d", "e"]
+    got = sample_texts(pool, {"c"}, 0, seed=1)
+    assert sorted(got) == ["a", "b", "d", "e"]
+    assert sample_texts(pool, {"c"}, 2, seed=1) == got[:2]
