@@ -7,7 +7,7 @@ RUNS ?= runs
 
 TRAIN := train-sentiment-ko train-sentiment-en train-translate-fr-en train-translate-es-en train-translate-de-en
 
-.PHONY: install serve test lint format bench $(TRAIN)
+.PHONY: install serve test lint format bench $(TRAIN) $(addprefix run-,$(STARTS))
 
 install: $(VENV)/.installed
 
@@ -38,8 +38,22 @@ format: install
 comma := ,
 CONTINUE_translate-es-en := --epochs=9 --epochs=11,--average_last=6,--eval_every=129,--patience=30
 CONTINUE_translate-de-en := --epochs=13,--average_last=6,--eval_every=81,--patience=30
+CONTINUE_sentiment-ko-mlm := --epochs=7
+# runs a shipped preset starts from (distillation teachers, init_from), trained first, in order, not shipped
+STARTS_sentiment-en := sentiment-en-base sentiment-en-mlm
+STARTS := sentiment-en-base sentiment-en-mlm sentiment-ko-base sentiment-ko-mlm
+
+# python -m training <task> --preset=$(1), then each CONTINUE_$(1) command
+train_cmd = $(PY) -m training $(if $(findstring sentiment,$(1)),sentiment,translate) --preset=$(1) --out_dir=$(RUNS) --data_dir=$(DATA_DIR)
+run_preset = $(call train_cmd,$(1)) && $(foreach c,$(CONTINUE_$(1)),$(call train_cmd,$(1)) $(subst $(comma), ,$(c)) &&) true
+# the card's Reproduce section: the start runs' commands, then the continuations
+requires = $(foreach t,$(STARTS_$(1)),--requires='--preset=$(t)' $(foreach c,$(CONTINUE_$(t)),--requires='--preset=$(t) $(subst $(comma), ,$(c))'))
+
+$(addprefix run-,$(STARTS)): run-%: install
+	$(call run_preset,$*)
+
+train-sentiment-en: $(addprefix run-,$(STARTS_sentiment-en))
 
 $(TRAIN): train-%: install  # a static pattern rule: implicit rules skip .PHONY targets
-	$(PY) -m training $(if $(findstring sentiment,$*),sentiment,translate) --preset=$* --out_dir=$(RUNS) --data_dir=$(DATA_DIR)
-	$(foreach c,$(CONTINUE_$*),$(PY) -m training $(if $(findstring sentiment,$*),sentiment,translate) --preset=$* --out_dir=$(RUNS) --data_dir=$(DATA_DIR) $(subst $(comma), ,$(c)) &&) true
-	$(PY) -m training ship --run $(RUNS)/$* --name $* --data-dir $(DATA_DIR) $(foreach c,$(CONTINUE_$*),--continued='$(subst $(comma), ,$(c))')
+	$(call run_preset,$*)
+	$(PY) -m training ship --run $(RUNS)/$* --name $* --data-dir $(DATA_DIR) $(foreach c,$(CONTINUE_$*),--continued='$(subst $(comma), ,$(c))') $(call requires,$*)

@@ -103,7 +103,11 @@ Validation (best checkpoint): `{json.dumps({k: v for k, v in valid.items() if k 
 def write_card(dest: Path, name: str, task: str) -> None:
     """(Re)write a shipped checkpoint's README.md from its config.json and metrics.json."""
     metrics = json.loads((dest / "metrics.json").read_text())
-    command = f"python -m training {task} --preset={name}  # or: make train-{name}"
+    command = "".join(  # the runs this one starts from (distillation teachers, init_from) come first
+        f"python -m training {task} {extra}  # a run that --preset={name} starts from\n"
+        for extra in metrics.get("requires", [])
+    )
+    command += f"python -m training {task} --preset={name}  # or: make train-{name}"
     for extra in metrics.get("continued", []):  # later runs that continued the finished one
         command += f"\npython -m training {task} --preset={name} {extra}  # continues the run"
     (dest / "README.md").write_text(
@@ -134,6 +138,14 @@ def cli(argv: list[str] | None = None) -> int:
         metavar="ARGS",
         help="overrides of a later command that continued the finished preset run, as --continued='--epochs=13 ...'; "
         "listed in the card's Reproduce section, in order",
+    )
+    p.add_argument(
+        "--requires",
+        action="append",
+        default=[],
+        metavar="ARGS",
+        help="arguments of a run the preset starts from (its teachers, init_from), as --requires='--preset=NAME'; "
+        "listed first in the card's Reproduce section, in order",
     )
     args = p.parse_args(argv)
     best = args.run / "best"
@@ -168,7 +180,8 @@ def cli(argv: list[str] | None = None) -> int:
         json.dumps(
             {"test": test, "valid": valid}
             | ({"note": args.note} if args.note else {})
-            | ({"continued": args.continued} if args.continued else {}),
+            | ({"continued": args.continued} if args.continued else {})
+            | ({"requires": args.requires} if args.requires else {}),
             indent=2,
             ensure_ascii=False,
         )

@@ -277,6 +277,7 @@ def train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
             name=f"{cfg.run_dir.name}/mlm",
             dataset=cfg.pretrain_dataset,
             max_steps=cfg.pretrain_steps,
+            epochs=cfg.pretrain_epochs or cfg.epochs,
             batch_tokens=cfg.pretrain_batch_tokens,
             patience=10**6,
             eval_every=min(1000, cfg.pretrain_steps),
@@ -295,8 +296,10 @@ def train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
 
 def _epochs_left(cfg: TrainConfig, prog: Progress) -> bool:
     """max_steps, when set, alone decides the length (a masked-LM phase of pretrain_steps may take more epochs
-    of its text than the fine-tuning's `epochs`); otherwise the epochs do."""
-    return cfg.max_steps > 0 or prog.epoch < cfg.epochs
+    of its text than the fine-tuning's `epochs`) unless pretrain_epochs caps that phase; otherwise the epochs
+    do."""
+    capped = cfg.objective == "mlm" and cfg.pretrain_epochs > 0
+    return (cfg.max_steps > 0 and not capped) or prog.epoch < cfg.epochs
 
 
 def _done(run: Path) -> bool:

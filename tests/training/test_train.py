@@ -316,7 +316,8 @@ def test_ship_writes_card_and_selects_on_validation(
         "--data-dir",
         str(synthetic_data_dir),
     ]
-    assert main([*argv, "--note", "resumed once with --epochs=2", "--continued=--epochs=2"]) == 0
+    extra = ["--note", "resumed once with --epochs=2", "--continued=--epochs=2", "--requires=--preset=base"]
+    assert main([*argv, *extra]) == 0
     shipped = dest / "translate-fr-en"
     metrics = json.loads((shipped / "metrics.json").read_text())
     assert metrics["test"]["n"] == 40
@@ -326,6 +327,9 @@ def test_ship_writes_card_and_selects_on_validation(
     assert "python -m training translate --preset=translate-fr-en" in card
     assert "- **Notes**: resumed once with --epochs=2" in card
     assert "python -m training translate --preset=translate-fr-en --epochs=2  # continues the run" in card
+    first, second = card.split("## Reproduce")[1].split("```")[1].strip().splitlines()[:2]
+    assert first.startswith("python -m training translate --preset=base  # a run that")
+    assert second.startswith("python -m training translate --preset=translate-fr-en")
     assert load_checkpoint(shipped).config.task == "translation"
     capsys.readouterr()
     assert main(argv) == 1  # same validation metric: not an improvement, the shipped one stays
@@ -350,6 +354,12 @@ def test_masked_lm_phase_runs_pretrain_steps_past_the_fine_tuning_epochs(
     assert [r["step"] for r in mlm] == [1, 2, 3, 4, 5]
     assert mlm[-1]["epoch"] >= 2
     assert [r["epoch"] for r in records(tmp_path / "ko") if "eval" in r] == [1]  # fine-tuning: its 1 epoch
+    # pretrain_epochs caps the phase at that many epochs of its text (the schedule still spans 5 steps)
+    assert main(["sentiment", "--dataset=nsmc", "--name=capped", "--pretrain_epochs=1", *args]) == 0
+    capped = [r for r in records(tmp_path / "capped" / "mlm") if "loss" in r]
+    assert 1 <= len(capped) < 5
+    assert {r["epoch"] for r in capped} == {0}
+    assert capped[0]["lr"] == mlm[0]["lr"]
 
 
 def test_distillation_adds_teacher_labelled_texts(synthetic_data_dir: Path, tmp_path: Path) -> None:
@@ -399,3 +409,12 @@ def test_sample_texts_leaves_out_valid_and_duplicates() -> None:
     got = sample_texts(pool, {"c"}, 0, seed=1)
     assert sorted(got) == ["a", "b", "d", "e"]
     assert sample_texts(pool, {"c"}, 2, seed=1) == got[:2]
+
+
+def test_presets_name_other_runs_below_out_dir() -> None:
+    cfg = parse_overrides(
+        ["--out_dir=/x/runs", "--teachers={out_dir}/a/best,{out_dir}/b/best", "--init_from={out_dir}/b/best"],
+        {"task": "sentiment", "dataset": "nsmc"},
+    )
+    assert cfg.teachers == "/x/runs/a/best,/x/runs/b/best"
+    assert cfg.init_from == "/x/runs/b/best"
