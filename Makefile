@@ -41,6 +41,7 @@ CONTINUE_translate-de-en := --epochs=13,--average_last=6,--eval_every=81,--patie
 CONTINUE_sentiment-ko-mlm := --epochs=7
 # runs a shipped preset starts from (distillation teachers, init_from), trained first, in order, not shipped
 STARTS_sentiment-en := sentiment-en-base sentiment-en-mlm
+STARTS_sentiment-ko := sentiment-ko-base sentiment-ko-mlm
 STARTS := sentiment-en-base sentiment-en-mlm sentiment-ko-base sentiment-ko-mlm
 
 # python -m training <task> --preset=$(1), then each CONTINUE_$(1) command
@@ -53,6 +54,7 @@ $(addprefix run-,$(STARTS)): run-%: install
 	$(call run_preset,$*)
 
 train-sentiment-en: $(addprefix run-,$(STARTS_sentiment-en))
+train-sentiment-ko: $(addprefix run-,$(STARTS_sentiment-ko))
 
 $(TRAIN): train-%: install  # a static pattern rule: implicit rules skip .PHONY targets
 	$(call run_preset,$*)
