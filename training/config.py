@@ -26,7 +26,6 @@ _TRANSLATE: dict[str, Any] = {
     "max_src_len": 64,
     "max_tgt_len": 64,
 }
-# Presets: the shipped checkpoints are reproduced by `python -m training <task> --preset=<name>`.
 _SENTIMENT_KO: dict[str, Any] = {
     "task": "sentiment",
     "dataset": "nsmc",

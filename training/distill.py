@@ -1,10 +1,11 @@
 """Knowledge distillation for the classifiers: teacher soft labels on unlabeled in-domain text.
 
-The teachers (trained checkpoints, any tokenizer or size) label a sample of unlabeled reviews with their
-averaged class probabilities; the student trains on the labeled set (one-hot targets) plus these soft
-targets. Labeled examples keep their gold labels, because a teacher's probabilities on its own training
-data are near one-hot and say little. Teacher probabilities are cached in the run directory, keyed by the
-teachers' weights and the texts, so a resumed run does not label again.
+The teachers (trained checkpoints, any tokenizer or size) label a sample of unlabeled texts with their
+averaged class probabilities; the student trains on the labeled set (one-hot gold targets) plus these soft
+targets. When the unlabeled texts are the labeled set's own texts (imdb-text), every review is seen twice:
+with its gold label and with the teachers' probabilities (the classic mix of hard and soft targets).
+Teacher probabilities are cached in the run directory, keyed by the teachers' weights and the texts, so a
+resumed run does not label again.
 """
 
 from __future__ import annotations
