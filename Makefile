@@ -6,6 +6,10 @@ DATA_DIR ?= ../shared/data
 RUNS ?= runs
 
 TRAIN := train-sentiment-ko train-sentiment-en train-translate-fr-en train-translate-es-en train-translate-de-en
+# runs a shipped preset starts from (distillation teachers, init_from), trained first, in order, not shipped
+STARTS_sentiment-en := sentiment-en-base sentiment-en-mlm
+STARTS_sentiment-ko := sentiment-ko-base sentiment-ko-mlm
+STARTS := $(STARTS_sentiment-en) $(STARTS_sentiment-ko)
 
 .PHONY: install serve test lint format bench $(TRAIN) $(addprefix run-,$(STARTS))
 
@@ -39,10 +43,6 @@ comma := ,
 CONTINUE_translate-es-en := --epochs=9 --epochs=11,--average_last=6,--eval_every=129,--patience=30
 CONTINUE_translate-de-en := --epochs=13,--average_last=6,--eval_every=81,--patience=30
 CONTINUE_sentiment-ko-mlm := --epochs=7
-# runs a shipped preset starts from (distillation teachers, init_from), trained first, in order, not shipped
-STARTS_sentiment-en := sentiment-en-base sentiment-en-mlm
-STARTS_sentiment-ko := sentiment-ko-base sentiment-ko-mlm
-STARTS := sentiment-en-base sentiment-en-mlm sentiment-ko-base sentiment-ko-mlm
 
 # python -m training <task> --preset=$(1), then each CONTINUE_$(1) command
 train_cmd = $(PY) -m training $(if $(findstring sentiment,$(1)),sentiment,translate) --preset=$(1) --out_dir=$(RUNS) --data_dir=$(DATA_DIR)

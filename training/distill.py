@@ -11,13 +11,13 @@ resumed run does not label again.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import random
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from model import load_checkpoint
 from model.inference import classify_ids, traced_predict
@@ -44,16 +44,13 @@ def _key(teachers: list[str], texts: list[str]) -> str:
     return h.hexdigest()
 
 
-def teacher_probs(teachers: list[str], texts: list[str], cache_dir: Path, threads: int = 0) -> torch.Tensor:
+def teacher_probs(teachers: list[str], texts: list[str], cache_dir: Path) -> torch.Tensor:
     """Mean class probabilities (N, C) of the teacher checkpoints on `texts`, cached in cache_dir."""
-    if threads:
-        torch.set_num_threads(threads)
     key, path = _key(teachers, texts), cache_dir / CACHE
     if path.exists():
-        with path.open("rb") as f:  # the key is in the header's metadata
-            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
-        if header.get("__metadata__", {}).get("key") == key:
-            return load_file(path)["probs"]
+        with safe_open(path, "pt") as f:
+            if (f.metadata() or {}).get("key") == key:
+                return f.get_tensor("probs")
         log.info("%s was made for other teachers or texts: labelling again", path)
     total: torch.Tensor | None = None
     labels: list[str] | None = None

@@ -269,6 +269,8 @@ def train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
     With a pretrain_dataset, a masked-LM phase (its own resumable run in <run>/mlm) comes first and the
     supervised phase starts from its best checkpoint.
     """
+    if cfg.threads:  # before any prepare(): teachers label their texts there
+        torch.set_num_threads(cfg.threads)
     if cfg.pretrain_dataset and cfg.pretrain_steps and cfg.objective == "supervised" and not cfg.init_from:
         prepare(cfg)  # the tokenizer, trained on labeled + unlabeled text, is shared by both phases
         mlm = replace(
@@ -334,8 +336,6 @@ def _stop_on_signal(enabled: bool) -> Iterator[Callable[[], bool]]:
 
 def _train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
     rank, world = setup_distributed()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     run = cfg.run_dir
     run.mkdir(parents=True, exist_ok=True)
     if world > 1:  # rank 0 trains the tokenizer; the others wait and reuse it

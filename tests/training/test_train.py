@@ -110,17 +110,17 @@ def test_sentiment_train_checkpoint_evaluate(
     assert res["accuracy"] >= 0.9  # the label is one sentiment word: a working loop learns it
 
 
+def mlm_then_fine_tune(
+    data_dir: Path, out_dir: Path, name: str, *extra: str, **settings: object
+) -> list[dict]:
+    """Train an NSMC classifier (1 epoch) after a masked-LM phase; returns that phase's loss records."""
+    args = tiny(data_dir, out_dir, epochs=1, pretrain_dataset="nsmc-unlabeled", **settings)
+    assert main(["sentiment", "--dataset=nsmc", f"--name={name}", *extra, *args]) == 0
+    return [r for r in records(out_dir / name / "mlm") if "loss" in r]
+
+
 def test_sentiment_with_masked_lm_pretraining(synthetic_data_dir: Path, tmp_path: Path) -> None:
-    args = tiny(
-        synthetic_data_dir,
-        tmp_path,
-        epochs=1,
-        pretrain_dataset="nsmc-unlabeled",
-        pretrain_steps=6,
-        pretrain_batch_tokens=400,
-    )
-    assert main(["sentiment", "--dataset=nsmc", "--name=ko", *args]) == 0
-    mlm = [r for r in records(tmp_path / "ko" / "mlm") if "loss" in r]
+    mlm = mlm_then_fine_tune(synthetic_data_dir, tmp_path, "ko", pretrain_steps=6, pretrain_batch_tokens=400)
     assert [r["step"] for r in mlm] == [1, 2, 3, 4, 5, 6]
     pretrained = load_checkpoint(tmp_path / "ko" / "mlm" / "best")
     tuned = load_checkpoint(tmp_path / "ko" / "best")
@@ -341,22 +341,13 @@ def test_masked_lm_phase_runs_pretrain_steps_past_the_fine_tuning_epochs(
 ) -> None:
     # ~2,700 tokens of unlabeled text in batches of 4,000: one or two steps per MLM epoch, so 5 steps take
     # several epochs of it while fine-tuning runs epochs=1 (max_steps alone decides a phase's length)
-    args = tiny(
-        synthetic_data_dir,
-        tmp_path,
-        epochs=1,
-        pretrain_dataset="nsmc-unlabeled",
-        pretrain_steps=5,
-        pretrain_batch_tokens=4000,
-    )
-    assert main(["sentiment", "--dataset=nsmc", "--name=ko", *args]) == 0
-    mlm = [r for r in records(tmp_path / "ko" / "mlm") if "loss" in r]
+    phase = {"pretrain_steps": 5, "pretrain_batch_tokens": 4000}
+    mlm = mlm_then_fine_tune(synthetic_data_dir, tmp_path, "ko", **phase)
     assert [r["step"] for r in mlm] == [1, 2, 3, 4, 5]
     assert mlm[-1]["epoch"] >= 2
     assert [r["epoch"] for r in records(tmp_path / "ko") if "eval" in r] == [1]  # fine-tuning: its 1 epoch
     # pretrain_epochs caps the phase at that many epochs of its text (the schedule still spans 5 steps)
-    assert main(["sentiment", "--dataset=nsmc", "--name=capped", "--pretrain_epochs=1", *args]) == 0
-    capped = [r for r in records(tmp_path / "capped" / "mlm") if "loss" in r]
+    capped = mlm_then_fine_tune(synthetic_data_dir, tmp_path, "capped", "--pretrain_epochs=1", **phase)
     assert 1 <= len(capped) < 5
     assert {r["epoch"] for r in capped} == {0}
     assert capped[0]["lr"] == mlm[0]["lr"]
