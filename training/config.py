@@ -81,9 +81,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "pretrain_steps": 1500,
         "pretrain_epochs": 3,
     },
-    # The shipped classifiers: a teacher fine-tuned on the gold labels plus the two teachers' mean
+    # First distillation round: a teacher fine-tuned on the gold labels plus the two teachers' mean
     # probabilities on unlabeled text (knowledge distillation, see training/distill.py).
-    "sentiment-ko": {
+    "sentiment-ko-kd": {
         **_SENTIMENT_KO,
         "teachers": "{out_dir}/sentiment-ko-base/best,{out_dir}/sentiment-ko-mlm/best",
         "distill_dataset": "nsmc-unlabeled",
@@ -96,11 +96,37 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval_every": 150,
         "average_last": 3,
     },
-    "sentiment-en": {
+    "sentiment-en-kd": {
         **_SENTIMENT_EN,
         "teachers": "{out_dir}/sentiment-en-base/best,{out_dir}/sentiment-en-mlm/best",
         "distill_dataset": "imdb-text",  # the train reviews again, now with the teachers' soft labels
         "init_from": "{out_dir}/sentiment-en-base/best",
+        "tokenizer_from": "{out_dir}/sentiment-en-base/tokenizer.model",
+        "epochs": 2,
+        "lr": 3e-4,
+        "warmup_steps": 50,
+        "eval_every": 100,
+    },
+    # The shipped classifiers: the first-round student again, distilled from itself and a hashed n-gram
+    # model (training/ngram.py), whose errors differ from the Transformer's.
+    "sentiment-ko": {
+        **_SENTIMENT_KO,
+        "teachers": "{out_dir}/sentiment-ko-kd/best,ngram-w3c4",
+        "distill_dataset": "nsmc-unlabeled",
+        "distill_examples": 300000,
+        "init_from": "{out_dir}/sentiment-ko-kd/best",
+        "tokenizer_from": "{out_dir}/sentiment-ko-mlm/tokenizer.model",
+        "epochs": 2,
+        "lr": 3e-4,
+        "warmup_steps": 100,
+        "eval_every": 150,
+        "average_last": 3,
+    },
+    "sentiment-en": {
+        **_SENTIMENT_EN,
+        "teachers": "{out_dir}/sentiment-en-kd/best,ngram-w3c0",
+        "distill_dataset": "imdb-text",
+        "init_from": "{out_dir}/sentiment-en-kd/best",
         "tokenizer_from": "{out_dir}/sentiment-en-base/tokenizer.model",
         "epochs": 2,
         "lr": 3e-4,

@@ -22,6 +22,8 @@ from safetensors.torch import save_file
 from model import load_checkpoint
 from model.inference import classify_ids, traced_predict
 from model.preprocess import classifier_ids
+from training.data import LabeledText
+from training.ngram import NgramSpec, ngram_probs
 
 log = logging.getLogger(__name__)
 CACHE = "teacher_probs.safetensors"
@@ -35,37 +37,55 @@ def sample_texts(texts: list[str], exclude: set[str], n: int, seed: int) -> list
     return pool[:n] if n else pool
 
 
-def _key(teachers: list[str], texts: list[str]) -> str:
+def _key(teachers: list[str], texts: list[str], fit: list[LabeledText], seed: int) -> str:
     h = hashlib.sha256()
     for t in teachers:
-        h.update((Path(t) / "model.safetensors").read_bytes())
+        h.update(t.encode() if NgramSpec.parse(t) else (Path(t) / "model.safetensors").read_bytes())
+    if any(NgramSpec.parse(t) for t in teachers):  # n-gram teachers are fit here, on the labeled set
+        h.update(f"seed {seed}\n".encode())
+        for x in fit:
+            h.update(f"{x.label}\t{x.text}\n".encode())
     for text in texts:
         h.update(text.encode() + b"\n")
     return h.hexdigest()
 
 
-def teacher_probs(teachers: list[str], texts: list[str], cache_dir: Path) -> torch.Tensor:
-    """Mean class probabilities (N, C) of the teacher checkpoints on `texts`, cached in cache_dir."""
-    key, path = _key(teachers, texts), cache_dir / CACHE
+def teacher_probs(
+    teachers: list[str],
+    texts: list[str],
+    cache_dir: Path,
+    train: list[LabeledText] = (),  # type: ignore[assignment]
+    valid: list[LabeledText] = (),  # type: ignore[assignment]
+    labels: tuple[str, ...] = ("negative", "positive"),
+    seed: int = 0,
+) -> torch.Tensor:
+    """Mean class probabilities (N, C) of the teachers on `texts`, cached in cache_dir.
+
+    A teacher is a classifier checkpoint directory or an n-gram spec (``ngram-w3c4``, training/ngram.py),
+    which is fit here on `train` (k-fold, epochs chosen on `valid`).
+    """
+    key, path = _key(teachers, texts, [*train, *valid], seed), cache_dir / CACHE
     if path.exists():
         with safe_open(path, "pt") as f:
             if (f.metadata() or {}).get("key") == key:
                 return f.get_tensor("probs")
         log.info("%s was made for other teachers or texts: labelling again", path)
-    total: torch.Tensor | None = None
-    labels: list[str] | None = None
+    if not teachers:
+        raise ValueError("distillation needs at least one teacher")
+    total = torch.zeros(len(texts), len(labels))
     for t in teachers:
+        log.info("teacher %s labels %d texts", t, len(texts))
+        if spec := NgramSpec.parse(t):
+            if not train or not valid:
+                raise ValueError(f"teacher {t}: an n-gram teacher needs the labeled train and valid sets")
+            total += ngram_probs(spec, train, valid, texts, len(labels), seed=seed)
+            continue
         loaded = load_checkpoint(t)
         cfg = loaded.model.cfg
-        if cfg.task != "sentiment" or (labels is not None and list(cfg.labels) != labels):
-            raise ValueError(f"teacher {t}: not a classifier with the labels {labels}")
-        labels = list(cfg.labels)
-        log.info("teacher %s labels %d texts", t, len(texts))
+        if cfg.task != "sentiment" or tuple(cfg.labels) != tuple(labels):
+            raise ValueError(f"teacher {t}: not a classifier with the labels {list(labels)}")
         ids = [classifier_ids(loaded.tokenizer, x, cfg) for x in texts]
-        probs = classify_ids(loaded.model, ids, batch_size=128, predict=traced_predict(loaded.model))
-        total = probs if total is None else total + probs
-    if total is None:
-        raise ValueError("distillation needs at least one teacher checkpoint")
+        total += classify_ids(loaded.model, ids, batch_size=128, predict=traced_predict(loaded.model))
     mean = (total / len(teachers)).contiguous()
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
