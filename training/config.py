@@ -61,6 +61,32 @@ _SENTIMENT_EN: dict[str, Any] = {
     "average_last": 4,
     "patience": 30,
 }
+# First distillation round: a classifier fine-tuned on the gold labels plus two teachers' mean probabilities
+# on unlabeled text (knowledge distillation, see training/distill.py).
+_KO_KD: dict[str, Any] = {
+    **_SENTIMENT_KO,
+    "teachers": "{out_dir}/sentiment-ko-base/best,{out_dir}/sentiment-ko-mlm/best",
+    "distill_dataset": "nsmc-unlabeled",
+    "distill_examples": 300000,  # of the 629K unlabeled reviews: 2 epochs fit about 1.2 h of one core
+    "init_from": "{out_dir}/sentiment-ko-mlm/best",
+    "tokenizer_from": "{out_dir}/sentiment-ko-mlm/tokenizer.model",
+    "epochs": 2,
+    "lr": 3e-4,
+    "warmup_steps": 100,
+    "eval_every": 150,
+    "average_last": 3,
+}
+_EN_KD: dict[str, Any] = {
+    **_SENTIMENT_EN,
+    "teachers": "{out_dir}/sentiment-en-base/best,{out_dir}/sentiment-en-mlm/best",
+    "distill_dataset": "imdb-text",  # the train reviews again, now with the teachers' soft labels
+    "init_from": "{out_dir}/sentiment-en-base/best",
+    "tokenizer_from": "{out_dir}/sentiment-en-base/tokenizer.model",
+    "epochs": 2,
+    "lr": 3e-4,
+    "warmup_steps": 50,
+    "eval_every": 100,
+}
 # Presets: the shipped checkpoints are reproduced by `python -m training <task> --preset=<name>`
 # (`make train-<name>` also trains the runs a preset starts from, see the Makefile).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -81,57 +107,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         "pretrain_steps": 1500,
         "pretrain_epochs": 3,
     },
-    # First distillation round: a teacher fine-tuned on the gold labels plus the two teachers' mean
-    # probabilities on unlabeled text (knowledge distillation, see training/distill.py).
-    "sentiment-ko-kd": {
-        **_SENTIMENT_KO,
-        "teachers": "{out_dir}/sentiment-ko-base/best,{out_dir}/sentiment-ko-mlm/best",
-        "distill_dataset": "nsmc-unlabeled",
-        "distill_examples": 300000,  # of the 629K unlabeled reviews: 2 epochs fit about 1.2 h of one core
-        "init_from": "{out_dir}/sentiment-ko-mlm/best",
-        "tokenizer_from": "{out_dir}/sentiment-ko-mlm/tokenizer.model",
-        "epochs": 2,
-        "lr": 3e-4,
-        "warmup_steps": 100,
-        "eval_every": 150,
-        "average_last": 3,
-    },
-    "sentiment-en-kd": {
-        **_SENTIMENT_EN,
-        "teachers": "{out_dir}/sentiment-en-base/best,{out_dir}/sentiment-en-mlm/best",
-        "distill_dataset": "imdb-text",  # the train reviews again, now with the teachers' soft labels
-        "init_from": "{out_dir}/sentiment-en-base/best",
-        "tokenizer_from": "{out_dir}/sentiment-en-base/tokenizer.model",
-        "epochs": 2,
-        "lr": 3e-4,
-        "warmup_steps": 50,
-        "eval_every": 100,
-    },
+    "sentiment-ko-kd": _KO_KD,
+    "sentiment-en-kd": _EN_KD,
     # The shipped classifiers: the first-round student again, distilled from itself and a hashed n-gram
     # model (training/ngram.py), whose errors differ from the Transformer's.
     "sentiment-ko": {
-        **_SENTIMENT_KO,
+        **_KO_KD,
         "teachers": "{out_dir}/sentiment-ko-kd/best,ngram-w3c4",
-        "distill_dataset": "nsmc-unlabeled",
-        "distill_examples": 300000,
         "init_from": "{out_dir}/sentiment-ko-kd/best",
-        "tokenizer_from": "{out_dir}/sentiment-ko-mlm/tokenizer.model",
-        "epochs": 2,
-        "lr": 3e-4,
-        "warmup_steps": 100,
-        "eval_every": 150,
-        "average_last": 3,
     },
     "sentiment-en": {
-        **_SENTIMENT_EN,
+        **_EN_KD,
         "teachers": "{out_dir}/sentiment-en-kd/best,ngram-w3c0",
-        "distill_dataset": "imdb-text",
         "init_from": "{out_dir}/sentiment-en-kd/best",
-        "tokenizer_from": "{out_dir}/sentiment-en-base/tokenizer.model",
-        "epochs": 2,
-        "lr": 3e-4,
-        "warmup_steps": 50,
-        "eval_every": 100,
     },
     # epochs fit the CPU time of two sessions (the shipped runs were resumed with these shorter schedules)
     "translate-fr-en": {**_TRANSLATE, "dataset": "tatoeba-fr-en", "epochs": 6},
