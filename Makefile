@@ -8,7 +8,7 @@ RUNS ?= runs
 TRAIN := train-sentiment-ko train-sentiment-en train-translate-fr-en train-translate-es-en train-translate-de-en
 # runs a shipped preset starts from (distillation teachers, init_from), trained first, in order, not shipped
 STARTS_sentiment-en := sentiment-en-base sentiment-en-mlm
-STARTS_sentiment-ko := sentiment-ko-base sentiment-ko-mlm
+STARTS_sentiment-ko := sentiment-ko-base sentiment-ko-mlm sentiment-ko-kd
 STARTS := $(STARTS_sentiment-en) $(STARTS_sentiment-ko)
 
 .PHONY: install serve test lint format bench $(TRAIN) $(addprefix run-,$(STARTS))
