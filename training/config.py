@@ -187,7 +187,7 @@ class TrainConfig:
     objective: Literal["supervised", "mlm"] = "supervised"  # set internally for the pretraining phase
     mask_prob: float = 0.15
     # knowledge distillation (classifiers): teachers' mean probabilities on unlabeled text as extra targets
-    teachers: str = ""  # comma-separated checkpoint dirs
+    teachers: str = ""  # comma-separated checkpoint dirs or n-gram specs (ngram-w3c4, see training/ngram.py)
     distill_dataset: str = ""  # unlabeled text (e.g. nsmc-unlabeled); valid-split texts are left out
     distill_examples: int = 0  # a seeded sample of this many texts; 0 = all
     tokenizer_from: str = ""  # reuse this sentencepiece model instead of training one

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -37,7 +38,7 @@ def sample_texts(texts: list[str], exclude: set[str], n: int, seed: int) -> list
     return pool[:n] if n else pool
 
 
-def _key(teachers: list[str], texts: list[str], fit: list[LabeledText], seed: int) -> str:
+def _key(teachers: list[str], texts: list[str], fit: Sequence[LabeledText], seed: int) -> str:
     h = hashlib.sha256()
     for t in teachers:
         h.update(t.encode() if NgramSpec.parse(t) else (Path(t) / "model.safetensors").read_bytes())
@@ -54,8 +55,8 @@ def teacher_probs(
     teachers: list[str],
     texts: list[str],
     cache_dir: Path,
-    train: list[LabeledText] = (),  # type: ignore[assignment]
-    valid: list[LabeledText] = (),  # type: ignore[assignment]
+    train: Sequence[LabeledText] = (),
+    valid: Sequence[LabeledText] = (),
     labels: tuple[str, ...] = ("negative", "positive"),
     seed: int = 0,
 ) -> torch.Tensor:

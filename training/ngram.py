@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -103,7 +104,7 @@ def _fit(
     opt = torch.optim.SparseAdam([model.table.weight], lr=0.02)
     opt_bias = torch.optim.Adam([model.bias], lr=0.02)
     vrows = torch.arange(len(valid[1]))
-    best, best_acc = model.table.weight.detach().clone(), -1.0
+    best, best_bias, best_acc = model.table.weight.detach().clone(), model.bias.detach().clone(), -1.0
     for epoch in range(epochs):
         for chunk in rows[torch.randperm(len(rows), generator=gen)].split(256):
             loss = F.cross_entropy(model(*bags.batch(chunk)), labels[chunk])
@@ -124,8 +125,8 @@ def _fit(
 
 def ngram_probs(
     spec: NgramSpec,
-    train: list[LabeledText],
-    valid: list[LabeledText],
+    train: Sequence[LabeledText],
+    valid: Sequence[LabeledText],
     texts: list[str],
     classes: int,
     folds: int = 5,
