@@ -55,9 +55,9 @@ def teacher_probs(
     teachers: list[str],
     texts: list[str],
     cache_dir: Path,
+    labels: tuple[str, ...],
     train: Sequence[LabeledText] = (),
     valid: Sequence[LabeledText] = (),
-    labels: tuple[str, ...] = ("negative", "positive"),
     seed: int = 0,
 ) -> torch.Tensor:
     """Mean class probabilities (N, C) of the teachers on `texts`, cached in cache_dir.

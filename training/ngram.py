@@ -80,6 +80,8 @@ class _Linear(torch.nn.Module):
 
 
 def _predict(model: _Linear, bags: _Bags, rows: torch.Tensor, batch_size: int = 4096) -> torch.Tensor:
+    if not len(rows):
+        return torch.zeros(0, model.bias.numel())
     with torch.no_grad():
         return torch.cat(
             [
@@ -104,7 +106,7 @@ def _fit(
     opt = torch.optim.SparseAdam([model.table.weight], lr=0.02)
     opt_bias = torch.optim.Adam([model.bias], lr=0.02)
     vrows = torch.arange(len(valid[1]))
-    best, best_bias, best_acc = model.table.weight.detach().clone(), model.bias.detach().clone(), -1.0
+    best, best_acc = {k: v.clone() for k, v in model.state_dict().items()}, -1.0
     for epoch in range(epochs):
         for chunk in rows[torch.randperm(len(rows), generator=gen)].split(256):
             loss = F.cross_entropy(model(*bags.batch(chunk)), labels[chunk])
@@ -116,10 +118,8 @@ def _fit(
         acc = (_predict(model, valid[0], vrows).argmax(-1) == valid[1]).float().mean().item()
         log.info("n-gram teacher epoch %d: valid accuracy %.4f", epoch, acc)
         if acc >= best_acc:  # ties: the later, better-fit epoch
-            best, best_acc, best_bias = model.table.weight.detach().clone(), acc, model.bias.detach().clone()
-    with torch.no_grad():
-        model.table.weight.copy_(best)
-        model.bias.copy_(best_bias)
+            best, best_acc = {k: v.clone() for k, v in model.state_dict().items()}, acc
+    model.load_state_dict(best)
     return model
 
 
@@ -145,13 +145,12 @@ def ngram_probs(
     targets = _Bags(texts, spec)
     own = torch.tensor([fold.get(t, -1) for t in texts])
     out = torch.zeros(len(texts), classes)
-    everyone = torch.arange(len(texts))
     for k in range(folds):
         log.info("n-gram teacher %s: fold %d of %d", spec, k + 1, folds)
         model = _fit(
             bags, labels, (fold_of != k).nonzero().squeeze(1), (vbags, vlabels), classes, epochs, seed + k
         )
-        probs = _predict(model, targets, everyone)
-        out[own == k] = probs[own == k]  # held out of this fold's fit
-        out[own == -1] += probs[own == -1] / folds  # not in train: the mean of all folds
+        held_out, unseen = (own == k).nonzero().squeeze(1), (own == -1).nonzero().squeeze(1)
+        out[held_out] = _predict(model, targets, held_out)  # held out of this fold's fit
+        out[unseen] += _predict(model, targets, unseen) / folds  # not in train: the mean of all folds
     return out

@@ -130,7 +130,7 @@ def _prepare_sentiment(cfg: TrainConfig, names: list[str], data_dir: Path) -> Pr
     enc: list = [(classifier_ids(tok, x.text, mcfg), x.label) for x in train]
     val = [(classifier_ids(tok, x.text, mcfg), x.label) for x in valid]
     if unlabeled:  # every target becomes a probability row: gold one-hot, then the teachers' mean
-        probs = teacher_probs(cfg.teachers.split(","), unlabeled, cfg.run_dir, train, valid, LABELS, cfg.seed)
+        probs = teacher_probs(cfg.teachers.split(","), unlabeled, cfg.run_dir, LABELS, train, valid, cfg.seed)
         k = len(LABELS)
         enc = [(ids, tuple(float(c == y) for c in range(k))) for ids, y in enc]
         enc += [

@@ -70,4 +70,4 @@ def test_distillation_with_an_ngram_teacher(synthetic_data_dir: Path, tmp_path: 
 
 def test_an_ngram_teacher_needs_the_labeled_sets(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="labeled train and valid"):
-        teacher_probs(["ngram-w1c0"], ["some text"], tmp_path)
+        teacher_probs(["ngram-w1c0"], ["some text"], tmp_path, ("negative", "positive"))
