@@ -43,6 +43,9 @@ comma := ,
 CONTINUE_translate-es-en := --epochs=9 --epochs=11,--average_last=6,--eval_every=129,--patience=30
 CONTINUE_translate-de-en := --epochs=13,--average_last=6,--eval_every=81,--patience=30
 CONTINUE_sentiment-ko-mlm := --epochs=7
+# shipped classifiers whose finished run then gets a hashed n-gram head (python -m training ngram-head)
+HEAD_sentiment-en := --spec w3c4 --buckets 2097152
+HEAD_sentiment-ko := --spec w3c4 --buckets 2097152
 
 # python -m training <task> --preset=$(1), then each CONTINUE_$(1) command
 train_cmd = $(PY) -m training $(if $(findstring sentiment,$(1)),sentiment,translate) --preset=$(1) --out_dir=$(RUNS) --data_dir=$(DATA_DIR)
@@ -58,4 +61,5 @@ train-sentiment-ko: $(addprefix run-,$(STARTS_sentiment-ko))
 
 $(TRAIN): train-%: install  # a static pattern rule: implicit rules skip .PHONY targets
 	$(call run_preset,$*)
+	$(if $(HEAD_$*),$(PY) -m training ngram-head --run $(RUNS)/$* --data-dir $(DATA_DIR) $(HEAD_$*))
 	$(PY) -m training ship --run $(RUNS)/$* --name $* --data-dir $(DATA_DIR) $(foreach c,$(CONTINUE_$*),--continued='$(subst $(comma), ,$(c))') $(call requires,$*)

@@ -1,4 +1,8 @@
-"""Sentiment classifier: Transformer encoder + masked-mean (or [CLS]) pooling + linear head."""
+"""Sentiment classifier: Transformer encoder + masked-mean (or [CLS]) pooling + linear head.
+
+With cfg.ngram set, it also holds a hashed n-gram head (model.ngram, "wide & deep"): its logits, computed
+from the raw text, add to the encoder's (see model.inference.classify_ids).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from torch import Tensor, nn
 
 from model.config import ModelConfig
 from model.layers import Embeddings, Encoder, init_weights, make_padding_mask
+from model.ngram import NgramHead
 
 
 class SentimentClassifier(nn.Module):
@@ -19,6 +24,7 @@ class SentimentClassifier(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.head = nn.Linear(cfg.d_model, len(cfg.labels))
         init_weights(self, cfg.d_model)
+        self.ngram = NgramHead(cfg.ngram_buckets, len(cfg.labels)) if cfg.ngram else None
 
     def encode(self, ids: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor, list[Tensor]]:
         """ids (B, S) -> hidden (B, S, D), mask (B, 1, 1, S), per-layer attention (B, H, S, S) if asked."""

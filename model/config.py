@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from model.ngram import NgramSpec
+
 Task = Literal["sentiment", "translation"]
 
 
@@ -37,6 +39,9 @@ class ModelConfig:
     pooling: Literal["mean", "cls"] = "mean"
     truncation: Literal["head", "head_tail"] = "head"  # inputs over max_len tokens keep the head (and tail)
     cls_id: int | None = None  # token prepended when pooling == "cls"
+    # optional hashed n-gram head (model.ngram) whose logits add to the encoder's: spec "wWcC", "" = none
+    ngram: str = ""
+    ngram_buckets: int = 0
     # translation
     source_langs: tuple[str, ...] = ()
     target_langs: tuple[str, ...] = ()
@@ -50,6 +55,12 @@ class ModelConfig:
             raise ValueError(f"task must be 'sentiment' or 'translation', got {self.task!r}")
         if self.task == "sentiment" and len(self.labels) < 2:
             raise ValueError(f"a sentiment model needs at least 2 labels, got {self.labels!r}")
+        if self.ngram:
+            if self.task != "sentiment":
+                raise ValueError(f"an n-gram head is for sentiment models, not {self.task!r}")
+            NgramSpec.parse(self.ngram)
+            if self.ngram_buckets < 1:
+                raise ValueError(f"ngram={self.ngram!r} needs ngram_buckets >= 1, got {self.ngram_buckets}")
         if self.pooling == "cls" and self.cls_id is None:
             raise ValueError("pooling='cls' needs cls_id")
         if self.task == "translation" and not (self.source_langs and self.target_langs):

@@ -162,8 +162,11 @@ def tiny_sentiment_checkpoint(
 def tiny_sentiment_ko_checkpoint(
     tiny_checkpoints_dir: Path, tiny_tokenizer_path: Path, tiny_vocab_size: int
 ) -> Path:
+    """With a hashed n-gram head (random weights), so every serving test of it covers that path too."""
     torch.manual_seed(SEED + 1)
-    model = SentimentClassifier(tiny_sentiment_config(tiny_vocab_size))
+    model = SentimentClassifier(tiny_sentiment_config(tiny_vocab_size, ngram="w2c3", ngram_buckets=4096))
+    assert model.ngram is not None
+    torch.nn.init.normal_(model.ngram.table.weight, std=0.5)
     return _save(tiny_checkpoints_dir, "sentiment-ko", model, tiny_tokenizer_path, metrics={"accuracy": 0.5})
 
 

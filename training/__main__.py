@@ -1,7 +1,8 @@
-"""CLI: python -m training {sentiment,translate,evaluate,download,ship} ...
+"""CLI: python -m training {sentiment,translate,ngram-head,evaluate,download,ship} ...
 
 python -m training translate --preset=translate-fr-en [--field=value ...]
 python -m training sentiment --dataset=imdb --d_model=128 --dry_run=true
+python -m training ngram-head --run runs/sentiment-en --spec w3c4
 python -m training evaluate --checkpoint DIR --data FILE --format tatoeba
 python -m training download nsmc --data-dir DIR
 """
@@ -51,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         from training.download import cli as download_cli
 
         return download_cli(rest)
+    if command == "ngram-head":
+        from training.wide import cli as wide_cli
+
+        return wide_cli(rest)
     if command == "ship":
         from training.ship import cli as ship_cli
 

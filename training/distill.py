@@ -22,9 +22,9 @@ from safetensors.torch import save_file
 
 from model import load_checkpoint
 from model.inference import classify_ids, traced_predict
-from model.preprocess import classifier_ids
+from model.preprocess import classifier_ids, classifier_ngrams
 from training.data import LabeledText
-from training.ngram import NgramSpec, ngram_probs
+from training.ngram import ngram_probs, teacher_spec
 
 log = logging.getLogger(__name__)
 CACHE = "teacher_probs.safetensors"
@@ -41,9 +41,9 @@ def sample_texts(texts: list[str], exclude: set[str], n: int, seed: int) -> list
 def _key(teachers: list[str], texts: list[str], fit: Sequence[LabeledText], seed: int) -> str:
     h = hashlib.sha256()
     for t in teachers:
-        h.update(t.encode() if NgramSpec.parse(t) else (Path(t) / "model.safetensors").read_bytes())
-    if any(NgramSpec.parse(t) for t in teachers):  # n-gram teachers are fit here, on the labeled set
-        h.update(f"seed {seed}\n".encode())
+        h.update(t.encode() if teacher_spec(t) else (Path(t) / "model.safetensors").read_bytes())
+    if any(teacher_spec(t) for t in teachers):  # n-gram teachers are fit here, on the labeled set
+        h.update(f"seed {seed} hash 2\n".encode())  # hash 2: model.ngram.features
         for x in fit:
             h.update(f"{x.label}\t{x.text}\n".encode())
     for text in texts:
@@ -76,7 +76,7 @@ def teacher_probs(
     total = torch.zeros(len(texts), len(labels))
     for t in teachers:
         log.info("teacher %s labels %d texts", t, len(texts))
-        if spec := NgramSpec.parse(t):
+        if spec := teacher_spec(t):
             if not train or not valid:
                 raise ValueError(f"teacher {t}: an n-gram teacher needs the labeled train and valid sets")
             total += ngram_probs(spec, train, valid, texts, len(labels), seed=seed)
@@ -86,7 +86,8 @@ def teacher_probs(
         if cfg.task != "sentiment" or tuple(cfg.labels) != tuple(labels):
             raise ValueError(f"teacher {t}: not a classifier with the labels {list(labels)}")
         ids = [classifier_ids(loaded.tokenizer, x, cfg) for x in texts]
-        total += classify_ids(loaded.model, ids, batch_size=128, predict=traced_predict(loaded.model))
+        ngrams = [classifier_ngrams(x, cfg) for x in texts] if cfg.ngram else None
+        total += classify_ids(loaded.model, ids, 128, traced_predict(loaded.model), ngrams)
     mean = (total / len(teachers)).contiguous()
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

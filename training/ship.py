@@ -69,6 +69,15 @@ def model_card(
         + f", d_ff={cfg['d_ff']}, vocab={cfg['vocab_size']} (sentencepiece {tcfg.get('spm_model_type', 'unigram')}),"
         f" {'pre' if cfg['norm_first'] else 'post'}-norm, max_len={cfg['max_len']}"
     )
+    head = train.get("ngram_head")
+    if cfg.get("ngram") and head:
+        arch += (
+            f"; plus a hashed n-gram head (`{cfg['ngram']}`: word 1..{cfg['ngram'][1]}-grams and character"
+            f" 1..{cfg['ngram'][3]}-grams in {cfg['ngram_buckets']:,} buckets) whose logits, weighted"
+            f" {head['alpha']} (chosen on valid), add to the encoder's. Valid accuracy: encoder"
+            f" {head['encoder_valid_accuracy']:.4f}, n-gram head {head['head_valid_accuracy']:.4f}"
+        )
+        command += f"\npython -m training ngram-head --run runs/{name} --spec {cfg['ngram']} --buckets {cfg['ngram_buckets']}"
     return f"""# {name}
 
 From-scratch Transformer ({cfg["task"]}), trained on this project's CPU; no pretrained weights.

@@ -12,7 +12,7 @@ import torch
 
 from app.settings import Settings
 from model import DecodeOptions, LoadedModel, Translator, load_checkpoint, save_checkpoint
-from model.inference import classify_ids, translate_ids
+from model.inference import classify_texts, translate_ids
 from model.preprocess import classifier_ids, source_ids, target_ids
 from tests.app.conftest import MULTI_LANG_IDS, serve
 from tests.conftest import tiny_translation_config
@@ -28,7 +28,7 @@ def models(app_checkpoint_dir: Path) -> dict[str, LoadedModel]:
 
 
 def direct_probs(m: LoadedModel, texts: list[str]) -> torch.Tensor:
-    return classify_ids(m.model, [classifier_ids(m.tokenizer, t, m.config) for t in texts])  # type: ignore[arg-type]
+    return classify_texts(m.model, m.tokenizer, texts)  # type: ignore[arg-type]
 
 
 def direct_translate(m: LoadedModel, texts: list[str], opts: DecodeOptions, lang: str = "en") -> list[Any]:

@@ -8,30 +8,21 @@ from pathlib import Path
 import pytest
 import torch
 
+from model.ngram import NgramSpec
 from training.config import parse_overrides
 from training.data import LabeledText
 from training.distill import teacher_probs
-from training.ngram import NgramSpec, features, ngram_probs
+from training.ngram import ngram_probs, teacher_spec
 from training.prepare import prepare
 
 from .test_train import tiny
 
 
-def test_spec_parse() -> None:
-    assert NgramSpec.parse("ngram-w3c4") == NgramSpec(3, 4)
-    assert NgramSpec.parse("ngram-w2c0") == NgramSpec(2, 0)
-    assert NgramSpec.parse("runs/sentiment-ko/best") is None
-    assert NgramSpec.parse("ngram-w3") is None
-
-
-def test_features_are_distinct_hashed_ngrams() -> None:
-    words = NgramSpec(2, 0)
-    assert len(features("good movie", words)) == 3  # good, movie, "good movie"
-    assert features("GOOD<br />movie", words) == features("good movie", words)
-    assert len(features("good good good", words)) == 2  # good, "good good"
-    with_chars = features("ab", NgramSpec(1, 2))  # word "ab"; chars " ", a, b, " a", ab, "b "
-    assert len(with_chars) == 1 + 6
-    assert set(features("ab", NgramSpec(1, 0))) < set(with_chars)
+def test_teacher_spec() -> None:
+    assert teacher_spec("ngram-w3c4") == NgramSpec(3, 4)
+    assert teacher_spec("ngram-w2c0") == NgramSpec(2, 0)
+    assert teacher_spec("runs/sentiment-ko/best") is None
+    assert teacher_spec("ngram-w3") is None
 
 
 def _rows(n: int, seed: int) -> list[LabeledText]:

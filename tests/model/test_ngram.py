@@ -1,0 +1,102 @@
+"""The hashed n-gram head: features, spec parsing, and a classifier that adds its logits to the encoder's."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from model import SentimentClassifier, Tokenizer, load_checkpoint, save_checkpoint
+from model.inference import classify_ids, classify_texts, traced_predict
+from model.ngram import NgramSpec, bags, features
+from model.preprocess import classifier_ids, classifier_ngrams
+from tests.conftest import tiny_sentiment_config
+
+B = 1 << 20
+
+
+def test_spec_parse() -> None:
+    assert NgramSpec.parse("w3c4") == NgramSpec(3, 4)
+    assert str(NgramSpec(2, 0)) == "w2c0"
+    for bad in ("w3", "w0c4", "ngram-w3c4", "w10c1"):
+        with pytest.raises(ValueError, match="wWcC"):
+            NgramSpec.parse(bad)
+
+
+def test_features_are_distinct_hashed_ngrams() -> None:
+    words = NgramSpec(2, 0)
+    assert len(features("good movie", words, B)) == 3  # good, movie, "good movie"
+    assert np.array_equal(features("GOOD<br />movie", words, B), features("good movie", words, B))
+    assert len(features("good good good", words, B)) == 2  # good, "good good"
+    with_chars = features("ab", NgramSpec(1, 2), B)  # word "ab"; chars " ", a, b, " a", ab, "b "
+    assert len(with_chars) == 1 + 6
+    assert set(features("ab", NgramSpec(1, 0), B)) < set(with_chars)
+    assert features("x", words, 7).max() < 7
+    assert features("x", words, 7).dtype == np.int64
+    # word order matters for bigrams, not for unigrams
+    assert set(features("a b", words, B)) != set(features("b a", words, B))
+    assert len(set(features("a b", words, B)) & set(features("b a", words, B))) == 2
+    # Hangul, emoji and an empty text hash like anything else
+    assert len(features("재밌다 👍", NgramSpec(1, 1), B)) > 0
+    assert len(features("", NgramSpec(3, 4), B)) > 0  # the padding spaces: a blank text still has a bag
+
+
+def test_bags_offsets() -> None:
+    ids, offsets = bags([np.array([1, 2]), np.array([], dtype=np.int64), np.array([5])])
+    assert ids.tolist() == [1, 2, 5]
+    assert offsets.tolist() == [0, 2, 2]
+
+
+def test_config_rejects_a_bad_head() -> None:
+    with pytest.raises(ValueError, match="wWcC"):
+        tiny_sentiment_config(100, ngram="w3", ngram_buckets=8)
+    with pytest.raises(ValueError, match="ngram_buckets"):
+        tiny_sentiment_config(100, ngram="w1c0")
+
+
+def _wide(vocab_size: int) -> SentimentClassifier:
+    torch.manual_seed(0)
+    model = SentimentClassifier(tiny_sentiment_config(vocab_size, ngram="w2c3", ngram_buckets=4096)).eval()
+    assert model.ngram is not None
+    torch.nn.init.normal_(model.ngram.table.weight, std=0.5)
+    return model
+
+
+def test_head_adds_its_logits_to_the_encoders(tiny_tokenizer_path: Path, tiny_vocab_size: int) -> None:
+    model, tok = _wide(tiny_vocab_size), Tokenizer(tiny_tokenizer_path)
+    texts = ["a good film .", "bad", "le chat dort sur le canapé ."]
+    got = classify_texts(model, tok, texts)
+    for i, text in enumerate(texts):  # one at a time, by hand: softmax(encoder logits + head logits)
+        ids = torch.tensor([classifier_ids(tok, text, model.cfg)])
+        assert model.ngram is not None
+        wide = model.ngram(*bags([classifier_ngrams(text, model.cfg)]))  # type: ignore[list-item]
+        want = (model(ids) + wide).softmax(-1)[0]
+        torch.testing.assert_close(got[i], want, atol=1e-5, rtol=0)
+    bare = SentimentClassifier(replace(model.cfg, ngram="", ngram_buckets=0)).eval()
+    bare.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("ngram.")})
+    assert not torch.allclose(classify_texts(bare, tok, texts), got)  # the head changes the answer
+    ids = [classifier_ids(tok, t, model.cfg) for t in texts]
+    with pytest.raises(ValueError, match="n-gram ids"):
+        classify_ids(model, ids)  # a head without its inputs is an error, not a silent encoder-only answer
+    traced = classify_ids(
+        model, ids, 2, traced_predict(model), [classifier_ngrams(t, model.cfg) for t in texts]
+    )
+    torch.testing.assert_close(traced, got, atol=1e-5, rtol=0)
+
+
+def test_head_round_trips_through_a_checkpoint(
+    tiny_tokenizer_path: Path, tiny_vocab_size: int, tmp_path: Path
+) -> None:
+    model, tok = _wide(tiny_vocab_size), Tokenizer(tiny_tokenizer_path)
+    save_checkpoint(tmp_path / "wide", model, tiny_tokenizer_path, dtype=torch.float32)
+    loaded = load_checkpoint(tmp_path / "wide")
+    assert loaded.config.ngram == "w2c3"
+    assert loaded.config.ngram_buckets == 4096
+    texts = ["a good film .", "재밌다"]
+    torch.testing.assert_close(
+        classify_texts(loaded.model, loaded.tokenizer, texts),
+        classify_texts(model, tok, texts),  # type: ignore[arg-type]
+    )

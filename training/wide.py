@@ -1,0 +1,148 @@
+"""Add a hashed n-gram head to a trained classifier ("wide & deep"), in place in a run's best checkpoint.
+
+  python -m training ngram-head --run runs/sentiment-en [--spec w3c4] [--buckets 2097152] [--data-dir DIR]
+
+The head (model.ngram) is fit on the run's gold training split alone, its epoch chosen on valid. Then one
+weight `alpha` for its logits is chosen on valid (grid ALPHAS; the encoder's weight is 1) and folded into the
+table, so the served model computes encoder logits + head logits. The encoder is not touched: running the
+command again refits the head from the same encoder. The valid metric in best/metrics.json becomes the
+combined model's; the encoder's own is kept as `encoder_valid`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from model import SentimentClassifier, load_checkpoint, save_checkpoint
+from model.inference import classify_ids, classify_texts, traced_predict
+from model.ngram import NgramSpec
+from model.preprocess import classifier_ids
+from training.data import LabeledText, load_split, resolve_data_dir
+from training.metrics import accuracy_f1
+from training.ngram import Bags, fit, logits
+
+log = logging.getLogger(__name__)
+ALPHAS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.2, 1.5)
+
+
+def encoder_only(model: SentimentClassifier) -> SentimentClassifier:
+    """The same classifier without its n-gram head (shares the encoder's tensors)."""
+    bare = SentimentClassifier(replace(model.cfg, ngram="", ngram_buckets=0))
+    bare.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("ngram.")})
+    return bare.eval()
+
+
+def add_head(
+    model: SentimentClassifier,
+    tokenizer: Any,
+    train: list[LabeledText],
+    valid: list[LabeledText],
+    spec: NgramSpec,
+    buckets: int,
+    epochs: int = 4,
+    lr: float = 0.005,
+    seed: int = 0,
+) -> tuple[SentimentClassifier, dict[str, Any]]:
+    """The classifier with a fitted, alpha-scaled n-gram head, and what was measured on valid."""
+    bare = encoder_only(model)
+    ids = [classifier_ids(tokenizer, x.text, bare.cfg) for x in valid]
+    encoder = classify_ids(bare, ids, 128, traced_predict(bare))  # (V, C) probabilities
+    bags, vbags = Bags([x.text for x in train], spec, buckets), Bags([x.text for x in valid], spec, buckets)
+    labels, vlabels = torch.tensor([x.label for x in train]), torch.tensor([x.label for x in valid])
+    head = fit(
+        bags,
+        labels,
+        torch.arange(len(train)),
+        (vbags, vlabels),
+        len(bare.cfg.labels),
+        epochs,
+        seed,
+        buckets,
+        lr,
+    )
+    wide = logits(head, vbags, torch.arange(len(valid)))  # (V, C)
+    log_p = encoder.clamp_min(torch.finfo(torch.float32).tiny).log()
+    scores = {a: ((log_p + a * wide).argmax(-1) == vlabels).float().mean().item() for a in ALPHAS}
+    alpha = max(ALPHAS, key=lambda a: (scores[a], -a))  # ties: the smaller weight
+    out = SentimentClassifier(replace(bare.cfg, ngram=str(spec), ngram_buckets=buckets))
+    state = bare.state_dict() | {
+        "ngram.table.weight": alpha * head.table.weight,
+        "ngram.bias": alpha * head.bias,
+    }
+    out.load_state_dict(state)
+    report = {
+        "spec": str(spec),
+        "buckets": buckets,
+        "alpha": alpha,
+        "valid_accuracy_by_alpha": {str(a): round(s, 4) for a, s in scores.items()},
+        "head_valid_accuracy": (wide.argmax(-1) == vlabels).float().mean().item(),
+        "encoder_valid_accuracy": (encoder.argmax(-1) == vlabels).float().mean().item(),
+    }
+    return out.eval(), report
+
+
+def cli(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m training ngram-head", description=__doc__)
+    p.add_argument("--run", type=Path, required=True, help="run directory holding best/ (a sentiment run)")
+    p.add_argument("--spec", default="w3c4", help="word and character n-gram orders, 'wWcC' (default w3c4)")
+    p.add_argument(
+        "--buckets", type=int, default=1 << 21, help="hash buckets (fp16 table: 2 bytes x classes each)"
+    )
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--lr", type=float, default=0.005)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-dir", default=None)
+    args = p.parse_args(argv)
+    try:
+        spec = NgramSpec.parse(args.spec)
+    except ValueError as e:
+        print(f"error: {e}")
+        return 2
+    if args.buckets < 1:
+        print(f"error: --buckets must be >= 1, got {args.buckets}")
+        return 2
+    best = args.run / "best"
+    loaded = load_checkpoint(best)
+    if not isinstance(loaded.model, SentimentClassifier):
+        print(f"error: {best} is a {loaded.config.task} model; an n-gram head is for sentiment classifiers")
+        return 2
+    dataset = loaded.meta["training"]["config"]["dataset"]
+    data_dir = resolve_data_dir(args.data_dir)
+    train, valid = load_split(dataset, "train", data_dir), load_split(dataset, "valid", data_dir)
+    start = time.time()
+    model, report = add_head(
+        loaded.model,
+        loaded.tokenizer,
+        train,
+        valid,
+        spec,
+        args.buckets,
+        args.epochs,
+        args.lr,
+        args.seed,  # type: ignore[arg-type]
+    )
+    probs = classify_texts(model, loaded.tokenizer, [x.text for x in valid])
+    res = accuracy_f1(probs.argmax(-1).tolist(), [x.label for x in valid])
+    metrics = json.loads((best / "metrics.json").read_text())
+    metrics["encoder_valid"] = metrics.get("encoder_valid", metrics.get("valid", {}))
+    metrics["valid"] = {"metric": res["accuracy"], **res}
+    training = loaded.meta.get("training", {}) | {
+        "ngram_head": report | {"seconds": round(time.time() - start)}
+    }
+    save_checkpoint(
+        best,
+        model,
+        best / loaded.meta.get("tokenizer", "tokenizer.model"),
+        training=training,
+        metrics=metrics,
+    )
+    print(json.dumps({"checkpoint": str(best), "valid": metrics["valid"], **report}))
+    return 0
