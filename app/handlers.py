@@ -11,7 +11,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from app.errors import invalid
@@ -19,13 +18,11 @@ from app.schemas import AttentionResponse, Hypothesis, SentimentResult, Translat
 from model import DecodeOptions, LoadedModel, ModelConfig, SentimentClassifier, Tokenizer, Translator
 from model.decoding import Hypothesis as Hyp
 from model.inference import classify_ids, traced_predict, translate_ids
-from model.preprocess import classifier_ids, classifier_ngrams, source_ids, target_ids
+from model.preprocess import classifier_ids, source_ids, target_ids
 
 WARMUP_TEXT = "warm up"
 _SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
-ClassifierItem = tuple[
-    list[int], np.ndarray | None
-]  # token ids, n-gram ids (for a model with an n-gram head)
+ClassifierItem = tuple[list[int], str]  # token ids and the text (for an n-gram head)
 
 
 def checked_source_ids(
@@ -57,15 +54,16 @@ class SentimentHandler:
         self._predict = traced_predict(self.model) if torchscript else self.model.predict
 
     def decode_request(self, text: str) -> ClassifierItem:
-        cfg = self.model.cfg  # ids truncated to max_len like training; n-grams (if any) of the whole text
-        return classifier_ids(self.tokenizer, text, cfg), classifier_ngrams(text, cfg)
+        return classifier_ids(
+            self.tokenizer, text, self.model.cfg
+        ), text  # ids truncated to max_len like training
 
     def batch(self, items: list[ClassifierItem]) -> list[ClassifierItem]:
         return items  # classify_ids sorts by length and pads to (B, S) tensors + masks per chunk
 
     def predict(self, batch: list[ClassifierItem]) -> torch.Tensor:
-        ids, ngrams = [i for i, _ in batch], [g for _, g in batch] if self.model.ngram is not None else None
-        return classify_ids(self.model, ids, max(1, len(batch)), self._predict, ngrams)  # (N, C) float32
+        ids, texts = [i for i, _ in batch], [t for _, t in batch]  # texts: an n-gram head hashes them here
+        return classify_ids(self.model, ids, max(1, len(batch)), self._predict, texts)  # (N, C) float32
 
     def unbatch(self, output: torch.Tensor) -> list[list[float]]:
         return output.tolist()

@@ -286,18 +286,18 @@ def ceiling(
 
     from model import DecodeOptions, load_checkpoint
     from model.inference import classify_ids, traced_predict, translate_ids
-    from model.preprocess import classifier_ids, classifier_ngrams, source_ids
+    from model.preprocess import classifier_ids, source_ids
 
     out = {}
     if sentiment:
         m = load_checkpoint(checkpoint_dir / sentiment["model"])
-        seqs = [classifier_ids(m.tokenizer, t, m.config) for t in texts(EN_WORDS)]
-        ngrams = [classifier_ngrams(t, m.config) for t in texts(EN_WORDS)]  # like ids: input, not model
+        inputs = texts(EN_WORDS)
+        seqs = [classifier_ids(m.tokenizer, t, m.config) for t in inputs]  # an n-gram head hashes `inputs`
         predict = traced_predict(m.model)  # type: ignore[arg-type]
-        classify_ids(m.model, seqs[:32], 32, predict, ngrams[:32])  # type: ignore[arg-type]
+        classify_ids(m.model, seqs[:32], 32, predict, inputs[:32])  # type: ignore[arg-type]
         start, cpu = time.perf_counter(), time.process_time()
         with torch.inference_mode():
-            classify_ids(m.model, seqs, 32, predict, ngrams)  # type: ignore[arg-type]
+            classify_ids(m.model, seqs, 32, predict, inputs)  # type: ignore[arg-type]
         out["/sentiment"] = (
             len(seqs) / (time.perf_counter() - start),
             1000 * (time.process_time() - cpu) / len(seqs),

@@ -5,13 +5,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 
-import numpy as np
 import torch
 
 from model.classifier import SentimentClassifier
 from model.decoding import DecodeOptions, Hypothesis, decode, pad_ids
-from model.ngram import bags
-from model.preprocess import classifier_ids, classifier_ngrams, source_ids
+from model.ngram import NgramSpec, bags
+from model.preprocess import classifier_ids, source_ids
 from model.tokenizer import Tokenizer
 from model.translator import Translator
 
@@ -106,13 +105,13 @@ def classify_ids(
     seqs: list[list[int]],
     batch_size: int = 64,
     predict: Predict | None = None,
-    ngrams: Sequence[np.ndarray | None] | None = None,
+    texts: Sequence[str] | None = None,
 ) -> torch.Tensor:
     """Token id lists -> class probabilities (N, C), float32 on CPU, in input order.
 
-    `predict` replaces model.predict (e.g. traced_predict(model)). A model with an n-gram head needs
-    `ngrams` (preprocess.classifier_ngrams of each text): its logits add to the encoder's, i.e. to the
-    encoder's log-probabilities (softmax ignores the per-row constant between the two).
+    `predict` replaces model.predict (e.g. traced_predict(model)). A model with an n-gram head also needs
+    the `texts` the ids came from: the head's logits (hashed from the whole text, in one batch) add to the
+    encoder's, i.e. to its log-probabilities (softmax ignores the per-row constant between the two).
     """
     predict = predict or model.predict
     out = torch.empty(len(seqs), len(model.cfg.labels))
@@ -120,11 +119,11 @@ def classify_ids(
         out[chunk] = predict(pad_ids([seqs[i] for i in chunk], model.cfg.pad_id, _device(model))).cpu()
     if model.ngram is None:
         return out
-    if ngrams is None or len(ngrams) != len(seqs) or any(f is None for f in ngrams):
-        raise ValueError(
-            f"{model.cfg.ngram} n-gram head: pass the n-gram ids of every text (classifier_ngrams)"
-        )
-    wide = model.ngram(*bags(ngrams, _device(model))).float().cpu()  # (N, C) logits
+    if texts is None or len(texts) != len(seqs):
+        raise ValueError(f"a classifier with a {model.cfg.ngram} n-gram head needs the text of every id list")
+    cfg = model.cfg
+    wide = model.ngram(*bags(texts, NgramSpec.parse(cfg.ngram), cfg.ngram_buckets, _device(model)))  # (N, C)
+    wide = wide.float().cpu()
     return (out.clamp_min(torch.finfo(torch.float32).tiny).log() + wide).softmax(-1)
 
 
@@ -132,7 +131,7 @@ def classify_texts(
     model: SentimentClassifier, tokenizer: Tokenizer, texts: Sequence[str], batch_size: int = 64
 ) -> torch.Tensor:
     ids = [classifier_ids(tokenizer, t, model.cfg) for t in texts]
-    return classify_ids(model, ids, batch_size, ngrams=[classifier_ngrams(t, model.cfg) for t in texts])
+    return classify_ids(model, ids, batch_size, texts=texts)
 
 
 @torch.inference_mode()

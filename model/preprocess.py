@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from model.config import ModelConfig
-from model.ngram import NgramSpec, features
 from model.tokenizer import Tokenizer
 
 
@@ -24,11 +21,6 @@ def classifier_ids(tokenizer: Tokenizer, text: str, cfg: ModelConfig) -> list[in
     prefix = [cfg.cls_id] if cfg.pooling == "cls" and cfg.cls_id is not None else []
     body = truncate(tokenizer.encode(text), cfg.max_len - len(prefix) - 1, cfg.truncation)
     return prefix + body + [cfg.eos_id]
-
-
-def classifier_ngrams(text: str, cfg: ModelConfig) -> np.ndarray | None:
-    """Hashed n-gram ids of the whole text for a classifier's n-gram head (None: it has none)."""
-    return features(text, NgramSpec.parse(cfg.ngram), cfg.ngram_buckets) if cfg.ngram else None
 
 
 def source_ids(tokenizer: Tokenizer, text: str, cfg: ModelConfig) -> list[int]:

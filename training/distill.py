@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 
 from model import load_checkpoint
 from model.inference import classify_ids, traced_predict
-from model.preprocess import classifier_ids, classifier_ngrams
+from model.preprocess import classifier_ids
 from training.data import LabeledText
 from training.ngram import ngram_probs, teacher_spec
 
@@ -86,8 +86,7 @@ def teacher_probs(
         if cfg.task != "sentiment" or tuple(cfg.labels) != tuple(labels):
             raise ValueError(f"teacher {t}: not a classifier with the labels {list(labels)}")
         ids = [classifier_ids(loaded.tokenizer, x, cfg) for x in texts]
-        ngrams = [classifier_ngrams(x, cfg) for x in texts] if cfg.ngram else None
-        total += classify_ids(loaded.model, ids, 128, traced_predict(loaded.model), ngrams)
+        total += classify_ids(loaded.model, ids, 128, traced_predict(loaded.model), texts)
     mean = (total / len(teachers)).contiguous()
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

@@ -16,10 +16,11 @@ import logging
 import re
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model.ngram import NgramHead, NgramSpec, bags, features
+from model.ngram import NgramHead, NgramSpec, hash_texts
 from training.data import LabeledText
 
 log = logging.getLogger(__name__)
@@ -36,9 +37,11 @@ def teacher_spec(teacher: str) -> NgramSpec | None:
 class Bags:
     """Feature ids of many texts, flat (CSR): rows i's ids are ids[starts[i]:starts[i + 1]]."""
 
-    def __init__(self, texts: list[str], spec: NgramSpec, buckets: int = BUCKETS):
-        self.ids, offsets = bags([features(t, spec, buckets) for t in texts])
-        self.starts = torch.cat([offsets, torch.tensor([len(self.ids)])])
+    def __init__(self, texts: list[str], spec: NgramSpec, buckets: int = BUCKETS, chunk: int = 1024):
+        parts = [hash_texts(texts[i : i + chunk], spec, buckets) for i in range(0, len(texts), chunk)]
+        self.ids = torch.from_numpy(np.concatenate([ids for ids, _ in parts] or [np.zeros(0, np.int64)]))
+        lengths = torch.from_numpy(np.concatenate([n for _, n in parts] or [np.zeros(0, np.int64)]))
+        self.starts = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
 
     def batch(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids, offsets) for nn.EmbeddingBag of the given rows."""

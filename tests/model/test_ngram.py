@@ -11,8 +11,8 @@ import torch
 
 from model import SentimentClassifier, Tokenizer, load_checkpoint, save_checkpoint
 from model.inference import classify_ids, classify_texts, traced_predict
-from model.ngram import NgramSpec, bags, features
-from model.preprocess import classifier_ids, classifier_ngrams
+from model.ngram import NgramSpec, bags, features, hash_texts
+from model.preprocess import classifier_ids
 from tests.conftest import tiny_sentiment_config
 
 B = 1 << 20
@@ -44,10 +44,17 @@ def test_features_are_distinct_hashed_ngrams() -> None:
     assert len(features("", NgramSpec(3, 4), B)) > 0  # the padding spaces: a blank text still has a bag
 
 
-def test_bags_offsets() -> None:
-    ids, offsets = bags([np.array([1, 2]), np.array([], dtype=np.int64), np.array([5])])
-    assert ids.tolist() == [1, 2, 5]
-    assert offsets.tolist() == [0, 2, 2]
+def test_a_batch_hashes_each_text_as_alone() -> None:
+    texts = ["good movie", "", "재밌다 👍 good", "good movie", "a", "not a good movie at all !"]
+    for spec in (NgramSpec(3, 4), NgramSpec(2, 0)):
+        ids, lengths = hash_texts(texts, spec, B)
+        assert lengths.tolist() == [len(features(t, spec, B)) for t in texts]
+        alone = np.concatenate([features(t, spec, B) for t in texts])
+        assert np.array_equal(ids, alone)  # no n-gram spans two texts, duplicates only within a text
+        ids_t, offsets = bags(texts, spec, B)
+        assert ids_t.tolist() == alone.tolist()
+        assert offsets.tolist() == [0, *np.cumsum(lengths)[:-1].tolist()]
+    assert hash_texts([], NgramSpec(3, 4), B)[0].shape == (0,)
 
 
 def test_config_rejects_a_bad_head() -> None:
@@ -72,18 +79,16 @@ def test_head_adds_its_logits_to_the_encoders(tiny_tokenizer_path: Path, tiny_vo
     for i, text in enumerate(texts):  # one at a time, by hand: softmax(encoder logits + head logits)
         ids = torch.tensor([classifier_ids(tok, text, model.cfg)])
         assert model.ngram is not None
-        wide = model.ngram(*bags([classifier_ngrams(text, model.cfg)]))  # type: ignore[list-item]
+        wide = model.ngram(*bags([text], NgramSpec(2, 3), 4096))
         want = (model(ids) + wide).softmax(-1)[0]
         torch.testing.assert_close(got[i], want, atol=1e-5, rtol=0)
     bare = SentimentClassifier(replace(model.cfg, ngram="", ngram_buckets=0)).eval()
     bare.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("ngram.")})
     assert not torch.allclose(classify_texts(bare, tok, texts), got)  # the head changes the answer
     ids = [classifier_ids(tok, t, model.cfg) for t in texts]
-    with pytest.raises(ValueError, match="n-gram ids"):
+    with pytest.raises(ValueError, match="needs the text"):
         classify_ids(model, ids)  # a head without its inputs is an error, not a silent encoder-only answer
-    traced = classify_ids(
-        model, ids, 2, traced_predict(model), [classifier_ngrams(t, model.cfg) for t in texts]
-    )
+    traced = classify_ids(model, ids, 2, traced_predict(model), texts)
     torch.testing.assert_close(traced, got, atol=1e-5, rtol=0)
 
 
