@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.serve_load import main, sentiment_bodies
+from bench.serve_load import Cell, main, median_pass, sentiment_bodies
 
 
 @pytest.mark.parametrize("use_wrk", ["no", "yes"] if shutil.which("wrk") else ["no"])
@@ -37,10 +37,10 @@ def test_sentiment_bodies_send_every_text_equally_often() -> None:
     assert all(sent.count(t) == 3 for t in items)
 
 
-def _check_tables(out: str, texts: int, routes: int = 2) -> None:
+def _check_tables(out: str, texts: int, routes: int = 2, concurrencies: int = 2) -> None:
     rows = [line for line in out.splitlines() if line.startswith("| /")]
     cells = [r for r in rows if r.count("|") == 13]  # route, batching, concurrency, ... per measurement
-    assert len(cells) == routes * 2 * 2  # routes x batching on/off x 2 concurrencies
+    assert len(cells) == routes * 2 * concurrencies  # routes x batching on/off x concurrencies
     for row in cells:
         fields = [f.strip() for f in row.strip("|").split("|")]
         assert float(fields[3]) > 0, row  # req/s
@@ -51,3 +51,27 @@ def _check_tables(out: str, texts: int, routes: int = 2) -> None:
         assert float(fields[10]) > 0, row  # server CPU per request was measured
     assert "in-process ceiling" in out
     assert "ready within 5 s of start (batching on)" in out
+
+
+def test_serve_load_repeats_report_medians_and_every_pass(
+    app_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--checkpoint-dir", str(app_checkpoint_dir), "--duration", "0.5", "--concurrency", "4"]
+    assert main([*argv, "--wrk", "no", "--routes", "/sentiment", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    _check_tables(out.split("Medians of")[0], texts=1, routes=1, concurrencies=1)
+    assert "Medians of 2 passes" in out
+    per_pass = [line for line in out.split("Per pass:")[1].splitlines() if line[:4] in ("| 1 ", "| 2 ")]
+    assert len(per_pass) == 2
+
+
+def test_median_pass_keeps_each_cells_median_pass() -> None:
+    def cell(rps: float) -> Cell:
+        return Cell("/sentiment", "on", 64, rps, rps, 0.0, 0.0, 0, "wrk")
+
+    passes = [([cell(r)], {"on": r}, {"/sentiment": (10 * r, 1.0)}, r) for r in (3.0, 1.0, 2.0)]
+    cells, ready, ceil, short = median_pass(passes)  # type: ignore[arg-type]
+    assert [(c.rps, c.p50) for c in cells] == [(2.0, 2.0)]  # the median pass's cell, latencies included
+    assert ready == {"on": 2.0}
+    assert ceil == {"/sentiment": (20.0, 1.0)}
+    assert short == 2.0
