@@ -55,6 +55,16 @@ def last_json(out: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def evaluate_nsmc(checkpoint: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]) -> dict:
+    """`python -m training evaluate` of a checkpoint on the synthetic NSMC test split: its JSON line."""
+    capsys.readouterr()
+    test_file = data_dir / "nsmc" / "ratings_test.tsv"
+    assert (
+        main(["evaluate", "--checkpoint", str(checkpoint), "--data", str(test_file), "--format", "nsmc"]) == 0
+    )
+    return last_json(capsys.readouterr().out)
+
+
 def records(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
@@ -88,23 +98,7 @@ def test_sentiment_train_checkpoint_evaluate(
 ) -> None:
     args = tiny(synthetic_data_dir, tmp_path, epochs=6, batch_tokens=400)
     assert main(["sentiment", "--dataset=nsmc", "--name=ko", *args]) == 0
-    capsys.readouterr()
-    test_file = synthetic_data_dir / "nsmc" / "ratings_test.tsv"
-    assert (
-        main(
-            [
-                "evaluate",
-                "--checkpoint",
-                str(tmp_path / "ko" / "best"),
-                "--data",
-                str(test_file),
-                "--format",
-                "nsmc",
-            ]
-        )
-        == 0
-    )
-    res = last_json(capsys.readouterr().out)
+    res = evaluate_nsmc(tmp_path / "ko" / "best", synthetic_data_dir, capsys)
     assert res["n"] == 80
     assert set(res) >= {"accuracy", "macro_f1"}
     assert res["accuracy"] >= 0.9  # the label is one sentiment word: a working loop learns it
