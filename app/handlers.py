@@ -54,9 +54,8 @@ class SentimentHandler:
         self._predict = traced_predict(self.model) if torchscript else self.model.predict
 
     def decode_request(self, text: str) -> ClassifierItem:
-        return classifier_ids(
-            self.tokenizer, text, self.model.cfg
-        ), text  # ids truncated to max_len like training
+        ids = classifier_ids(self.tokenizer, text, self.model.cfg)  # truncated to max_len like training
+        return ids, text
 
     def batch(self, items: list[ClassifierItem]) -> list[ClassifierItem]:
         return items  # classify_ids sorts by length and pads to (B, S) tensors + masks per chunk

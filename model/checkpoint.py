@@ -192,4 +192,6 @@ def load_checkpoint(
             )
     model.load_state_dict(tensors, strict=False)  # tied aliases are filled through their shared parameter
     model.to(device=device, dtype=dtype or torch.float32).eval()
+    if isinstance(model, SentimentClassifier) and model.ngram is not None:
+        model.ngram.float()  # fp32 whatever the dtype: a long review sums ~7,000 table rows
     return LoadedModel(path.name, path, cfg, model, tokenizer, meta, _sha256(data))

@@ -22,6 +22,7 @@ def _device(model: torch.nn.Module) -> torch.device:
 # A classifier forward pass costs about this many padded tokens on top of its tokens (measured on the
 # shipped d=128..256 encoders on CPU: ~0.5 ms of dispatch against ~7 us per token)
 FORWARD_COST_TOKENS = 64
+NGRAM_CHUNK = 1024  # texts hashed at once for an n-gram head: bounds its memory on whole test sets
 
 
 def length_sorted_chunks(lengths: Sequence[int], batch_size: int, forward_cost: int = 0) -> list[list[int]]:
@@ -117,13 +118,17 @@ def classify_ids(
     out = torch.empty(len(seqs), len(model.cfg.labels))
     for chunk in length_sorted_chunks([len(s) for s in seqs], batch_size, FORWARD_COST_TOKENS):
         out[chunk] = predict(pad_ids([seqs[i] for i in chunk], model.cfg.pad_id, _device(model))).cpu()
-    if model.ngram is None:
+    if model.ngram is None or not seqs:
         return out
     if texts is None or len(texts) != len(seqs):
         raise ValueError(f"a classifier with a {model.cfg.ngram} n-gram head needs the text of every id list")
-    cfg = model.cfg
-    wide = model.ngram(*bags(texts, NgramSpec.parse(cfg.ngram), cfg.ngram_buckets, _device(model)))  # (N, C)
-    wide = wide.float().cpu()
+    spec, buckets, dev = NgramSpec.parse(model.cfg.ngram), model.cfg.ngram_buckets, _device(model)
+    wide = torch.cat(  # (N, C) logits; hashed NGRAM_CHUNK texts at a time (a long review has ~7,000 n-grams)
+        [
+            model.ngram(*bags(texts[i : i + NGRAM_CHUNK], spec, buckets, dev)).float().cpu()
+            for i in range(0, len(texts), NGRAM_CHUNK)
+        ]
+    )
     return (out.clamp_min(torch.finfo(torch.float32).tiny).log() + wide).softmax(-1)
 
 

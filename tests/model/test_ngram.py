@@ -101,6 +101,16 @@ def test_head_round_trips_through_a_checkpoint(
     assert loaded.config.ngram == "w2c3"
     assert loaded.config.ngram_buckets == 4096
     texts = ["a good film .", "재밌다"]
+    assert classify_ids(loaded.model, [], texts=[]).shape == (0, 2)  # type: ignore[arg-type]
+    half = load_checkpoint(tmp_path / "wide", dtype=torch.bfloat16)
+    assert half.model.ngram is not None
+    assert half.model.ngram.table.weight.dtype == torch.float32
+    torch.testing.assert_close(
+        classify_texts(half.model, half.tokenizer, texts),  # type: ignore[arg-type]
+        classify_texts(model, tok, texts),
+        atol=0.05,
+        rtol=0,
+    )
     torch.testing.assert_close(
         classify_texts(loaded.model, loaded.tokenizer, texts),
         classify_texts(model, tok, texts),  # type: ignore[arg-type]
