@@ -6,6 +6,8 @@ from the raw text, add to the encoder's (see model.inference.classify_ids).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import Tensor, nn
 
@@ -49,6 +51,12 @@ class SentimentClassifier(nn.Module):
     def mlm_logits(self, hidden: Tensor) -> Tensor:
         """Masked-LM pretraining head tied to the token embedding: (..., D) -> (..., V)."""
         return hidden @ self.embed.token.weight.t()
+
+    def encoder_only(self) -> SentimentClassifier:
+        """The same classifier without its n-gram head (sharing the encoder's tensors), in eval mode."""
+        bare = SentimentClassifier(replace(self.cfg, ngram="", ngram_buckets=0))
+        bare.load_state_dict({k: v for k, v in self.state_dict().items() if not k.startswith("ngram.")})
+        return bare.to(next(self.parameters()).device).eval()
 
     @torch.inference_mode()
     def predict(self, ids: Tensor) -> Tensor:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -33,13 +34,6 @@ log = logging.getLogger(__name__)
 ALPHAS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.2, 1.5)
 
 
-def encoder_only(model: SentimentClassifier) -> SentimentClassifier:
-    """The same classifier without its n-gram head (shares the encoder's tensors)."""
-    bare = SentimentClassifier(replace(model.cfg, ngram="", ngram_buckets=0))
-    bare.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("ngram.")})
-    return bare.eval()
-
-
 def add_head(
     model: SentimentClassifier,
     tokenizer: Any,
@@ -52,7 +46,7 @@ def add_head(
     seed: int = 0,
 ) -> tuple[SentimentClassifier, dict[str, Any]]:
     """The classifier with a fitted, alpha-scaled n-gram head, and what was measured on valid."""
-    bare = encoder_only(model)
+    bare = model.encoder_only()
     ids = [classifier_ids(tokenizer, x.text, bare.cfg) for x in valid]
     encoder = classify_ids(bare, ids, 128, traced_predict(bare))  # (V, C) probabilities
     bags, vbags = Bags([x.text for x in train], spec, buckets), Bags([x.text for x in valid], spec, buckets)
@@ -94,7 +88,7 @@ def cli(argv: list[str] | None = None) -> int:
     p.add_argument("--run", type=Path, required=True, help="run directory holding best/ (a sentiment run)")
     p.add_argument("--spec", default="w3c4", help="word and character n-gram orders, 'wWcC' (default w3c4)")
     p.add_argument(
-        "--buckets", type=int, default=1 << 21, help="hash buckets (fp16 table: 2 bytes x classes each)"
+        "--buckets", type=int, default=1 << 21, help="hash buckets (on disk 2 bytes x classes each, fp16)"
     )
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--lr", type=float, default=0.005)
@@ -129,20 +123,22 @@ def cli(argv: list[str] | None = None) -> int:
         args.lr,
         args.seed,  # type: ignore[arg-type]
     )
-    probs = classify_texts(model, loaded.tokenizer, [x.text for x in valid])
+    training = loaded.meta.get("training", {}) | {
+        "ngram_head": report | {"seconds": round(time.time() - start)}
+    }
+    tmp, old = best.with_name("best.tmp"), best.with_name("best.old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_checkpoint(tmp, model, best / loaded.meta.get("tokenizer", "tokenizer.model"), training=training)
+    saved = load_checkpoint(tmp)  # measure what was written (fp16), not the fp32 model in memory
+    probs = classify_texts(saved.model, saved.tokenizer, [x.text for x in valid])  # type: ignore[arg-type]
     res = accuracy_f1(probs.argmax(-1).tolist(), [x.label for x in valid])
     metrics = json.loads((best / "metrics.json").read_text())
     metrics["encoder_valid"] = metrics.get("encoder_valid", metrics.get("valid", {}))
     metrics["valid"] = {"metric": res["accuracy"], **res}
-    training = loaded.meta.get("training", {}) | {
-        "ngram_head": report | {"seconds": round(time.time() - start)}
-    }
-    save_checkpoint(
-        best,
-        model,
-        best / loaded.meta.get("tokenizer", "tokenizer.model"),
-        training=training,
-        metrics=metrics,
-    )
+    (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")  # not checksummed in config.json
+    shutil.rmtree(old, ignore_errors=True)
+    best.rename(old)  # swapped only once complete: an interrupted run leaves best/ as it was
+    tmp.rename(best)
+    shutil.rmtree(old)
     print(json.dumps({"checkpoint": str(best), "valid": metrics["valid"], **report}))
     return 0
