@@ -9,7 +9,7 @@ import torch
 
 from model.classifier import SentimentClassifier
 from model.decoding import DecodeOptions, Hypothesis, decode, pad_ids
-from model.ngram import NgramSpec, bags
+from model.ngram import CHUNK, NgramSpec, bags
 from model.preprocess import classifier_ids, source_ids
 from model.tokenizer import Tokenizer
 from model.translator import Translator
@@ -22,7 +22,6 @@ def _device(model: torch.nn.Module) -> torch.device:
 # A classifier forward pass costs about this many padded tokens on top of its tokens (measured on the
 # shipped d=128..256 encoders on CPU: ~0.5 ms of dispatch against ~7 us per token)
 FORWARD_COST_TOKENS = 64
-NGRAM_CHUNK = 1024  # texts hashed at once for an n-gram head: bounds its memory on whole test sets
 
 
 def length_sorted_chunks(lengths: Sequence[int], batch_size: int, forward_cost: int = 0) -> list[list[int]]:
@@ -123,13 +122,19 @@ def classify_ids(
     if texts is None or len(texts) != len(seqs):
         raise ValueError(f"a classifier with a {model.cfg.ngram} n-gram head needs the text of every id list")
     spec, buckets, dev = NgramSpec.parse(model.cfg.ngram), model.cfg.ngram_buckets, _device(model)
-    wide = torch.cat(  # (N, C) logits; hashed NGRAM_CHUNK texts at a time (a long review has ~7,000 n-grams)
+    wide = torch.cat(  # (N, C) logits, hashed CHUNK texts at a time (bounded memory on whole test sets)
         [
-            model.ngram(*bags(texts[i : i + NGRAM_CHUNK], spec, buckets, dev)).float().cpu()
-            for i in range(0, len(texts), NGRAM_CHUNK)
+            model.ngram(*bags(texts[i : i + CHUNK], spec, buckets, dev)).float().cpu()
+            for i in range(0, len(texts), CHUNK)
         ]
     )
-    return (out.clamp_min(torch.finfo(torch.float32).tiny).log() + wide).softmax(-1)
+    return add_logits(out, wide)
+
+
+def add_logits(probs: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """softmax(encoder logits + logits) from the encoder's probabilities (B, C): softmax ignores the per-row
+    constant between log-probabilities and logits."""
+    return (probs.clamp_min(torch.finfo(torch.float32).tiny).log() + logits).softmax(-1)
 
 
 def classify_texts(

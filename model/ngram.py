@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+CHUNK = 1024  # texts hashed at once when there are many: a long review has ~7,000 n-grams
 _SPEC = re.compile(r"w(\d)c(\d)")
 _WORD = re.compile(r"\w+|[^\w\s]")
 _MUL = np.uint64(0x9E3779B97F4A7C15)  # the rolling hash's multiplier (odd, 2^64 / golden ratio)

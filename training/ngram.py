@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model.ngram import NgramHead, NgramSpec, hash_texts
+from model.ngram import CHUNK, NgramHead, NgramSpec, hash_texts
 from training.data import LabeledText
 
 log = logging.getLogger(__name__)
@@ -37,8 +37,8 @@ def teacher_spec(teacher: str) -> NgramSpec | None:
 class Bags:
     """Feature ids of many texts, flat (CSR): rows i's ids are ids[starts[i]:starts[i + 1]]."""
 
-    def __init__(self, texts: list[str], spec: NgramSpec, buckets: int = BUCKETS, chunk: int = 1024):
-        parts = [hash_texts(texts[i : i + chunk], spec, buckets) for i in range(0, len(texts), chunk)]
+    def __init__(self, texts: list[str], spec: NgramSpec, buckets: int = BUCKETS):
+        parts = [hash_texts(texts[i : i + CHUNK], spec, buckets) for i in range(0, len(texts), CHUNK)]
         self.ids = torch.from_numpy(np.concatenate([ids for ids, _ in parts] or [np.zeros(0, np.int64)]))
         lengths = torch.from_numpy(np.concatenate([n for _, n in parts] or [np.zeros(0, np.int64)]))
         self.starts = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from model import SentimentClassifier, load_checkpoint, save_checkpoint
-from model.inference import classify_ids, classify_texts, traced_predict
+from model.inference import add_logits, classify_ids, classify_texts, traced_predict
 from model.ngram import NgramSpec
 from model.preprocess import classifier_ids
 from training.data import LabeledText, load_split, resolve_data_dir
@@ -63,8 +63,7 @@ def add_head(
         lr,
     )
     wide = logits(head, vbags, torch.arange(len(valid)))  # (V, C)
-    log_p = encoder.clamp_min(torch.finfo(torch.float32).tiny).log()
-    scores = {a: ((log_p + a * wide).argmax(-1) == vlabels).float().mean().item() for a in ALPHAS}
+    scores = {a: (add_logits(encoder, a * wide).argmax(-1) == vlabels).float().mean().item() for a in ALPHAS}
     alpha = max(ALPHAS, key=lambda a: (scores[a], -a))  # ties: the smaller weight
     out = SentimentClassifier(replace(bare.cfg, ngram=str(spec), ngram_buckets=buckets))
     state = bare.state_dict() | {
