@@ -1,13 +1,15 @@
 """Load test of the HTTP server against the in-process model-only ceiling, printed as markdown tables.
 
   python bench/serve_load.py [--checkpoint-dir checkpoints] [--duration 5] [--concurrency 1 8 64] [--wrk auto]
-                             [--repeats 3]
+                             [--repeats 3] [--sentiment-model sentiment-ko]
 
 Starts `python -m app` itself on a free 127.0.0.1 port, twice: batching on (the default settings) and off
 (APP_MAX_BATCH_SIZE=1). For /sentiment and /translate at each concurrency it reports throughput and
 p50/p95/p99 latency, one text per request (`--texts-per-request N` for /sentiment), with `wrk`
 (bench/wrk/post.lua) when installed: a Python client tops out near 150 req/s on 2 cores and takes CPU from
-the server (`--wrk no` falls back to an httpx async client). The ceiling runs model.inference directly on the same inputs in batches of 32.
+the server (`--wrk no` falls back to an httpx async client). The ceiling runs model.inference directly on the
+same inputs in batches of 32. /sentiment inputs are in the model's language: English for sentiment-en (the
+default), Korean for `--sentiment-model sentiment-ko`.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ sys.path.insert(0, str(REPO))
 from tests.server_process import free_port, server_env, stop, wait_ready  # noqa: E402
 
 WRK_SCRIPT = REPO / "bench" / "wrk" / "post.lua"
-SHORT_TEXT = "A wonderful film."
+SHORT_TEXTS = {"en": "A wonderful film.", "ko": "정말 재미있는 영화."}  # the single short /sentiment request
 EN_WORDS = [
     "the",
     "film",
@@ -79,6 +81,27 @@ FR_WORDS = [
     "une",
     "un",
 ]
+KO_WORDS = [  # for a Korean sentiment model (sentiment-ko): review vocabulary, as NSMC
+    "영화",
+    "정말",
+    "재미있다",
+    "최고",
+    "별로",
+    "지루하다",
+    "배우",
+    "연기",
+    "스토리",
+    "너무",
+    "좋다",
+    "나쁘다",
+    "감동",
+    "시간",
+    "아깝다",
+    "음악",
+    "결말",
+    "완전",
+]
+WORDS = {"ko": KO_WORDS}  # /sentiment inputs by the model's first source language; others: EN_WORDS
 
 
 @dataclass
@@ -94,6 +117,9 @@ class Cell:
     client: str
     texts: int = 1  # texts per request
     server_cpu_ms: float = float("nan")  # CPU time of the server process (all threads) per request
+    loop_cpu_ms: float = float(
+        "nan"
+    )  # of which the event-loop (main) thread: HTTP, JSON, tokenizing, batching
     client_cpu_ms: float = float("nan")  # CPU time of the load generator per request
 
 
@@ -122,14 +148,17 @@ def sentiment_bodies(items: list[str], n: int, extra: dict[str, Any]) -> list[di
     ]
 
 
-def discover(root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The bodies' extra fields: a sentiment model and a translation pair served from `root`."""
+def discover(root: Path, sentiment_model: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The bodies' extra fields: a sentiment model (`sentiment_model`, else sentiment-en, else the first) and
+    a translation pair served from `root`."""
     sentiment: dict[str, Any] = {}
     translate: dict[str, Any] = {}
     for cfg_path in sorted(root.glob("*/config.json")):
         model = json.loads(cfg_path.read_text())["model"]
         name = cfg_path.parent.name
-        if model["task"] == "sentiment" and (not sentiment or name == "sentiment-en"):
+        if model["task"] == "sentiment" and (
+            name == sentiment_model or (sentiment_model is None and (not sentiment or name == "sentiment-en"))
+        ):
             sentiment = {"model": name}
         elif model["task"] == "translation" and (not translate or name == "translate-fr-en"):
             translate = {
@@ -137,13 +166,28 @@ def discover(root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
                 "source_lang": model["source_langs"][0],
                 "target_lang": model["target_langs"][0],
             }
+    if sentiment_model is not None and not sentiment:
+        raise SystemExit(f"no sentiment model {sentiment_model!r} under {root}")
     return sentiment, translate
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process and all its threads (Linux /proc; NaN elsewhere)."""
+def sentiment_lang(root: Path, sentiment: dict[str, Any]) -> str:
+    """The model's first source language; without one, the name's suffix (sentiment-ko -> ko)."""
+    langs = json.loads((root / sentiment["model"] / "config.json").read_text())["model"]["source_langs"]
+    return langs[0] if langs else sentiment["model"].rsplit("-", 1)[-1]
+
+
+def sentiment_texts(root: Path, sentiment: dict[str, Any]) -> list[str]:
+    """The /sentiment inputs, in the model's language (the same for the server and the ceiling)."""
+    return texts(WORDS.get(sentiment_lang(root, sentiment), EN_WORDS)) if sentiment else []
+
+
+def process_cpu_s(pid: int, thread: int | None = None) -> float:
+    """User + system CPU seconds of a process and all its threads, or of one of its threads (Linux /proc; NaN
+    elsewhere)."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(path).read_text().rsplit(")", 1)[1].split()
     except OSError:
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
@@ -254,6 +298,7 @@ def measure(
     server_pid: int,
 ) -> Cell:
     server0, wrk0, own0 = process_cpu_s(server_pid), children_cpu_s(), time.process_time()
+    loop0 = process_cpu_s(server_pid, server_pid)  # the main thread (its tid is the pid) runs the event loop
     if use_wrk:
         rps, p50, p95, p99, errors = wrk_load(url, bodies, c, duration)
         cell = Cell(route, mode, c, rps, p50, p95, p99, errors, "wrk")
@@ -274,6 +319,7 @@ def measure(
         client_s = time.process_time() - own0
     requests = max(1.0, rps * duration)
     cell.server_cpu_ms = 1000 * (process_cpu_s(server_pid) - server0) / requests
+    cell.loop_cpu_ms = 1000 * (process_cpu_s(server_pid, server_pid) - loop0) / requests
     cell.client_cpu_ms = 1000 * client_s / requests
     return cell
 
@@ -296,7 +342,7 @@ def ceiling(
     if sentiment:
         m = load_checkpoint(checkpoint_dir / sentiment["model"])
         model: SentimentClassifier = m.model  # type: ignore[assignment]
-        inputs = texts(EN_WORDS)
+        inputs = sentiment_texts(checkpoint_dir, sentiment)
         seqs = [classifier_ids(m.tokenizer, t, m.config) for t in inputs]
         # an n-gram head's hashing is input work like tokenizing (the server's, not the model's): hashed
         # here, before the clock; the encoder and the head's forward on the bags are timed together
@@ -356,14 +402,14 @@ def report(
     conc: list[int],
 ) -> str:
     lines = [
-        "| route | batching | concurrency | req/s | texts/s | p50 ms | p95 ms | p99 ms | errors | client | server CPU ms/req | client CPU ms/req |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+        "| route | batching | concurrency | req/s | texts/s | p50 ms | p95 ms | p99 ms | errors | client | server CPU ms/req | of which event loop | client CPU ms/req |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for c in cells:
         lines.append(
             f"| {c.route} | {c.mode} | {c.concurrency} | {c.rps:.1f} | {c.rps * c.texts:.1f} | {c.p50:.1f}"
             f" | {c.p95:.1f} | {c.p99:.1f}"
-            f" | {c.errors} | {c.client} | {c.server_cpu_ms:.2f} | {c.client_cpu_ms:.2f} |"
+            f" | {c.errors} | {c.client} | {c.server_cpu_ms:.2f} | {c.loop_cpu_ms:.2f} | {c.client_cpu_ms:.2f} |"
         )
     lines += ["", "| route | in-process ceiling (texts/s, batches of 32) | CPU ms/text |", "|---|---:|---:|"]
     lines += [f"| {route} | {v:.1f} | {cpu:.2f} |" for route, (v, cpu) in ceil.items()]
@@ -402,6 +448,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--routes", nargs="+", default=["/sentiment", "/translate"], choices=["/sentiment", "/translate"]
     )
+    p.add_argument(
+        "--sentiment-model",
+        metavar="NAME",
+        help="the /sentiment model (default: sentiment-en); inputs in its language (Korean for sentiment-ko)",
+    )
     p.add_argument("--beam-size", type=int, default=4, help="/translate beam size (the API default is 4)")
     p.add_argument(
         "--texts-per-request",
@@ -431,12 +482,12 @@ def main(argv: list[str] | None = None) -> int:
     extra = dict(kv.split("=", 1) for kv in args.set)
     if bad := [k for k in extra if not k.startswith("APP_")]:
         p.error(f"--set takes APP_* settings, got {bad}")
-    sentiment, translate = discover(args.checkpoint_dir)
+    sentiment, translate = discover(args.checkpoint_dir, args.sentiment_model)
     use_wrk = args.wrk == "yes" or (args.wrk == "auto" and shutil.which("wrk") is not None)
     bodies = {
-        "/sentiment": sentiment_bodies(texts(EN_WORDS), args.texts_per_request, sentiment)
-        if sentiment
-        else [],
+        "/sentiment": sentiment_bodies(
+            sentiment_texts(args.checkpoint_dir, sentiment), args.texts_per_request, sentiment
+        ),
         "/translate": [
             {"text": t, "beam_size": args.beam_size} | translate
             for t in texts(FR_WORDS, lengths=SENTENCE_WORDS)
@@ -451,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pass {k + 1} of {args.repeats}", file=sys.stderr)
         passes.append(one_pass(args, extra, sentiment, translate, bodies, routes, use_wrk))
     cells, ready, ceil, short_p50 = median_pass(passes)
+    if sentiment and "/sentiment" in routes:
+        print(f"/sentiment model: {sentiment['model']}\n")
     print(report(cells, ready, ceil, short_p50, args.concurrency))
     if args.repeats > 1:
         print(f"\nMedians of {args.repeats} passes (each cell: the pass with the median req/s). Per pass:\n")
@@ -481,7 +534,14 @@ def one_pass(
                 _, lat, _ = asyncio.run(
                     httpx_load(
                         f"{url}/sentiment",
-                        [{"text": SHORT_TEXT} | sentiment],
+                        [
+                            {
+                                "text": SHORT_TEXTS.get(
+                                    sentiment_lang(args.checkpoint_dir, sentiment), SHORT_TEXTS["en"]
+                                )
+                            }
+                            | sentiment
+                        ],
                         1,
                         min(3.0, args.duration),
                     )

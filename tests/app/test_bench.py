@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from bench.serve_load import Cell, main, median_pass, sentiment_bodies
+from bench.serve_load import (
+    EN_WORDS,
+    KO_WORDS,
+    Cell,
+    main,
+    median_pass,
+    sentiment_bodies,
+    sentiment_texts,
+    texts,
+)
 
 
 @pytest.mark.parametrize("use_wrk", ["no", "yes"] if shutil.which("wrk") else ["no"])
@@ -27,6 +36,20 @@ def test_serve_load_with_several_texts_per_request(
     _check_tables(capsys.readouterr().out, texts=4, routes=1)
 
 
+def test_serve_load_sentiment_model_picks_the_model_and_its_language(
+    app_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--checkpoint-dir", str(app_checkpoint_dir), "--duration", "0.5", "--concurrency", "2"]
+    assert main([*argv, "--wrk", "no", "--routes", "/sentiment", "--sentiment-model", "sentiment-ko"]) == 0
+    out = capsys.readouterr().out
+    assert "/sentiment model: sentiment-ko" in out
+    _check_tables(out, texts=1, routes=1, concurrencies=1)
+    assert sentiment_texts(app_checkpoint_dir, {"model": "sentiment-ko"})[0][0] in "".join(KO_WORDS).upper()
+    assert sentiment_texts(app_checkpoint_dir, {"model": "sentiment-en"}) == texts(EN_WORDS)
+    with pytest.raises(SystemExit, match="no sentiment model 'sentiment-xx'"):
+        main([*argv, "--routes", "/sentiment", "--sentiment-model", "sentiment-xx"])
+
+
 def test_sentiment_bodies_send_every_text_equally_often() -> None:
     items = [f"t{i}" for i in range(5)]
     assert sentiment_bodies(items, 1, {"model": "m"}) == [{"text": t, "model": "m"} for t in items]
@@ -39,7 +62,7 @@ def test_sentiment_bodies_send_every_text_equally_often() -> None:
 
 def _check_tables(out: str, texts: int, routes: int = 2, concurrencies: int = 2) -> None:
     rows = [line for line in out.splitlines() if line.startswith("| /")]
-    cells = [r for r in rows if r.count("|") == 13]  # route, batching, concurrency, ... per measurement
+    cells = [r for r in rows if r.count("|") == 14]  # route, batching, concurrency, ... per measurement
     assert len(cells) == routes * 2 * concurrencies  # routes x batching on/off x concurrencies
     for row in cells:
         fields = [f.strip() for f in row.strip("|").split("|")]
@@ -49,6 +72,7 @@ def _check_tables(out: str, texts: int, routes: int = 2, concurrencies: int = 2)
         ), row  # texts/s
         assert fields[8] == "0", row  # no errors
         assert float(fields[10]) > 0, row  # server CPU per request was measured
+        assert 0 <= float(fields[11]) <= float(fields[10]), row  # of which the event-loop thread's (10 ms ticks)
     assert "in-process ceiling" in out
     assert "ready within 5 s of start (batching on)" in out
 
