@@ -124,6 +124,7 @@ class Cell:
 
 
 ARRIVAL = "/sentiment, arrival order"  # a second /sentiment ceiling: unsorted batches of 32
+WORKERS = "/sentiment, server's model work"  # a third: the server's inference workers' own code, no HTTP
 SENTENCE_WORDS = (3, 5, 8, 12, 20)  # translation inputs: sentence-sized, like the Tatoeba test set
 
 
@@ -325,7 +326,11 @@ def measure(
 
 
 def ceiling(
-    checkpoint_dir: Path, sentiment: dict[str, Any], translate: dict[str, Any], beam_size: int
+    checkpoint_dir: Path,
+    sentiment: dict[str, Any],
+    translate: dict[str, Any],
+    beam_size: int,
+    settings: dict[str, str] | None = None,
 ) -> dict[str, tuple[float, float]]:
     """(texts/s, CPU ms per text) of model.inference alone on the same inputs, batches of 32, float32 CPU
     with torch's default threads (all cores: the best model-only figure) and, for classifiers, the traced
@@ -380,7 +385,40 @@ def ceiling(
             len(seqs) / (time.perf_counter() - start),
             1000 * (time.process_time() - cpu) / len(seqs),
         )
+    if sentiment:  # last: its worker threads set their own intra-op thread count
+        out[WORKERS] = server_work(checkpoint_dir, sentiment, settings or {})
     return out
+
+
+def server_work(
+    checkpoint_dir: Path, sentiment: dict[str, Any], settings: dict[str, str]
+) -> tuple[float, float]:
+    """(texts/s, CPU ms per text) of the server's inference path without HTTP: as many threads as the
+    server's inference workers, with its intra-op threads each (`settings`: the --set APP_* values over the
+    defaults; on 2 CPU cores, 2 workers of 1 thread), run app.handlers.SentimentHandler.run (the traced
+    encoder, the n-gram hashing and head, the output lists) on the inputs in arrival order, 32 at a time,
+    one batch per worker side by side; best of 5 runs of every batch on every worker."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from app.handlers import SentimentHandler
+    from app.settings import Settings
+    from model import load_checkpoint
+
+    s = Settings(**{k.removeprefix("APP_").lower(): v for k, v in settings.items()})
+    workers, threads = s.inference_workers_count(), s.inference_threads()
+    handler = SentimentHandler(load_checkpoint(checkpoint_dir / sentiment["model"]), s.torchscript)
+    items = [handler.decode_request(t) for t in sentiment_texts(checkpoint_dir, sentiment)]
+    batches = [items[i : i + s.max_batch_size] for i in range(0, len(items), s.max_batch_size)]
+    with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(threads,)) as pool:
+
+        def run() -> None:
+            for _ in pool.map(handler.run, batches * workers):  # every batch once per worker's share
+                pass
+
+        wall, cpu = best_of(run, runs=5)
+    return len(items) * workers / wall, 1000 * cpu / (len(items) * workers)
 
 
 def best_of(fn: Any, runs: int = 20) -> tuple[float, float]:
@@ -426,10 +464,16 @@ def report(
             lines.append(
                 f"| {route} c={top} HTTP >= 60% of ceiling (texts/s) | {100 * tps / v:.0f}% | {'yes' if tps >= 0.6 * v else 'no'} |"
             )
-    if ARRIVAL in ceil and (tps := get.get(("/sentiment", "on", top))) is not None:
-        lines.append(
-            f"| (for reference) /sentiment c={top} HTTP vs the arrival-order ceiling | {100 * tps / ceil[ARRIVAL][0]:.0f}% | |"
-        )
+    if (tps := get.get(("/sentiment", "on", top))) is not None:
+        for name, what in ((ARRIVAL, "the arrival-order ceiling"), (WORKERS, "the server's model work")):
+            if name in ceil:
+                lines.append(
+                    f"| (for reference) /sentiment c={top} HTTP vs {what} | {100 * tps / ceil[name][0]:.0f}% | |"
+                )
+        if WORKERS in ceil and "/sentiment" in ceil:
+            lines.append(
+                f"| (for reference) the server's model work vs the ceiling, no HTTP | {100 * ceil[WORKERS][0] / ceil['/sentiment'][0]:.0f}% | |"
+            )
     lines.append(
         f"| single short /sentiment p50 <= 10 ms | {short_p50:.1f} ms | {'yes' if short_p50 <= 10 else 'no'} |"
     )
@@ -559,6 +603,7 @@ def one_pass(
         sentiment if "/sentiment" in routes else {},
         translate if "/translate" in routes else {},
         args.beam_size,
+        extra,
     )
     return cells, ready, ceil, short_p50
 
@@ -580,17 +625,20 @@ def median_pass(passes: list[Pass]) -> Pass:
 def spread(passes: list[Pass], top: int) -> str:
     """One row per pass: the /sentiment figures the targets compare."""
     lines = [
-        f"| pass | /sentiment on c={top} | off c={top} | on/off | ceiling | % of ceiling | arrival-order ceiling | % of it |"
+        f"| pass | /sentiment on c={top} | off c={top} | on/off | ceiling | % of ceiling | arrival-order ceiling"
+        " | % of it | server's model work | % of it |"
     ]
-    lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    nan = (float("nan"),)
     for k, (cells, _, ceil, _) in enumerate(passes, 1):
         get = {(c.route, c.mode, c.concurrency): c.rps * c.texts for c in cells}
         on, off = get.get(("/sentiment", "on", top)), get.get(("/sentiment", "off", top))
         if on is None or off is None or "/sentiment" not in ceil:
             continue
-        v, arrival = ceil["/sentiment"][0], ceil.get(ARRIVAL, (float("nan"),))[0]
+        v, arrival, work = ceil["/sentiment"][0], ceil.get(ARRIVAL, nan)[0], ceil.get(WORKERS, nan)[0]
         lines.append(
-            f"| {k} | {on:.0f} | {off:.0f} | {on / off:.2f}x | {v:.0f} | {100 * on / v:.0f}% | {arrival:.0f} | {100 * on / arrival:.0f}% |"
+            f"| {k} | {on:.0f} | {off:.0f} | {on / off:.2f}x | {v:.0f} | {100 * on / v:.0f}% | {arrival:.0f}"
+            f" | {100 * on / arrival:.0f}% | {work:.0f} | {100 * on / work:.0f}% |"
         )
     return "\n".join(lines)
 

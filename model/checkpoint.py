@@ -108,23 +108,23 @@ def save_checkpoint(
     return path
 
 
-def _read(path: Path, name: str, files: dict[str, Any]) -> bytes:
-    """Read a listed file and check its recorded size and sha256."""
+def _read(path: Path, name: str, files: dict[str, Any]) -> tuple[bytes, str]:
+    """Read a listed file and check its recorded size and sha256 -> (bytes, sha256)."""
     f = path / name
     if not f.is_file():
         raise CheckpointError(f"{f}: file is missing from the checkpoint")
     data = f.read_bytes()
     want = files.get(name)
-    if want:
-        if len(data) != want["bytes"]:
-            raise CheckpointError(
-                f"{f}: {len(data)} bytes, config.json records {want['bytes']} (truncated or replaced?)"
-            )
-        if _sha256(data) != want["sha256"]:
-            raise CheckpointError(
-                f"{f}: sha256 differs from the one recorded in config.json (corrupted or replaced)"
-            )
-    return data
+    if want and len(data) != want["bytes"]:
+        raise CheckpointError(
+            f"{f}: {len(data)} bytes, config.json records {want['bytes']} (truncated or replaced?)"
+        )
+    digest = _sha256(data)
+    if want and digest != want["sha256"]:
+        raise CheckpointError(
+            f"{f}: sha256 differs from the one recorded in config.json (corrupted or replaced)"
+        )
+    return data, digest
 
 
 def read_config(path: str | Path) -> dict[str, Any]:
@@ -173,7 +173,7 @@ def load_checkpoint(
     wrong = {k: (v, getattr(cfg, k)) for k, v in special.items() if v != getattr(cfg, k)}
     if wrong:
         raise CheckpointError(f"{path / tok_name}: special ids (tokenizer, config.json) differ: {wrong}")
-    data = _read(path, WEIGHTS, files)
+    data, digest = _read(path, WEIGHTS, files)  # digest: hashed once, checked and reported
     try:
         tensors = safetensors.torch.load(data)
     except Exception as e:  # safetensors raises its own SafetensorError on a bad header or short body
@@ -194,4 +194,4 @@ def load_checkpoint(
     model.to(device=device, dtype=dtype or torch.float32).eval()
     if isinstance(model, SentimentClassifier) and model.ngram is not None:
         model.ngram.float()  # fp32 whatever the dtype: a long review sums ~7,000 table rows
-    return LoadedModel(path.name, path, cfg, model, tokenizer, meta, _sha256(data))
+    return LoadedModel(path.name, path, cfg, model, tokenizer, meta, digest)

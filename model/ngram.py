@@ -9,6 +9,7 @@ loop per n-gram), so the head costs little next to the encoder.
 
 from __future__ import annotations
 
+import functools
 import re
 import zlib
 from collections.abc import Sequence
@@ -33,6 +34,7 @@ class NgramSpec:
     chars: int  # character n-grams of order 1..chars (0 = none), over the space-joined words
 
     @staticmethod
+    @functools.cache  # parsed once per spec string (the server parses it per batch)
     def parse(spec: str) -> NgramSpec:
         """'w3c4' -> NgramSpec(3, 4); ValueError naming the format otherwise."""
         m = _SPEC.fullmatch(spec)

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from bench.serve_load import (
+    ARRIVAL,
     EN_WORDS,
     KO_WORDS,
+    WORKERS,
     Cell,
     main,
     median_pass,
@@ -25,7 +27,12 @@ def test_serve_load_prints_every_table(
 ) -> None:
     argv = ["--checkpoint-dir", str(app_checkpoint_dir), "--duration", "1", "--concurrency", "1", "4"]
     assert main([*argv, "--wrk", use_wrk]) == 0
-    _check_tables(capsys.readouterr().out, texts=1)
+    out = capsys.readouterr().out
+    _check_tables(out, texts=1)
+    model_only = [line for line in out.splitlines() if line.startswith("| /sentiment, ")]
+    assert [line.split("|")[1].strip() for line in model_only] == [ARRIVAL, WORKERS]
+    assert all(float(line.split("|")[2]) > 0 for line in model_only), model_only  # texts/s
+    assert "HTTP vs the server's model work" in out
 
 
 def test_serve_load_with_several_texts_per_request(
@@ -72,7 +79,9 @@ def _check_tables(out: str, texts: int, routes: int = 2, concurrencies: int = 2)
         ), row  # texts/s
         assert fields[8] == "0", row  # no errors
         assert float(fields[10]) > 0, row  # server CPU per request was measured
-        assert 0 <= float(fields[11]) <= float(fields[10]), row  # of which the event-loop thread's (10 ms ticks)
+        assert 0 <= float(fields[11]) <= float(fields[10]), (
+            row
+        )  # of which the event-loop thread's (10 ms ticks)
     assert "in-process ceiling" in out
     assert "ready within 5 s of start (batching on)" in out
 
