@@ -387,7 +387,8 @@ def ceiling(
         )
     if sentiment:  # last: its worker threads set their own intra-op thread count
         out[WORKERS] = server_work(checkpoint_dir, sentiment, settings or {})
-    return out
+    order = ["/sentiment", ARRIVAL, WORKERS, "/translate"]  # the /sentiment references together
+    return {k: out[k] for k in order if k in out}
 
 
 def server_work(

@@ -240,6 +240,49 @@ async def test_a_checkpoint_that_fails_to_load_keeps_ready_503(
         assert (await client.post("/sentiment", json={"text": "a"})).status_code == 503
 
 
+async def test_models_load_side_by_side_on_the_inference_workers(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    tiny_sentiment_checkpoint: Path,
+    tiny_sentiment_ko_checkpoint: Path,
+) -> None:
+    # each warm-up waits for the other: loaded one after the other, the first would wait alone and fail
+    both = threading.Barrier(2, timeout=10)
+    original = SentimentHandler.warmup
+
+    def warmup(self: SentimentHandler) -> None:
+        both.wait()
+        original(self)
+
+    monkeypatch.setattr(SentimentHandler, "warmup", warmup)
+    for ckpt in (tiny_sentiment_checkpoint, tiny_sentiment_ko_checkpoint):
+        (tmp_path / ckpt.name).symlink_to(ckpt, target_is_directory=True)
+    async with serve(Settings(checkpoint_dir=tmp_path, inference_workers=2)) as (_, client):
+        r = await client.get("/ready")
+        assert r.json() == {"status": "ready", "models": {"sentiment-en": "ready", "sentiment-ko": "ready"}}
+
+
+async def test_one_checkpoint_failing_to_load_fails_readiness_beside_good_ones(
+    tmp_path: Path, tiny_sentiment_checkpoint: Path, tiny_sentiment_ko_checkpoint: Path
+) -> None:
+    import shutil
+
+    (tmp_path / "sentiment-en").symlink_to(tiny_sentiment_checkpoint, target_is_directory=True)
+    broken = tmp_path / "sentiment-ko"
+    shutil.copytree(tiny_sentiment_ko_checkpoint, broken)
+    (broken / "tokenizer.model").write_bytes(b"not a sentencepiece model")
+    async with serve(Settings(checkpoint_dir=tmp_path, inference_workers=2), ready=False) as (_, client):
+        for _ in range(500):
+            body = (await client.get("/ready")).json()
+            if body["status"] == "failed":
+                break
+            await asyncio.sleep(0.01)
+        assert body["status"] == "failed"
+        assert "sentiment-ko/tokenizer.model" in body["reason"]
+        assert (await client.get("/ready")).status_code == 503
+        assert (await client.post("/sentiment", json={"text": "a"})).status_code == 503
+
+
 async def test_shutdown_finishes_queued_requests_then_refuses(
     monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
 ) -> None:
