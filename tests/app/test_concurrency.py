@@ -229,15 +229,20 @@ async def test_a_checkpoint_that_fails_to_load_keeps_ready_503(
     shutil.copytree(tiny_sentiment_checkpoint, broken)
     (broken / "model.safetensors").write_bytes(b"truncated")
     async with serve(Settings(checkpoint_dir=tmp_path), ready=False) as (_, client):
-        for _ in range(500):
-            body = (await client.get("/ready")).json()
-            if body["status"] == "failed":
-                break
-            await asyncio.sleep(0.01)
-        assert body["status"] == "failed"
-        assert "model.safetensors" in body["reason"]
-        assert (await client.get("/ready")).status_code == 503
-        assert (await client.post("/sentiment", json={"text": "a"})).status_code == 503
+        assert "model.safetensors" in await failed_reason(client)
+
+
+async def failed_reason(client: Any) -> str:
+    """Poll /ready until loading has failed -> its reason; model routes and /ready answer 503 then."""
+    for _ in range(500):
+        body = (await client.get("/ready")).json()
+        if body["status"] == "failed":
+            break
+        await asyncio.sleep(0.01)
+    assert body["status"] == "failed"
+    assert (await client.get("/ready")).status_code == 503
+    assert (await client.post("/sentiment", json={"text": "a"})).status_code == 503
+    return body["reason"]
 
 
 async def test_models_load_side_by_side_on_the_inference_workers(
@@ -272,15 +277,7 @@ async def test_one_checkpoint_failing_to_load_fails_readiness_beside_good_ones(
     shutil.copytree(tiny_sentiment_ko_checkpoint, broken)
     (broken / "tokenizer.model").write_bytes(b"not a sentencepiece model")
     async with serve(Settings(checkpoint_dir=tmp_path, inference_workers=2), ready=False) as (_, client):
-        for _ in range(500):
-            body = (await client.get("/ready")).json()
-            if body["status"] == "failed":
-                break
-            await asyncio.sleep(0.01)
-        assert body["status"] == "failed"
-        assert "sentiment-ko/tokenizer.model" in body["reason"]
-        assert (await client.get("/ready")).status_code == 503
-        assert (await client.post("/sentiment", json={"text": "a"})).status_code == 503
+        assert "sentiment-ko/tokenizer.model" in await failed_reason(client)
 
 
 async def test_shutdown_finishes_queued_requests_then_refuses(
