@@ -71,47 +71,34 @@ class Service:
         self._loader = asyncio.create_task(self._load_all(), name="load-models")
 
     async def _load_all(self) -> None:
-        """Load, trace and warm up every model, as many at once as there are inference workers (loading
-        is mostly tensor work that runs beside the other worker: ~40% less time to ready on 2 cores)."""
         assert self.registry is not None
+        assert self.worker is not None
         names = list(self.registry.entries)
-        self.reason = f"loading {len(names)} model(s)"
-        tasks = [asyncio.create_task(self._load(name), name=f"load:{name}") for name in names]
         try:
-            await asyncio.gather(*tasks)
+            for i, name in enumerate(names, 1):
+                self.reason = f"loading {name} ({i} of {len(names)})"
+                loaded = await self.worker.run(self.registry.load, name)
+                handler: SentimentHandler | TranslationHandler
+                if loaded.config.task == "sentiment":
+                    handler = self.sentiment[name] = await self.worker.run(
+                        SentimentHandler, loaded, self.settings.torchscript
+                    )
+                else:
+                    handler = self.translation[name] = TranslationHandler(loaded)
+                self.attention_handlers[name] = AttentionHandler(loaded)
+                if self.settings.warmup:
+                    self.model_status[name], self.reason = "warming_up", f"warming up {name}"
+                    await self.worker.run(handler.warmup)
+                self.model_status[name] = "ready"
+                self.metrics.models_loaded.inc()
         except Exception as e:
-            for task in tasks:  # the first failure decides: the others stop at their next step
-                task.cancel()
             log.exception("model loading failed; the service stays not ready")
             self.status, self.reason = "failed", f"{type(e).__name__}: {e}"
             return
-        finally:
-            for task in tasks:  # cancelled with the loader (shutdown during loading): stop them too
-                task.cancel()
         self.status, self.reason = "ready", None
         gc.collect()
         gc.freeze()  # what loading left alive is permanent: full collections stop rescanning it (p99 spikes)
         log.info("ready: %s", ", ".join(names))
-
-    async def _load(self, name: str) -> None:
-        assert self.registry is not None
-        assert self.worker is not None
-        loaded = await self.worker.run(self.registry.load, name)
-        handler: SentimentHandler | TranslationHandler
-        if loaded.config.task == "sentiment":
-            handler = self.sentiment[name] = await self.worker.run(
-                SentimentHandler, loaded, self.settings.torchscript
-            )
-        else:
-            handler = self.translation[name] = TranslationHandler(loaded)
-        self.attention_handlers[name] = AttentionHandler(loaded)
-        if self.settings.warmup:
-            self.model_status[name] = "warming_up"
-            await self.worker.run(handler.warmup)
-        self.model_status[name] = "ready"
-        self.metrics.models_loaded.inc()
-        ready = sum(status == "ready" for status in self.model_status.values())
-        self.reason = f"loading: {ready} of {len(self.model_status)} model(s) ready"
 
     async def stop(self) -> None:
         """Stop accepting (ready -> 503), finish queued and in-flight items, stop batchers and the thread."""

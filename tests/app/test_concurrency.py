@@ -245,29 +245,7 @@ async def failed_reason(client: Any) -> str:
     return body["reason"]
 
 
-async def test_models_load_side_by_side_on_the_inference_workers(
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    tiny_sentiment_checkpoint: Path,
-    tiny_sentiment_ko_checkpoint: Path,
-) -> None:
-    # each warm-up waits for the other: loaded one after the other, the first would wait alone and fail
-    both = threading.Barrier(2, timeout=10)
-    original = SentimentHandler.warmup
-
-    def warmup(self: SentimentHandler) -> None:
-        both.wait()
-        original(self)
-
-    monkeypatch.setattr(SentimentHandler, "warmup", warmup)
-    for ckpt in (tiny_sentiment_checkpoint, tiny_sentiment_ko_checkpoint):
-        (tmp_path / ckpt.name).symlink_to(ckpt, target_is_directory=True)
-    async with serve(Settings(checkpoint_dir=tmp_path, inference_workers=2)) as (_, client):
-        r = await client.get("/ready")
-        assert r.json() == {"status": "ready", "models": {"sentiment-en": "ready", "sentiment-ko": "ready"}}
-
-
-async def test_one_checkpoint_failing_to_load_fails_readiness_beside_good_ones(
+async def test_one_checkpoint_failing_to_load_fails_readiness_beside_a_good_one(
     tmp_path: Path, tiny_sentiment_checkpoint: Path, tiny_sentiment_ko_checkpoint: Path
 ) -> None:
     import shutil
