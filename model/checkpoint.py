@@ -46,8 +46,8 @@ class LoadedModel:
         return sum(p.numel() for p in self.model.parameters())
 
 
-def build_model(cfg: ModelConfig) -> SentimentClassifier | Translator:
-    return SentimentClassifier(cfg) if cfg.task == "sentiment" else Translator(cfg)
+def build_model(cfg: ModelConfig, init: bool = True) -> SentimentClassifier | Translator:
+    return SentimentClassifier(cfg, init) if cfg.task == "sentiment" else Translator(cfg, init)
 
 
 def unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -178,7 +178,7 @@ def load_checkpoint(
         tensors = safetensors.torch.load(data)
     except Exception as e:  # safetensors raises its own SafetensorError on a bad header or short body
         raise CheckpointError(f"{path / WEIGHTS}: not a valid safetensors file ({e})") from e
-    model = build_model(cfg)
+    model = build_model(cfg, init=False)  # every weight comes from the file: no random init to redo
     expected = {k: v.shape for k, v in unique_state(model).items()}
     missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
     if missing or unexpected:

@@ -17,7 +17,8 @@ from model.ngram import NgramHead
 
 
 class SentimentClassifier(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, init: bool = True) -> None:
+        """init=False skips the random init (a checkpoint load overwrites every weight)."""
         super().__init__()
         assert cfg.task == "sentiment", cfg.task
         self.cfg = cfg
@@ -25,7 +26,8 @@ class SentimentClassifier(nn.Module):
         self.encoder = Encoder(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
         self.head = nn.Linear(cfg.d_model, len(cfg.labels))
-        init_weights(self, cfg.d_model)
+        if init:
+            init_weights(self, cfg.d_model)
         self.ngram = NgramHead(cfg.ngram_buckets, len(cfg.labels)) if cfg.ngram else None
 
     def encode(self, ids: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor, list[Tensor]]:
@@ -54,7 +56,7 @@ class SentimentClassifier(nn.Module):
 
     def encoder_only(self) -> SentimentClassifier:
         """The same classifier without its n-gram head (sharing the encoder's tensors), in eval mode."""
-        bare = SentimentClassifier(replace(self.cfg, ngram="", ngram_buckets=0))
+        bare = SentimentClassifier(replace(self.cfg, ngram="", ngram_buckets=0), init=False)
         bare.load_state_dict({k: v for k, v in self.state_dict().items() if not k.startswith("ngram.")})
         return bare.to(next(self.parameters()).device).eval()
 

@@ -121,8 +121,10 @@ class NgramHead(nn.Module):
 
     def __init__(self, buckets: int, classes: int, sparse: bool = False) -> None:
         super().__init__()
-        self.table = nn.EmbeddingBag(buckets, classes, mode="sum", sparse=sparse)
-        nn.init.zeros_(self.table.weight)
+        # zeros given as the weight: the layer's own random init of buckets x classes rows is skipped
+        self.table = nn.EmbeddingBag(
+            buckets, classes, mode="sum", sparse=sparse, _weight=torch.zeros(buckets, classes)
+        )
         self.bias = nn.Parameter(torch.zeros(classes))
 
     def forward(self, ids: Tensor, offsets: Tensor) -> Tensor:

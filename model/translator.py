@@ -43,7 +43,8 @@ class AttentionMaps:
 
 
 class Translator(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, init: bool = True) -> None:
+        """init=False skips the random init (a checkpoint load overwrites every weight)."""
         super().__init__()
         assert cfg.task == "translation", cfg.task
         self.cfg = cfg
@@ -52,7 +53,8 @@ class Translator(nn.Module):
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
         self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        init_weights(self, cfg.d_model)
+        if init:
+            init_weights(self, cfg.d_model)
         if cfg.tie_embeddings:  # one shared vocabulary: three-way weight tying (paper, section 3.4)
             self.tgt_embed.token.weight = self.src_embed.token.weight
             self.generator.weight = self.src_embed.token.weight
