@@ -30,13 +30,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from tests.server_process import free_port, server_env, stop, wait_ready  # noqa: E402
+
+if TYPE_CHECKING:
+    from model import LoadedModel
 
 WRK_SCRIPT = REPO / "bench" / "wrk" / "post.lua"
 SHORT_TEXTS = {"en": "A wonderful film.", "ko": "정말 재미있는 영화."}  # the single short /sentiment request
@@ -117,9 +120,8 @@ class Cell:
     client: str
     texts: int = 1  # texts per request
     server_cpu_ms: float = float("nan")  # CPU time of the server process (all threads) per request
-    loop_cpu_ms: float = float(
-        "nan"
-    )  # of which the event-loop (main) thread: HTTP, JSON, tokenizing, batching
+    # of which the event-loop (main) thread: HTTP, JSON, tokenizing, batching
+    loop_cpu_ms: float = float("nan")
     client_cpu_ms: float = float("nan")  # CPU time of the load generator per request
 
 
@@ -345,7 +347,7 @@ def ceiling(
 
     out = {}
     if sentiment:
-        m = load_checkpoint(checkpoint_dir / sentiment["model"])
+        sm = m = load_checkpoint(checkpoint_dir / sentiment["model"])  # sm: also for server_work below
         model: SentimentClassifier = m.model  # type: ignore[assignment]
         inputs = sentiment_texts(checkpoint_dir, sentiment)
         seqs = [classifier_ids(m.tokenizer, t, m.config) for t in inputs]
@@ -386,14 +388,12 @@ def ceiling(
             1000 * (time.process_time() - cpu) / len(seqs),
         )
     if sentiment:  # last: its worker threads set their own intra-op thread count
-        out[WORKERS] = server_work(checkpoint_dir, sentiment, settings or {})
+        out[WORKERS] = server_work(sm, inputs, settings or {})
     order = ["/sentiment", ARRIVAL, WORKERS, "/translate"]  # the /sentiment references together
     return {k: out[k] for k in order if k in out}
 
 
-def server_work(
-    checkpoint_dir: Path, sentiment: dict[str, Any], settings: dict[str, str]
-) -> tuple[float, float]:
+def server_work(loaded: LoadedModel, inputs: list[str], settings: dict[str, str]) -> tuple[float, float]:
     """(texts/s, CPU ms per text) of the server's inference path without HTTP: as many threads as the
     server's inference workers, with its intra-op threads each (`settings`: the --set APP_* values over the
     defaults; on 2 CPU cores, 2 workers of 1 thread), run app.handlers.SentimentHandler.run (the traced
@@ -405,12 +405,11 @@ def server_work(
 
     from app.handlers import SentimentHandler
     from app.settings import Settings
-    from model import load_checkpoint
 
     s = Settings(**{k.removeprefix("APP_").lower(): v for k, v in settings.items()})
     workers, threads = s.inference_workers_count(), s.inference_threads()
-    handler = SentimentHandler(load_checkpoint(checkpoint_dir / sentiment["model"]), s.torchscript)
-    items = [handler.decode_request(t) for t in sentiment_texts(checkpoint_dir, sentiment)]
+    handler = SentimentHandler(loaded, s.torchscript)  # its own trace: the server's exact path
+    items = [handler.decode_request(t) for t in inputs]
     batches = [items[i : i + s.max_batch_size] for i in range(0, len(items), s.max_batch_size)]
     with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(threads,)) as pool:
 

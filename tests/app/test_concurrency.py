@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import torch
 
@@ -232,7 +233,7 @@ async def test_a_checkpoint_that_fails_to_load_keeps_ready_503(
         assert "model.safetensors" in await failed_reason(client)
 
 
-async def failed_reason(client: Any) -> str:
+async def failed_reason(client: httpx.AsyncClient) -> str:
     """Poll /ready until loading has failed -> its reason; model routes and /ready answer 503 then."""
     for _ in range(500):
         body = (await client.get("/ready")).json()
@@ -254,7 +255,7 @@ async def test_one_checkpoint_failing_to_load_fails_readiness_beside_a_good_one(
     broken = tmp_path / "sentiment-ko"
     shutil.copytree(tiny_sentiment_ko_checkpoint, broken)
     (broken / "tokenizer.model").write_bytes(b"not a sentencepiece model")
-    async with serve(Settings(checkpoint_dir=tmp_path, inference_workers=2), ready=False) as (_, client):
+    async with serve(Settings(checkpoint_dir=tmp_path), ready=False) as (_, client):
         assert "sentiment-ko/tokenizer.model" in await failed_reason(client)
 
 
