@@ -17,7 +17,7 @@ from app.errors import invalid
 from app.schemas import AttentionResponse, Hypothesis, SentimentResult, TranslationResult
 from model import DecodeOptions, LoadedModel, ModelConfig, SentimentClassifier, Tokenizer, Translator
 from model.decoding import Hypothesis as Hyp
-from model.inference import classify_ids, traced_predict, translate_ids
+from model.inference import classify_ids, compile_classifier, translate_ids
 from model.preprocess import classifier_ids, source_ids, target_ids
 
 WARMUP_TEXT = "warm up"
@@ -50,19 +50,19 @@ class SentimentHandler:
         assert isinstance(loaded.model, SentimentClassifier)
         self.name, self.model, self.tokenizer = loaded.name, loaded.model, loaded.tokenizer
         self.labels = list(loaded.config.labels)
-        # a traced forward keeps the GIL free while it runs (see traced_predict): build it off the event loop
-        self._predict = traced_predict(self.model) if torchscript else self.model.predict
+        # one graph call per batch keeps the GIL free while it runs (see ClassifierGraph): built off the loop
+        self._graph = compile_classifier(self.model) if torchscript else None
 
     def decode_request(self, text: str) -> ClassifierItem:
         ids = classifier_ids(self.tokenizer, text, self.model.cfg)  # truncated to max_len like training
         return ids, text
 
     def batch(self, items: list[ClassifierItem]) -> list[ClassifierItem]:
-        return items  # classify_ids sorts by length and pads to (B, S) tensors + masks per chunk
+        return items  # classify_ids sorts by length and pads to (B, S) tensors per length bucket
 
     def predict(self, batch: list[ClassifierItem]) -> torch.Tensor:
         ids, texts = [i for i, _ in batch], [t for _, t in batch]  # texts: an n-gram head hashes them here
-        return classify_ids(self.model, ids, max(1, len(batch)), self._predict, texts)  # (N, C) float32
+        return classify_ids(self.model, ids, max(1, len(batch)), self._graph, texts)  # (N, C) float32
 
     def unbatch(self, output: torch.Tensor) -> list[list[float]]:
         return output.tolist()

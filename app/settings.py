@@ -48,7 +48,9 @@ class Settings(BaseSettings):
     # intra-op threads per worker; 0 = auto: on CPU the cores left after one for the event loop, shared by
     # the workers (at least 1 each); on CUDA torch's default
     torch_threads: int = Field(default=0, ge=0)
-    torchscript: bool = True  # classifiers run as a TorchScript trace (model.inference.traced_predict)
+    torchscript: bool = (
+        True  # classifier batches run as one TorchScript graph (model.inference.compile_classifier)
+    )
     # sys.setswitchinterval: how long a thread waiting for the GIL waits before it asks for it. Python's
     # 5 ms default makes an inference worker wait up to 5 ms for the event loop after every batch
     gil_switch_interval_ms: float = Field(default=0.2, gt=0, le=100)

@@ -335,13 +335,13 @@ def ceiling(
     settings: dict[str, str] | None = None,
 ) -> dict[str, tuple[float, float]]:
     """(texts/s, CPU ms per text) of model.inference alone on the same inputs, batches of 32, float32 CPU
-    with torch's default threads (all cores: the best model-only figure) and, for classifiers, the traced
-    forward the server runs (APP_TORCHSCRIPT); classifiers: the best of 20 runs. Input work (tokenizing,
+    with torch's default threads (all cores: the best model-only figure) and, for classifiers, the compiled
+    graph the server runs (APP_TORCHSCRIPT); classifiers: the best of 20 runs. Input work (tokenizing,
     hashing n-grams) is left out: the server does it too, it is not the model's."""
     import torch
 
     from model import DecodeOptions, SentimentClassifier, load_checkpoint
-    from model.inference import classify_ids, traced_predict, translate_ids
+    from model.inference import classify_ids, compile_classifier, translate_ids
     from model.ngram import NgramSpec, bags
     from model.preprocess import classifier_ids, source_ids
 
@@ -354,7 +354,7 @@ def ceiling(
         # an n-gram head's hashing is input work like tokenizing (the server's, not the model's): hashed
         # here, before the clock; the encoder and the head's forward on the bags are timed together
         encoder, head = model.encoder_only(), model.ngram
-        predict = traced_predict(encoder)
+        graph = compile_classifier(encoder)
         spec = NgramSpec.parse(m.config.ngram) if m.config.ngram else None
 
         def run(batches: list[range]) -> Callable[[], None]:
@@ -364,7 +364,7 @@ def ceiling(
 
             def forward() -> None:
                 for b, bag in zip(batches, hashed, strict=True):
-                    classify_ids(encoder, [seqs[i] for i in b], 32, predict)
+                    classify_ids(encoder, [seqs[i] for i in b], 32, graph)
                     if head is not None and bag is not None:
                         head(*bag)
 
@@ -396,8 +396,8 @@ def ceiling(
 def server_work(loaded: LoadedModel, inputs: list[str], settings: dict[str, str]) -> tuple[float, float]:
     """(texts/s, CPU ms per text) of the server's inference path without HTTP: as many threads as the
     server's inference workers, with its intra-op threads each (`settings`: the --set APP_* values over the
-    defaults; on 2 CPU cores, 2 workers of 1 thread), run app.handlers.SentimentHandler.run (the traced
-    encoder, the n-gram hashing and head, the output lists) on the inputs in arrival order, 32 at a time,
+    defaults; on 2 CPU cores, 2 workers of 1 thread), run app.handlers.SentimentHandler.run (one compiled
+    graph for the encoder and the n-gram hashing and head, then the output lists) on the inputs in arrival order, 32 at a time,
     one batch per worker side by side; best of 5 runs of every batch on every worker."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -408,7 +408,7 @@ def server_work(loaded: LoadedModel, inputs: list[str], settings: dict[str, str]
 
     s = Settings(**{k.removeprefix("APP_").lower(): v for k, v in settings.items()})
     workers, threads = s.inference_workers_count(), s.inference_threads()
-    handler = SentimentHandler(loaded, s.torchscript)  # its own trace: the server's exact path
+    handler = SentimentHandler(loaded, s.torchscript)  # its own compiled graph: the server's exact path
     items = [handler.decode_request(t) for t in inputs]
     batches = [items[i : i + s.max_batch_size] for i in range(0, len(items), s.max_batch_size)]
     with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(threads,)) as pool:

@@ -6,10 +6,11 @@ import warnings
 from collections.abc import Callable, Sequence
 
 import torch
+from torch import nn
 
 from model.classifier import SentimentClassifier
 from model.decoding import DecodeOptions, Hypothesis, decode, pad_ids
-from model.ngram import CHUNK, NgramSpec, bags
+from model.ngram import CHUNK, SALTS, NgramSpec, hash_units, offsets, text_units
 from model.preprocess import classifier_ids, source_ids
 from model.tokenizer import Tokenizer
 from model.translator import Translator
@@ -53,41 +54,88 @@ def length_sorted_chunks(lengths: Sequence[int], batch_size: int, forward_cost: 
 Predict = Callable[[torch.Tensor], torch.Tensor]  # ids (B, S) -> class probabilities (B, C)
 
 
-def traced_predict(model: SentimentClassifier) -> Predict:
-    """The classifier's predict() as one TorchScript graph (same outputs, any batch size and length).
+class ClassifierGraph(nn.Module):
+    """One batch of a classifier as one module: the encoder on each length bucket, the n-gram head's hashing
+    and logits, and their combination -> class probabilities (N, C) float32 on CPU, in input order.
 
-    Why: an eager forward releases and re-takes the GIL around each of its ~100 ops, and every re-take
+    Scripted (compile_classifier), a whole batch runs in C++ and releases the GIL once. Called op by op from
+    Python, every op releases the GIL and waits to get it back while another thread (the server's event
+    loop) runs Python. Measured on the 2-core CPU (sentiment-en, one intra-op thread, a batch of 26 short
+    reviews beside a thread busy running Python): 26-30 ms op by op, 14-15 ms as one graph (11-14 ms alone
+    either way). Unscripted, the same code runs eagerly: the reference the compiled graph is checked
+    against.
+    """
+
+    __constants__ = ["has_ngram"]  # TorchScript compiles only the branch taken
+
+    def __init__(self, model: SentimentClassifier, encoder: nn.Module | None = None) -> None:
+        """encoder: ids (B, S) -> probabilities (B, C), e.g. a trace of the model's predict (default: predict)."""
+        super().__init__()
+        self.encoder = encoder if encoder is not None else _Predict(model)
+        self.classes = len(model.cfg.labels)
+        self.has_ngram = model.ngram is not None
+        if model.ngram is not None:
+            spec = NgramSpec.parse(model.cfg.ngram)
+            self.ngram, self.words, self.chars = model.ngram, spec.words, spec.chars
+            self.buckets = model.cfg.ngram_buckets
+            self.register_buffer("salts", SALTS.to(_device(model)), persistent=False)
+
+    def forward(
+        self, chunks: list[torch.Tensor], rows: list[torch.Tensor], units: list[torch.Tensor]
+    ) -> torch.Tensor:
+        """chunks: padded ids (b, S) per length bucket; rows: each bucket's row indices (b,) in the output;
+        units: the texts' text_units (needed with an n-gram head)."""
+        n = 0
+        for r in rows:
+            n += r.numel()
+        out = torch.empty(n, self.classes, device=rows[0].device)
+        for i in range(len(rows)):  # (TorchScript has no zip(strict=True))
+            out.index_copy_(0, rows[i], self.encoder(chunks[i]).float())
+        if self.has_ngram:
+            ids, lengths = hash_units(units, self.words, self.chars, self.buckets, self.salts)
+            out = add_logits(out, self.ngram(ids, offsets(lengths)).float())
+        return out.cpu()
+
+
+def compile_classifier(model: SentimentClassifier) -> ClassifierGraph:
+    """ClassifierGraph scripted around a trace of the encoder's predict() (same outputs, any batch size and
+    length; checked against the eager graph here).
+
+    Why the trace: an eager forward releases and re-takes the GIL around each of its ~100 ops, and every re-take
     waits while another Python thread runs (the server's event loop). Measured on the 2-core CPU (one
     intra-op thread, a batch of 32 reviews): eager 20 ms alone, 310 ms beside a thread busy running Python;
-    traced 17 ms alone, 27 ms beside it (the graph runs in C++ and releases the GIL once).
-    The trace records no data-dependent branch: the only one, the max_len check, holds for every input
-    (inputs are truncated to max_len before they get here). torch.jit is deprecated in favour of
-    torch.export/compile, which do not (yet) run a whole forward without the interpreter on CPU.
+    traced 17 ms alone, 27 ms beside it. The trace records no data-dependent branch: the only one, the
+    max_len check, holds for every input (inputs are truncated to max_len before they get here). torch.jit
+    is deprecated in favour of torch.export/compile, which do not (yet) run a whole forward without the
+    interpreter on CPU.
     """
     model.eval()
     dev = _device(model)
     example = torch.full((2, 8), model.cfg.unk_id, dtype=torch.long, device=dev)
     example[1, 4:] = model.cfg.pad_id
     with warnings.catch_warnings(), torch.no_grad():
-        # expected: the deprecation notice and the max_len check's TracerWarning (see above); any other
+        # expected: the deprecation notices and the max_len check's TracerWarning (see above); any other
         # TracerWarning (a new data-dependent branch) is raised, and the trace must match the eager model
         warnings.filterwarnings("error", category=torch.jit.TracerWarning)  # the later filters come first
-        warnings.filterwarnings("ignore", message=r".*torch\.jit\.trace.* is deprecated")
+        warnings.filterwarnings("ignore", message=r".*torch\.jit\.(trace|script).* is deprecated")
         warnings.filterwarnings("ignore", message="Converting a tensor to a Python boolean")
         traced = torch.jit.trace(_Predict(model), example, check_trace=False)
+        graph: ClassifierGraph = torch.jit.script(ClassifierGraph(model, traced))  # type: ignore[assignment]
     rng = torch.Generator().manual_seed(0)
     atol = 1e-4 if next(model.parameters()).dtype == torch.float32 else 2e-2
+    eager = ClassifierGraph(model)
+    texts = ["a b", "warm up", "x"]
     for shape in ((1, 1), (3, min(model.cfg.max_len, 21))):  # other shapes than the example's
         ids = torch.randint(5, model.cfg.vocab_size, shape, generator=rng)
         ids[-1, max(1, shape[1] // 2) :] = model.cfg.pad_id
-        ids = ids.to(dev)
-        with torch.inference_mode():
-            want, got = model.predict(ids), traced(ids)
+        seqs = [[i for i in row if i != model.cfg.pad_id] for row in ids.tolist()]
+        want = classify_ids(model, seqs, 2, eager, texts[: len(seqs)])
+        got = classify_ids(model, seqs, 2, graph, texts[: len(seqs)])
         if not torch.allclose(got, want, rtol=0, atol=atol):
             raise RuntimeError(
-                f"traced classifier differs from eager by {(got - want).abs().max().item():.2g}"
+                f"compiled classifier differs from eager by {(got - want).abs().max().item():.2g}"
             )
-    return traced.forward  # the graph itself: nn.Module.__call__ adds ~30 us of Python per call
+    return graph
 
 
 class _Predict(torch.nn.Module):
@@ -104,37 +152,41 @@ def classify_ids(
     model: SentimentClassifier,
     seqs: list[list[int]],
     batch_size: int = 64,
-    predict: Predict | None = None,
+    graph: ClassifierGraph | None = None,
     texts: Sequence[str] | None = None,
 ) -> torch.Tensor:
     """Token id lists -> class probabilities (N, C), float32 on CPU, in input order.
 
-    `predict` replaces model.predict (e.g. traced_predict(model)). A model with an n-gram head also needs
-    the `texts` the ids came from: the head's logits (hashed from the whole text, in one batch) add to the
-    encoder's, i.e. to its log-probabilities (softmax ignores the per-row constant between the two).
+    `graph`: the model's ClassifierGraph (e.g. compile_classifier(model); default: the eager one). A model
+    with an n-gram head also needs the `texts` the ids came from: the head's logits (hashed from the whole
+    text) add to the encoder's, i.e. to its log-probabilities (softmax ignores the per-row constant between
+    the two). CHUNK texts at a time (bounded memory on whole test sets), each one graph call.
     """
-    predict, dev = predict or model.predict, _device(model)  # once: a parameter walk under the GIL
-    out = torch.empty(len(seqs), len(model.cfg.labels))
-    for chunk in length_sorted_chunks([len(s) for s in seqs], batch_size, FORWARD_COST_TOKENS):
-        out[chunk] = predict(pad_ids([seqs[i] for i in chunk], model.cfg.pad_id, dev)).cpu()
-    if model.ngram is None or not seqs:
-        return out
-    if texts is None or len(texts) != len(seqs):
+    if model.ngram is not None and (texts is None or len(texts) != len(seqs)):
         raise ValueError(f"a classifier with a {model.cfg.ngram} n-gram head needs the text of every id list")
-    spec, buckets = NgramSpec.parse(model.cfg.ngram), model.cfg.ngram_buckets
-    wide = torch.cat(  # (N, C) logits, hashed CHUNK texts at a time (bounded memory on whole test sets)
-        [
-            model.ngram(*bags(texts[i : i + CHUNK], spec, buckets, dev)).float().cpu()
-            for i in range(0, len(texts), CHUNK)
-        ]
-    )
-    return add_logits(out, wide)
+    graph = graph if graph is not None else ClassifierGraph(model)
+    dev = _device(model)  # once: a parameter walk under the GIL
+    parts = []
+    for start in range(0, len(seqs), CHUNK):
+        group = seqs[start : start + CHUNK]
+        chunks = length_sorted_chunks([len(s) for s in group], batch_size, FORWARD_COST_TOKENS)
+        units = text_units(texts[start : start + CHUNK], dev) if texts is not None and graph.has_ngram else []
+        parts.append(
+            graph(
+                [pad_ids([group[i] for i in c], model.cfg.pad_id, dev) for c in chunks],
+                [torch.tensor(c, device=dev) for c in chunks],
+                units,
+            )
+        )
+    if not parts:
+        return torch.empty(0, len(model.cfg.labels))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def add_logits(probs: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     """softmax(encoder logits + logits) from the encoder's probabilities (B, C): softmax ignores the per-row
     constant between log-probabilities and logits."""
-    return (probs.clamp_min(torch.finfo(torch.float32).tiny).log() + logits).softmax(-1)
+    return (probs.clamp_min(1.1754943508222875e-38).log() + logits).softmax(-1)  # float32's tiny
 
 
 def classify_texts(

@@ -3,29 +3,38 @@
 Word 1..W-grams and character 1..C-grams of a text are hashed into `buckets` rows of a (buckets, classes)
 table and summed (fastText / NBSVM family; Wide & Deep, Cheng et al. 2016). It errs on other texts than the
 Transformer, so adding its logits to the Transformer's is ~1 point better than either alone on NSMC and
-IMDb valid. The hash is numpy arithmetic over code points and word hashes, batched over texts (no Python
-loop per n-gram), so the head costs little next to the encoder.
+IMDb valid. Per text, Python only splits words and takes one crc32 per word (`text_units`); the n-gram
+hashing is tensor arithmetic over all texts of a batch at once (`hash_units`, TorchScript: the server runs
+it inside the classifier's one graph call, without the GIL).
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import warnings
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
 CHUNK = 1024  # texts hashed at once when there are many: a long review has ~7,000 n-grams
 _SPEC = re.compile(r"w(\d)c(\d)")
 _WORD = re.compile(r"\w+|[^\w\s]")
-_MUL = np.uint64(0x9E3779B97F4A7C15)  # the rolling hash's multiplier (odd, 2^64 / golden ratio)
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # splitmix64 finalizer
+
+
+def _int64(u: int) -> int:
+    """The int64 with the bits of uint64 u: int64 tensor arithmetic then wraps exactly as uint64's."""
+    u &= (1 << 64) - 1
+    return u - (1 << 64) if u >= 1 << 63 else u
+
+
 # salt of (kind, order): word n-grams and character n-grams of each order hash apart
-_SALTS = (np.arange(2 * 10, dtype=np.uint64).reshape(2, 10) + np.uint64(1)) * np.uint64(0xD6E8FEB86659FD93)
+SALTS = torch.tensor([[_int64((k * 10 + n + 1) * 0xD6E8FEB86659FD93) for n in range(10)] for k in range(2)])
+# TorchScript takes int literals: the multipliers below are uint64 constants written as the int64s with the
+# same bits (_int64); tests/model/test_ngram.py checks the whole hash against its uint64 definition
 
 
 @dataclass(frozen=True)
@@ -34,7 +43,7 @@ class NgramSpec:
     chars: int  # character n-grams of order 1..chars (0 = none), over the space-joined words
 
     @staticmethod
-    @functools.cache  # parsed once per spec string (the server parses it per batch)
+    @functools.cache  # parsed once per spec string
     def parse(spec: str) -> NgramSpec:
         """'w3c4' -> NgramSpec(3, 4); ValueError naming the format otherwise."""
         m = _SPEC.fullmatch(spec)
@@ -46,74 +55,104 @@ class NgramSpec:
         return f"w{self.words}c{self.chars}"
 
 
-def _mix(h: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer, in place: every input bit reaches every bucket bit (uint64, wrapping)."""
-    h ^= h >> np.uint64(30)
-    h *= _M1
-    h ^= h >> np.uint64(27)
-    h *= _M2
-    h ^= h >> np.uint64(31)
-    return h
+def text_units(texts: Sequence[str], device: torch.device | str = "cpu") -> list[Tensor]:
+    """[words (U,) crc32 of each word, words per text (N,), code points (P,) of each text's ' '-padded,
+    space-joined words, code points per text (N,)]: the hashing's input, all int64, texts back to back."""
+    tokens = [_WORD.findall(t.lower().replace("<br />", " ")) for t in texts]
+    # surrogatepass: a lone surrogate (valid JSON "\\ud800") hashes instead of failing the whole batch
+    words = [zlib.crc32(w.encode("utf-8", "surrogatepass")) for ws in tokens for w in ws]
+    padded = [f" {' '.join(ws)} " for ws in tokens]
+    utf32 = bytearray("".join(padded).encode("utf-32-le", "surrogatepass"))
+    points = torch.frombuffer(utf32, dtype=torch.int32) if utf32 else torch.zeros(0, dtype=torch.int32)
+    return [
+        torch.tensor(words, dtype=torch.long, device=device),
+        torch.tensor([len(ws) for ws in tokens], dtype=torch.long, device=device),
+        points.to(device=device, dtype=torch.long),
+        torch.tensor([len(p) for p in padded], dtype=torch.long, device=device),
+    ]
 
 
+def _script(fn: Callable) -> Callable:
+    """torch.jit.script(fn) without its deprecation notice (why TorchScript: see ClassifierGraph)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated")
+        return torch.jit.script(fn)
+
+
+@_script
+def _shr(h: Tensor, k: int) -> Tensor:
+    """Logical (uint64) right shift of int64 bits, 1 <= k < 64."""
+    return (h >> k) & (9223372036854775807 >> (k - 1))
+
+
+@_script
 def _orders(
-    units: np.ndarray, ends: np.ndarray, rows: np.ndarray, max_order: int, kind: int, out: list
+    units: Tensor, counts: Tensor, max_order: int, salts: Tensor, hashes: list[Tensor], rows: list[Tensor]
 ) -> None:
-    """Append (hashes, rows) of all 1..max_order-grams of concatenated segments, salted by kind and order.
-
-    units (U,) uint64: the segments back to back; ends (U,): the end of each unit's segment; rows (U,): its
-    text. An n-gram is a rolling hash over n consecutive units that stay inside one segment.
-    """
-    h, start = units, np.arange(len(units))
+    """Append (hashes, rows) of all 1..max_order-grams of the texts' units (back to back, `counts` per text),
+    salted per order: an n-gram is a rolling hash over n consecutive units of one text."""
+    ends = torch.repeat_interleave(torch.cumsum(counts, 0), counts)  # (U,) the end of each unit's text
+    row = torch.repeat_interleave(torch.arange(counts.numel(), device=units.device), counts)
+    start = torch.arange(units.numel(), device=units.device)
+    h = units
     for n in range(1, max_order + 1):
         if n > 1:
-            h = h[:-1] * _MUL + units[n - 1 :]
-        inside = start[: len(h)] + n <= ends[: len(h)]
-        out.append((h[inside] + _SALTS[kind, n], rows[: len(h)][inside]))
+            h = h[:-1] * -7046029254386353131 + units[n - 1 :]  # * 0x9E3779B97F4A7C15 (odd, 2^64 / phi)
+        inside = start[: h.numel()] + n <= ends[: h.numel()]
+        hashes.append(h[inside] + salts[n])
+        rows.append(row[: h.numel()][inside])
 
 
-def _segments(lengths: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(ends, rows) per unit of segments of the given lengths laid back to back."""
-    counts = np.array(lengths, dtype=np.int64)
-    return np.repeat(np.cumsum(counts), counts), np.repeat(np.arange(len(counts)), counts)
+@_script
+def hash_units(
+    units: list[Tensor], words: int, chars: int, buckets: int, salts: Tensor
+) -> tuple[Tensor, Tensor]:
+    """text_units -> (ids, lengths): each text's sorted distinct bucket ids, back to back, and how many it
+    has. `words`/`chars`: the spec's orders; `salts`: SALTS (on the units' device)."""
+    n_texts = units[1].numel()
+    hashes: list[Tensor] = []
+    rows: list[Tensor] = []
+    _orders(units[0], units[1], words, salts[0], hashes, rows)
+    if chars > 0:
+        _orders(units[2], units[3], chars, salts[1], hashes, rows)
+    h = torch.cat(hashes)
+    h = h ^ _shr(h, 30)  # splitmix64 finalizer: every input bit reaches every bucket bit
+    h = h * -4658895280553007687  # * 0xBF58476D1CE4E5B9
+    h = h ^ _shr(h, 27)
+    h = h * -7723592293110705685  # * 0x94D049BB133111EB
+    h = h ^ _shr(h, 31)
+    h = (_shr(h, 1) % buckets * 2 + (h & 1)) % buckets  # the uint64 value mod buckets
+    keys = torch.sort(torch.cat(rows) * buckets + h).values  # by text, then bucket
+    keep = torch.ones_like(keys, dtype=torch.bool)
+    keep[1:] = keys[1:] != keys[:-1]
+    keys = keys[keep]  # distinct
+    return keys % buckets, torch.bincount(keys // buckets, minlength=n_texts)
 
 
-def hash_texts(texts: Sequence[str], spec: NgramSpec, buckets: int) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, lengths): each text's sorted distinct bucket ids (int64), back to back, and how many it has.
-
-    One pass of ~40 numpy calls for the whole batch (per text only the regex, lower-casing and one crc32 per
-    word run in Python): ~16 us per short text in batches of 32, and the same ids whatever the batch.
-    """
-    tokens = [_WORD.findall(t.lower().replace("<br />", " ")) for t in texts]
-    parts: list[tuple[np.ndarray, np.ndarray]] = []
-    # surrogatepass: a lone surrogate (valid JSON "\\ud800") hashes instead of failing the whole batch
-    words = np.array([zlib.crc32(w.encode("utf-8", "surrogatepass")) for ws in tokens for w in ws], np.uint64)
-    _orders(words, *_segments([len(ws) for ws in tokens]), spec.words, 0, parts)
-    if spec.chars:
-        padded = [f" {' '.join(ws)} " for ws in tokens]
-        joined = "".join(padded).encode("utf-32-le", "surrogatepass")
-        points = np.frombuffer(joined, dtype=np.uint32).astype(np.uint64)
-        _orders(points, *_segments([len(p) for p in padded]), spec.chars, 1, parts)
-    hashes = _mix(np.concatenate([h for h, _ in parts])) % np.uint64(buckets)
-    rows = np.concatenate([r for _, r in parts])
-    keys = np.sort(rows * buckets + hashes.astype(np.int64))  # by text, then bucket
-    keys = keys[np.r_[True, keys[1:] != keys[:-1]][: len(keys)]]  # distinct (np.unique: ~6x slower here)
-    return keys % buckets, np.bincount(keys // buckets, minlength=len(texts))
+def hash_texts(
+    texts: Sequence[str], spec: NgramSpec, buckets: int, device: torch.device | str = "cpu"
+) -> tuple[Tensor, Tensor]:
+    """(ids, lengths) as hash_units: each text's sorted distinct bucket ids (int64), and how many it has."""
+    units = text_units(texts, device)
+    return hash_units(units, spec.words, spec.chars, buckets, SALTS.to(device))
 
 
-def features(text: str, spec: NgramSpec, buckets: int) -> np.ndarray:
-    """Sorted distinct bucket ids (int64) of one text's word and character n-grams."""
-    return hash_texts([text], spec, buckets)[0]
+def features(text: str, spec: NgramSpec, buckets: int) -> list[int]:
+    """Sorted distinct bucket ids of one text's word and character n-grams."""
+    return hash_texts([text], spec, buckets)[0].tolist()
+
+
+def offsets(lengths: Tensor) -> Tensor:
+    """nn.EmbeddingBag offsets (N,) of bags of the given lengths laid back to back."""
+    return torch.cumsum(lengths, 0) - lengths
 
 
 def bags(
     texts: Sequence[str], spec: NgramSpec, buckets: int, device: torch.device | str = "cpu"
 ) -> tuple[Tensor, Tensor]:
     """(ids, offsets) of the texts' n-grams for nn.EmbeddingBag."""
-    ids, lengths = hash_texts(texts, spec, buckets)
-    offsets = np.zeros(len(texts), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=offsets[1:])
-    return torch.from_numpy(ids).to(device), torch.from_numpy(offsets).to(device)
+    ids, lengths = hash_texts(texts, spec, buckets, device)
+    return ids, offsets(lengths)
 
 
 class NgramHead(nn.Module):

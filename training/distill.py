@@ -21,7 +21,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from model import load_checkpoint
-from model.inference import classify_ids, traced_predict
+from model.inference import classify_ids, compile_classifier
 from model.preprocess import classifier_ids
 from training.data import LabeledText
 from training.ngram import ngram_probs, teacher_spec
@@ -86,7 +86,7 @@ def teacher_probs(
         if cfg.task != "sentiment" or tuple(cfg.labels) != tuple(labels):
             raise ValueError(f"teacher {t}: not a classifier with the labels {list(labels)}")
         ids = [classifier_ids(loaded.tokenizer, x, cfg) for x in texts]
-        total += classify_ids(loaded.model, ids, 128, traced_predict(loaded.model), texts)
+        total += classify_ids(loaded.model, ids, 128, compile_classifier(loaded.model), texts)
     mean = (total / len(teachers)).contiguous()
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

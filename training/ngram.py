@@ -16,7 +16,6 @@ import logging
 import re
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -39,8 +38,8 @@ class Bags:
 
     def __init__(self, texts: list[str], spec: NgramSpec, buckets: int = BUCKETS):
         parts = [hash_texts(texts[i : i + CHUNK], spec, buckets) for i in range(0, len(texts), CHUNK)]
-        self.ids = torch.from_numpy(np.concatenate([ids for ids, _ in parts] or [np.zeros(0, np.int64)]))
-        lengths = torch.from_numpy(np.concatenate([n for _, n in parts] or [np.zeros(0, np.int64)]))
+        self.ids = torch.cat([ids for ids, _ in parts] or [torch.zeros(0, dtype=torch.long)])
+        lengths = torch.cat([n for _, n in parts] or [torch.zeros(0, dtype=torch.long)])
         self.starts = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
 
     def batch(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

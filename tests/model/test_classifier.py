@@ -96,10 +96,10 @@ def test_config_round_trips_through_a_dict() -> None:
         ModelConfig.from_dict(cfg.to_dict() | {"colour": "red"})
 
 
-def test_traced_predict_matches_eager_for_any_batch_and_length() -> None:
-    """The TorchScript trace (served by default) gives the eager model's probabilities: batch sizes and
-    lengths other than the trace's example, padding, and the longest input."""
-    from model.inference import classify_ids, traced_predict
+def test_compiled_classifier_matches_eager_for_any_batch_and_length() -> None:
+    """The TorchScript graph (served by default) gives the eager model's probabilities: batch sizes and
+    lengths other than the trace's example, padding, several length buckets, and the longest input."""
+    from model.inference import classify_ids, compile_classifier
 
     torch.manual_seed(0)
     cfg = ModelConfig(
@@ -107,9 +107,9 @@ def test_traced_predict_matches_eager_for_any_batch_and_length() -> None:
         labels=("negative", "positive", "neutral"),
     )  # fmt: skip
     model = SentimentClassifier(cfg).eval()
-    traced = traced_predict(model)
+    graph = compile_classifier(model)
     rng = torch.Generator().manual_seed(1)
-    for batch, longest in ((1, 1), (1, 40), (5, 17), (33, 40)):
+    for batch, longest in ((1, 1), (1, 40), (5, 17), (33, 40), (70, 40)):
         seqs = [
             torch.randint(
                 5, 97, (int(torch.randint(1, longest + 1, (1,), generator=rng)),), generator=rng
@@ -117,6 +117,6 @@ def test_traced_predict_matches_eager_for_any_batch_and_length() -> None:
             for _ in range(batch)
         ]
         want = classify_ids(model, seqs, 64)
-        got = classify_ids(model, seqs, 64, traced)
+        got = classify_ids(model, seqs, 64, graph)
         torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
     assert not model.training

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import random
+import re
+import zlib
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from model import SentimentClassifier, Tokenizer, load_checkpoint, save_checkpoint
-from model.inference import classify_ids, classify_texts, traced_predict
+from model.inference import classify_ids, classify_texts, compile_classifier
 from model.ngram import NgramSpec, bags, features, hash_texts
 from model.preprocess import classifier_ids
 from tests.conftest import tiny_sentiment_config
@@ -29,13 +32,12 @@ def test_spec_parse() -> None:
 def test_features_are_distinct_hashed_ngrams() -> None:
     words = NgramSpec(2, 0)
     assert len(features("good movie", words, B)) == 3  # good, movie, "good movie"
-    assert np.array_equal(features("GOOD<br />movie", words, B), features("good movie", words, B))
+    assert features("GOOD<br />movie", words, B) == features("good movie", words, B)
     assert len(features("good good good", words, B)) == 2  # good, "good good"
     with_chars = features("ab", NgramSpec(1, 2), B)  # word "ab"; chars " ", a, b, " a", ab, "b "
     assert len(with_chars) == 1 + 6
     assert set(features("ab", NgramSpec(1, 0), B)) < set(with_chars)
-    assert features("x", words, 7).max() < 7
-    assert features("x", words, 7).dtype == np.int64
+    assert max(features("x", words, 7)) < 7
     # word order matters for bigrams, not for unigrams
     assert set(features("a b", words, B)) != set(features("b a", words, B))
     assert len(set(features("a b", words, B)) & set(features("b a", words, B))) == 2
@@ -49,12 +51,75 @@ def test_a_batch_hashes_each_text_as_alone() -> None:
     for spec in (NgramSpec(3, 4), NgramSpec(2, 0)):
         ids, lengths = hash_texts(texts, spec, B)
         assert lengths.tolist() == [len(features(t, spec, B)) for t in texts]
-        alone = np.concatenate([features(t, spec, B) for t in texts])
-        assert np.array_equal(ids, alone)  # no n-gram spans two texts, duplicates only within a text
+        alone = [i for t in texts for i in features(t, spec, B)]
+        assert ids.tolist() == alone  # no n-gram spans two texts, duplicates only within a text
         ids_t, offsets = bags(texts, spec, B)
-        assert ids_t.tolist() == alone.tolist()
-        assert offsets.tolist() == [0, *np.cumsum(lengths)[:-1].tolist()]
+        assert ids_t.tolist() == alone
+        assert offsets.tolist() == [0, *lengths.cumsum(0)[:-1].tolist()]
     assert hash_texts([], NgramSpec(3, 4), B)[0].shape == (0,)
+
+
+M64 = (1 << 64) - 1
+
+
+def _reference(text: str, spec: NgramSpec, buckets: int) -> list[int]:
+    """The hash by its definition, one n-gram at a time in Python ints (uint64 arithmetic mod 2^64)."""
+
+    def mix(h: int) -> int:  # splitmix64's finalizer
+        h ^= h >> 30
+        h = h * 0xBF58476D1CE4E5B9 & M64
+        h ^= h >> 27
+        h = h * 0x94D049BB133111EB & M64
+        return h ^ h >> 31
+
+    words = re.findall(r"\w+|[^\w\s]", text.lower().replace("<br />", " "))
+    units = (
+        [zlib.crc32(w.encode("utf-8", "surrogatepass")) for w in words],  # kind 0: words
+        [ord(c) for c in f" {' '.join(words)} "],  # kind 1: characters
+    )
+    ids = set()
+    for kind, max_order in ((0, spec.words), (1, spec.chars)):
+        for n in range(1, max_order + 1):
+            for i in range(len(units[kind]) - n + 1):
+                h = 0
+                for u in units[kind][i : i + n]:  # rolling: h * multiplier + next unit
+                    h = (h * 0x9E3779B97F4A7C15 + u) & M64
+                salt = (kind * 10 + n + 1) * 0xD6E8FEB86659FD93 & M64
+                ids.add(mix((h + salt) & M64) % buckets)
+    return sorted(ids)
+
+
+def test_hashing_matches_its_definition_on_random_texts() -> None:
+    """The batched tensor hashing (int64 wrapping as uint64, logical shifts, unsigned modulo) equals the
+    one-n-gram-at-a-time definition: Hangul, emoji, a lone surrogate, dotted İ, <br />, blank texts."""
+    rng = random.Random(0)
+    alphabet = [*"abcdefghij klmnop.,!?<br />", "재", "밌", "다", "👍", "é", "\ud800", "ß", "İ", "\n", "\t"]
+    for _ in range(30):
+        texts = [
+            "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+            for _ in range(rng.randint(1, 12))
+        ]
+        for spec, buckets in ((NgramSpec(3, 4), 2097152), (NgramSpec(2, 0), 1000003), (NgramSpec(1, 2), 7)):
+            ids, lengths = hash_texts(texts, spec, buckets)
+            want = [_reference(t, spec, buckets) for t in texts]
+            assert lengths.tolist() == [len(w) for w in want]
+            assert ids.tolist() == [i for w in want for i in w]
+
+
+@pytest.mark.parametrize(
+    ("text", "spec", "buckets", "count", "first", "digest"),
+    [
+        ("A wonderful film.", "w3c4", 2097152, 77, [11199, 17073, 67789], "22bced3b0b277169"),
+        ("재밌다 👍 good<br />movie!", "w2c3", 4096, 58, [211, 216, 255], "7f495dec7e496321"),
+        ("", "w3c4", 2097152, 2, [1171857, 1737112], "bd15d85c2314ef18"),
+    ],
+)
+def test_hashing_is_pinned(
+    text: str, spec: str, buckets: int, count: int, first: list[int], digest: str
+) -> None:
+    """The shipped heads were trained on these bucket ids: any change to the hash breaks them silently."""
+    ids = features(text, NgramSpec.parse(spec), buckets)
+    assert (len(ids), ids[:3], hashlib.sha256(str(ids).encode()).hexdigest()[:16]) == (count, first, digest)
 
 
 def test_config_rejects_a_bad_head() -> None:
@@ -88,8 +153,8 @@ def test_head_adds_its_logits_to_the_encoders(tiny_tokenizer_path: Path, tiny_vo
     ids = [classifier_ids(tok, t, model.cfg) for t in texts]
     with pytest.raises(ValueError, match="needs the text"):
         classify_ids(model, ids)  # a head without its inputs is an error, not a silent encoder-only answer
-    traced = classify_ids(model, ids, 2, traced_predict(model), texts)
-    torch.testing.assert_close(traced, got, atol=1e-5, rtol=0)
+    compiled = classify_ids(model, ids, 2, compile_classifier(model), texts)
+    torch.testing.assert_close(compiled, got, atol=1e-5, rtol=0)
 
 
 def test_head_round_trips_through_a_checkpoint(
