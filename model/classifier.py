@@ -57,8 +57,10 @@ class SentimentClassifier(nn.Module):
     def encoder_only(self) -> SentimentClassifier:
         """The same classifier without its n-gram head (sharing the encoder's tensors), in eval mode."""
         bare = SentimentClassifier(replace(self.cfg, ngram="", ngram_buckets=0), init=False)
-        bare.load_state_dict({k: v for k, v in self.state_dict().items() if not k.startswith("ngram.")})
-        return bare.to(next(self.parameters()).device).eval()
+        state = {k: v for k, v in self.state_dict().items() if not k.startswith("ngram.")}
+        bare.load_state_dict(state, assign=True)  # the same tensors, in their dtype (not copied into fp32)
+        weight = self.embed.token.weight  # non-persistent buffers (positions) follow the weights
+        return bare.to(weight.device, weight.dtype).eval()
 
     @torch.inference_mode()
     def predict(self, ids: Tensor) -> Tensor:

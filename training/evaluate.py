@@ -80,9 +80,12 @@ def run(
     limit: int = 0,
     source_lang: str | None = None,
     target_lang: str | None = None,
+    dtype: str = "float32",
 ) -> dict[str, Any]:
-    """Score `checkpoint` on `data` (the CLI's work, callable from ship and tests)."""
-    loaded = load_checkpoint(checkpoint, device="cuda" if torch.cuda.is_available() else "cpu")
+    """Score `checkpoint` on `data` (the CLI's work, callable from ship and tests); `dtype`: the weights'
+    and activations' type, as the server's APP_DTYPE (model cards report float32)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    loaded = load_checkpoint(checkpoint, device=device, dtype=getattr(torch, dtype))
     t0 = time.time()
     if loaded.config.task == "sentiment":
         if fmt not in ("nsmc", "imdb"):
@@ -95,6 +98,7 @@ def run(
             raise SystemExit(f"error: --format {fmt} is a sentiment format; {loaded.name} is a translator")
         opts = DecodeOptions(beam_size=beam_size, length_penalty=length_penalty)
         res = evaluate_translation(loaded, data, fmt, opts, limit, source_lang, target_lang)
+    res["dtype"] = dtype
     res["checkpoint"] = str(checkpoint)
     res["data"] = str(data)
     res["seconds"] = round(time.time() - t0, 1)
@@ -118,6 +122,12 @@ def cli(argv: list[str] | None = None) -> int:
     p.add_argument("--source-lang")
     p.add_argument("--target-lang")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="score the model as the server serves it with APP_DTYPE=... (default float32)",
+    )
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -130,6 +140,7 @@ def cli(argv: list[str] | None = None) -> int:
         limit=args.limit,
         source_lang=args.source_lang,
         target_lang=args.target_lang,
+        dtype=args.dtype,
     )
     print(json.dumps(res, ensure_ascii=False))
     return 0

@@ -6,7 +6,6 @@ import hashlib
 import random
 import re
 import zlib
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -147,8 +146,8 @@ def test_head_adds_its_logits_to_the_encoders(tiny_tokenizer_path: Path, tiny_vo
         wide = model.ngram(*bags([text], NgramSpec(2, 3), 4096))
         want = (model(ids) + wide).softmax(-1)[0]
         torch.testing.assert_close(got[i], want, atol=1e-5, rtol=0)
-    bare = SentimentClassifier(replace(model.cfg, ngram="", ngram_buckets=0)).eval()
-    bare.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("ngram.")})
+    bare = model.encoder_only()
+    assert bare.ngram is None
     assert not torch.allclose(classify_texts(bare, tok, texts), got)  # the head changes the answer
     ids = [classifier_ids(tok, t, model.cfg) for t in texts]
     with pytest.raises(ValueError, match="needs the text"):
@@ -180,3 +179,10 @@ def test_head_round_trips_through_a_checkpoint(
         classify_texts(loaded.model, loaded.tokenizer, texts),
         classify_texts(model, tok, texts),  # type: ignore[arg-type]
     )
+    # the head-less view shares the encoder's tensors in their dtype (bf16 here, not copied into fp32)
+    bare = half.model.encoder_only()  # type: ignore[union-attr]
+    assert bare.ngram is None
+    assert {p.dtype for p in bare.parameters()} == {torch.bfloat16}
+    assert bare.embed.token.weight.data_ptr() == half.model.embed.token.weight.data_ptr()  # type: ignore[union-attr]
+    ids = torch.tensor([classifier_ids(tok, "a good film .", model.cfg)])
+    assert torch.equal(bare.predict(ids), half.model.predict(ids))  # type: ignore[union-attr]

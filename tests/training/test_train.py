@@ -91,6 +91,13 @@ def test_translate_train_checkpoint_evaluate(
     assert 0 <= res["chrf"] <= 100
     assert res["bleu_signature"].startswith("nrefs:1")
     assert res["decoding"]["beam_size"] == 4
+    assert res["dtype"] == "float32"
+    capsys.readouterr()  # --dtype: scored as the server serves it with APP_DTYPE=bfloat16
+    args = ["evaluate", "--checkpoint", str(best), "--data", str(test_file), "--format", "tatoeba"]
+    assert main([*args, "--dtype", "bfloat16", "--limit", "8"]) == 0
+    half = last_json(capsys.readouterr().out)
+    assert (half["dtype"], half["n"]) == ("bfloat16", 8)
+    assert 0 <= half["bleu"] <= 100
 
 
 def test_sentiment_train_checkpoint_evaluate(
