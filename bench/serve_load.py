@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO))
 from tests.server_process import free_port, server_env, stop, wait_ready  # noqa: E402
 
 if TYPE_CHECKING:
+    from app.settings import Settings
     from model import LoadedModel
 
 WRK_SCRIPT = REPO / "bench" / "wrk" / "post.lua"
@@ -337,7 +338,8 @@ def ceiling(
     """(texts/s, CPU ms per text) of model.inference alone on the same inputs, batches of 32, float32 CPU
     with torch's default threads (all cores: the best model-only figure) and, for classifiers, the compiled
     graph the server runs (APP_TORCHSCRIPT); classifiers: the best of 20 runs. Input work (tokenizing,
-    hashing n-grams) is left out: the server does it too, it is not the model's."""
+    hashing n-grams) is left out: the server does it too, it is not the model's. Models load in the
+    server's dtype (`settings`: the --set APP_* values, e.g. APP_DTYPE=bfloat16)."""
     import torch
 
     from model import DecodeOptions, SentimentClassifier, load_checkpoint
@@ -345,9 +347,10 @@ def ceiling(
     from model.ngram import NgramSpec, bags
     from model.preprocess import classifier_ids, source_ids
 
+    dtype = server_settings(settings or {}).torch_dtype(torch.device("cpu"))
     out = {}
     if sentiment:
-        sm = m = load_checkpoint(checkpoint_dir / sentiment["model"])  # sm: also for server_work below
+        sm = m = load_checkpoint(checkpoint_dir / sentiment["model"], dtype=dtype)  # sm: for server_work too
         model: SentimentClassifier = m.model  # type: ignore[assignment]
         inputs = sentiment_texts(checkpoint_dir, sentiment)
         seqs = [classifier_ids(m.tokenizer, t, m.config) for t in inputs]
@@ -378,7 +381,7 @@ def ceiling(
             wall, cpu = best_of(run([range(i, min(i + 32, len(seqs))) for i in range(0, len(seqs), 32)]))
             out[ARRIVAL] = (len(seqs) / wall, 1000 * cpu / len(seqs))
     if translate:
-        m = load_checkpoint(checkpoint_dir / translate["model"])
+        m = load_checkpoint(checkpoint_dir / translate["model"], dtype=dtype)
         seqs = [source_ids(m.tokenizer, t, m.config) for t in texts(FR_WORDS, lengths=SENTENCE_WORDS)[:64]]
         opts = DecodeOptions(beam_size=beam_size)
         start, cpu = time.perf_counter(), time.process_time()
@@ -404,9 +407,8 @@ def server_work(loaded: LoadedModel, inputs: list[str], settings: dict[str, str]
     import torch
 
     from app.handlers import SentimentHandler
-    from app.settings import Settings
 
-    s = Settings(**{k.removeprefix("APP_").lower(): v for k, v in settings.items()})
+    s = server_settings(settings)
     workers, threads = s.inference_workers_count(), s.inference_threads()
     handler = SentimentHandler(loaded, s.torchscript)  # its own compiled graph: the server's exact path
     items = [handler.decode_request(t) for t in inputs]
@@ -419,6 +421,13 @@ def server_work(loaded: LoadedModel, inputs: list[str], settings: dict[str, str]
 
         wall, cpu = best_of(run, runs=5)
     return len(items) * workers / wall, 1000 * cpu / (len(items) * workers)
+
+
+def server_settings(settings: dict[str, str]) -> Settings:
+    """The server's Settings with the --set APP_* values over the defaults."""
+    from app.settings import Settings
+
+    return Settings(**{k.removeprefix("APP_").lower(): v for k, v in settings.items()})
 
 
 def best_of(fn: Any, runs: int = 20) -> tuple[float, float]:
@@ -546,8 +555,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pass {k + 1} of {args.repeats}", file=sys.stderr)
         passes.append(one_pass(args, extra, sentiment, translate, bodies, routes, use_wrk))
     cells, ready, ceil, short_p50 = median_pass(passes)
+    import torch
+
+    dtype = str(server_settings(extra).torch_dtype(torch.device("cpu"))).removeprefix("torch.")
+    print(f"server and ceiling dtype: {dtype}")
     if sentiment and "/sentiment" in routes:
-        print(f"/sentiment model: {sentiment['model']}\n")
+        print(f"/sentiment model: {sentiment['model']}")
+    print()
     print(report(cells, ready, ceil, short_p50, args.concurrency))
     if args.repeats > 1:
         print(f"\nMedians of {args.repeats} passes (each cell: the pass with the median req/s). Per pass:\n")
