@@ -61,6 +61,8 @@ class Service:
         """Validate settings and read every config now (fail fast); load and warm up in the background."""
         device = self.settings.torch_device()
         dtype = self.settings.torch_dtype(device)
+        if warning := self.settings.dtype_warning(device, dtype):
+            log.warning(warning)
         self.registry = Registry.discover(self.settings.check_checkpoint_dir(), device, dtype)
         self.model_status = dict.fromkeys(self.registry.entries, "loading")
         self.worker = InferenceWorkers(  # forward passes off the event loop

@@ -52,6 +52,42 @@ def test_auto_device_and_dtype() -> None:
     assert s.torch_dtype(torch.device("cuda")) == torch.float16
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_a_reduced_precision_without_native_support_is_warned_about(
+    native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported", "_is_amx_fp16_supported"):
+        monkeypatch.setattr(torch.cpu, probe, lambda: native)
+    s, cpu = Settings(), torch.device("cpu")
+    assert s.dtype_warning(cpu, torch.float32) is None
+    assert s.dtype_warning(torch.device("cuda"), torch.float16) is None
+    for dtype, name, native_name in (
+        (torch.bfloat16, "bfloat16", "AVX512-BF16"),
+        (torch.float16, "float16", "AMX-FP16"),
+    ):
+        warning = s.dtype_warning(cpu, dtype)
+        if native:
+            assert warning is None
+        else:
+            assert warning is not None
+            assert f"APP_DTYPE={name} on a CPU without" in warning
+            assert native_name in warning
+            assert "slower than float32" in warning
+
+
+@pytest.mark.anyio
+async def test_start_up_logs_the_dtype_warning(
+    sentiment_only_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    settings = Settings(checkpoint_dir=sentiment_only_dir, device="cpu", dtype="bfloat16", warmup=False)
+    with caplog.at_level("WARNING", logger="app.service"):
+        async with LifespanManager(create_app(settings)):
+            pass
+    assert any("APP_DTYPE=bfloat16 on a CPU without AVX512-BF16" in r.getMessage() for r in caplog.records)
+
+
 @pytest.mark.parametrize(
     ("name", "value", "field"),
     [
