@@ -11,16 +11,17 @@ import warnings
 
 import torch
 
-from app.handlers import AttentionHandler, AttentionItem, AttentionMaps, pick
+from app.handlers import AttentionHandler, AttentionItem, AttentionMaps, LayerSelection, pick
 
 MAX_LABELED_TOKENS = 48  # beyond this, tick labels are unreadable: leave them out
 
 
 def render_attention(
-    handler: AttentionHandler, item: AttentionItem, maps: AttentionMaps, layers: list[int], heads: list[int]
+    handler: AttentionHandler, item: AttentionItem, maps: AttentionMaps, sel: LayerSelection
 ) -> bytes:
-    pieces = handler.tokenizer.pieces
+    pieces, heads = handler.tokenizer.pieces, sel.heads
     if maps.cross is not None and item.target is not None:
+        layers = sel.decoder
         grid, rows, cols, kind = (
             pick(maps.cross, layers, heads),
             pieces(item.target),
@@ -28,6 +29,7 @@ def render_attention(
             "cross",
         )
     else:
+        layers = sel.encoder
         grid, rows, cols, kind = (
             pick(maps.encoder, layers, heads),
             pieces(item.source),

@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 log = logging.getLogger(__name__)
+MAX_ERRORS = 20  # validation errors listed in one 422
 
 
 class ServiceError(Exception):
@@ -99,10 +100,16 @@ def error_response(exc: Exception, where: str) -> Response:
     """The response to an exception raised while serving `where` ("POST /translate"): 422 in FastAPI's
     shape, a ServiceError's status and message, 499 for a client that left, else 500 (logged)."""
     if isinstance(exc, RequestValidationError):
+        errors = exc.errors()
         detail = [
             {"loc": list(err.get("loc", ())), "msg": _message(err), "type": err.get("type", "value_error")}
-            for err in exc.errors()
+            for err in errors[:MAX_ERRORS]
         ]
+        if len(errors) > MAX_ERRORS:  # a body of 4,096 blank texts must not get a 4,096-entry answer
+            more = len(errors) - MAX_ERRORS
+            detail.append(
+                {"loc": ["body"], "msg": f"body: and {more} more errors", "type": "too_many_errors"}
+            )
         return JSONResponse({"detail": detail}, status_code=422)
     if isinstance(exc, ServiceError):
         return JSONResponse({"detail": exc.message}, status_code=exc.status_code, headers=exc.headers)

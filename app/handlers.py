@@ -219,6 +219,15 @@ class AttentionMaps:
     cross: list[torch.Tensor] | None = None
 
 
+@dataclass(frozen=True)
+class LayerSelection:
+    """The layers of each stack that a request selected (the stacks may differ in depth), and the heads."""
+
+    encoder: list[int]
+    decoder: list[int]  # for decoder self- and cross-attention; [] for a classifier
+    heads: list[int]
+
+
 class AttentionHandler:
     """Force-decoding with the explicit attention path (weights returned); one item per forward."""
 
@@ -226,18 +235,26 @@ class AttentionHandler:
         self.name, self.model, self.tokenizer = loaded.name, loaded.model, loaded.tokenizer
         cfg = loaded.config
         self.cfg, self.is_translator = cfg, cfg.task == "translation"
-        self.num_layers = min(cfg.n_layers, cfg.n_decoder_layers) if self.is_translator else cfg.n_layers
+        self.encoder_layers = cfg.n_layers
+        self.decoder_layers = cfg.n_decoder_layers if self.is_translator else 0
 
-    def select(self, layers: list[int] | None, heads: list[int] | None) -> tuple[list[int], list[int]]:
-        """Validated layer/head subsets (default all); 422 naming the valid range otherwise."""
-        for field, values, n in (("layers", layers, self.num_layers), ("heads", heads, self.cfg.n_heads)):
-            bad = [v for v in values or [] if v >= n]
-            if bad:
-                what = (
-                    "layer (encoder and decoder)" if field == "layers" and self.is_translator else field[:-1]
-                )
-                raise invalid((field,), f"{what} {bad[0]} is out of range: valid range is 0..{n - 1}")
-        return layers or list(range(self.num_layers)), heads or list(range(self.cfg.n_heads))
+    def select(self, layers: list[int] | None, heads: list[int] | None) -> LayerSelection:
+        """Validated layer/head subsets (default all); 422 naming the valid ranges otherwise. A layer index
+        selects that layer in each stack that has it (a 4-layer encoder with a 3-layer decoder: layer 3 is
+        the encoder's only)."""
+        enc, dec, n_heads = self.encoder_layers, self.decoder_layers, self.cfg.n_heads
+        if bad := [v for v in layers or [] if v >= max(enc, dec)]:
+            stacks = f" (encoder 0..{enc - 1}, decoder 0..{dec - 1})" if dec else ""
+            raise invalid(
+                ("layers",), f"layer {bad[0]} is out of range: valid range is 0..{max(enc, dec) - 1}{stacks}"
+            )
+        if bad := [v for v in heads or [] if v >= n_heads]:
+            raise invalid(("heads",), f"head {bad[0]} is out of range: valid range is 0..{n_heads - 1}")
+        return LayerSelection(
+            [v for v in layers or range(enc) if v < enc],
+            [v for v in layers or range(dec) if v < dec],
+            heads or list(range(n_heads)),
+        )
 
     def decode_request(self, text: str, target_ids: list[int] | None = None) -> AttentionItem:
         if not self.is_translator:
@@ -247,7 +264,14 @@ class AttentionHandler:
         )
 
     def decoder_input(self, target: str, target_lang: str | None) -> list[int]:
-        """Decoder input for a given target: [start] + pieces (the EOS label is not fed)."""
+        """Decoder input for a given target: [start] + pieces (the EOS label is not fed); 422 naming the limit
+        when it does not fit max_len (as for the source: never cut silently)."""
+        if (n := len(self.tokenizer.encode(target)) + 2) > self.cfg.max_len:
+            raise invalid(
+                ("target",),
+                f"a target of {n} tokens exceeds the {self.cfg.max_len}-token limit of {self.name} "
+                "(start and EOS included)",
+            )
         return target_ids(self.tokenizer, target, self.cfg, target_lang)[:-1]
 
     def predict(self, item: AttentionItem) -> AttentionMaps:
@@ -267,27 +291,32 @@ class AttentionHandler:
             return [self.predict(item) for item in items]
 
     def encode_response(
-        self,
-        item: AttentionItem,
-        maps: AttentionMaps,
-        layers: list[int],
-        heads: list[int],
-        translation: str | None,
+        self, item: AttentionItem, maps: AttentionMaps, sel: LayerSelection, translation: str | None
     ) -> AttentionResponse:
         pieces = self.tokenizer.pieces
+        decoder = maps.decoder is not None and maps.cross is not None
         return AttentionResponse(
             model=self.name,
-            layers=layers,
-            heads=heads,
+            layers=sel.encoder,
+            decoder_layers=sel.decoder if decoder else None,
+            heads=sel.heads,
             source_tokens=pieces(item.source),
             target_tokens=pieces(item.target) if item.target is not None else None,
-            encoder_self_attention=pick(maps.encoder, layers, heads).tolist(),
-            decoder_self_attention=pick(maps.decoder, layers, heads).tolist() if maps.decoder else None,
-            cross_attention=pick(maps.cross, layers, heads).tolist() if maps.cross else None,
+            encoder_self_attention=pick(maps.encoder, sel.encoder, sel.heads).tolist(),
+            decoder_self_attention=pick(maps.decoder, sel.decoder, sel.heads).tolist() if decoder else None,
+            cross_attention=pick(maps.cross, sel.decoder, sel.heads).tolist() if decoder else None,
             translation=translation,
         )
+
+    def encode_json(
+        self, item: AttentionItem, maps: AttentionMaps, sel: LayerSelection, translation: str | None
+    ) -> bytes:
+        """The JSON body (megabytes for a long text: built in a thread, off the event loop)."""
+        return self.encode_response(item, maps, sel, translation).model_dump_json(exclude_none=True).encode()
 
 
 def pick(maps: list[torch.Tensor], layers: list[int], heads: list[int]) -> torch.Tensor:
     """Per-layer (H, Q, K) maps -> (L', H', Q, K) for the selected layers and heads, rounded for JSON."""
+    if not layers:  # e.g. only encoder layers selected: no decoder map
+        return torch.empty(0, len(heads), 0, 0, dtype=torch.float64)
     return torch.stack([maps[layer][heads] for layer in layers]).double().round(decimals=5)

@@ -15,24 +15,42 @@ from pydantic import (
 )
 
 
-def _not_blank(text: str) -> str:
-    if not text.strip():
-        raise ValueError("must not be empty or whitespace only")
+def _unicode(text: str) -> str:
+    """JSON may escape a lone UTF-16 surrogate ("\\ud800"): not text, and the tokenizers cannot take it."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(
+                f"contains an unpaired UTF-16 surrogate (\\u{ord(text[e.start]):04x} at character {e.start})"
+            ) from None
     return text
 
 
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("must not be empty or whitespace only")
+    return _unicode(text)
+
+
+Str = Annotated[str, AfterValidator(_unicode)]
 Text = Annotated[str, AfterValidator(_not_blank)]
 DEFAULT_LENGTH_PENALTY = 0.6
+MAX_TEXTS = 4096  # the most APP_MAX_TEXTS may be: longer lists stop at the schema, before any item is checked
+MAX_SELECTED = 256  # attention layers/heads listed in one request
 Matrix4 = list[list[list[list[float]]]]  # [layer][head][query][key]
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: a JSON true is not the integer 1, "3" not 3, 2.0 not 2 (an integer field takes JSON integers)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class _TextsRequest(_Request):
     text: Text | None = Field(None, description="One text (give `text` or `texts`, not both).")
-    texts: list[Text] | None = Field(None, min_length=1, description="Several texts, answered in order.")
+    texts: list[Text] | None = Field(
+        None, min_length=1, max_length=MAX_TEXTS, description="Several texts, answered in order."
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> _TextsRequest:
@@ -60,7 +78,7 @@ class SentimentRequest(_TextsRequest):
         }
     )
 
-    model: str | None = Field(
+    model: Str | None = Field(
         None, description="Model name; default per text: any Hangul -> sentiment-ko, else sentiment-en."
     )
 
@@ -82,8 +100,8 @@ class TranslateRequest(_TextsRequest):
         }
     )
 
-    source_lang: str = Field(min_length=2, max_length=12, description="Source language code, e.g. fr.")
-    target_lang: str = Field("en", min_length=2, max_length=12, description="Target language code.")
+    source_lang: Str = Field(min_length=2, max_length=12, description="Source language code, e.g. fr.")
+    target_lang: Str = Field("en", min_length=2, max_length=12, description="Target language code.")
     beam_size: int = Field(4, ge=1, le=16, description="1 = greedy search.")
     max_length: int | None = Field(
         None,
@@ -98,7 +116,7 @@ class TranslateRequest(_TextsRequest):
     return_scores: bool = Field(
         False, description="Add each translation's length-normalised log-probability."
     )
-    model: str | None = Field(None, description="Model name; default: the model covering the language pair.")
+    model: Str | None = Field(None, description="Model name; default: the model covering the language pair.")
 
     @field_validator("num_hypotheses")
     @classmethod
@@ -120,14 +138,21 @@ class AttentionRequest(_Request):
         }
     )
 
-    model: str = Field(description="A loaded model (see GET /models).")
+    model: Str = Field(description="A loaded model (see GET /models).")
     text: Text = Field(description="Source text (one sequence, not split into sentences).")
     target: Text | None = Field(
         None, description="Translators: the target to force-decode; default: the greedy translation."
     )
-    target_lang: str | None = Field(None, description="Translators: target language (multilingual models).")
-    layers: list[Annotated[int, Field(ge=0)]] | None = Field(None, min_length=1, description="Default: all.")
-    heads: list[Annotated[int, Field(ge=0)]] | None = Field(None, min_length=1, description="Default: all.")
+    target_lang: Str | None = Field(None, description="Translators: target language (multilingual models).")
+    layers: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_SELECTED,
+        description="Default: all. An index selects that layer in each stack that has it (encoder, decoder).",
+    )
+    heads: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, min_length=1, max_length=MAX_SELECTED, description="Default: all."
+    )
     format: Literal["json", "png"] = Field("json", description="png: a heatmap grid (also ?format=png).")
 
 
@@ -185,7 +210,10 @@ class TranslateResponse(BaseModel):
 
 class AttentionResponse(BaseModel):
     model: str
-    layers: list[int]
+    layers: list[int] = Field(description="The layers of encoder_self_attention.")
+    decoder_layers: list[int] | None = Field(
+        None, description="Translators: the layers of decoder_self_attention and cross_attention."
+    )
     heads: list[int]
     source_tokens: list[str]
     target_tokens: list[str] | None = None

@@ -26,7 +26,6 @@ from app.registry import Registry
 from app.schemas import (
     DEFAULT_LENGTH_PENALTY,
     AttentionRequest,
-    AttentionResponse,
     ModelInfo,
     Readiness,
     SentimentRequest,
@@ -138,7 +137,7 @@ class Service:
         for name, idxs in groups.items():
             handler = self.sentiment[name]
             jobs.append((self._sentiment_batcher(name), [handler.decode_request(texts[i]) for i in idxs]))
-        outputs = await self._submit(jobs, deadline, disconnected)
+        outputs = await self._submit(jobs, deadline, disconnected, req.field)
         results: list[Any] = [None] * len(texts)
         for (name, idxs), probs in zip(groups.items(), outputs, strict=True):
             for i, p in zip(idxs, probs, strict=True):
@@ -153,7 +152,7 @@ class Service:
         items, layouts = handler.decode_request(req.items, req.field, req.num_hypotheses)
         key = DecodeKey(req.target_lang, req.beam_size, req.length_penalty, req.max_length)
         [outputs] = await self._submit(
-            [(self._translation_batcher(name, key), items)], self._deadline(), disconnected
+            [(self._translation_batcher(name, key), items)], self._deadline(), disconnected, req.field
         )
         results = [
             handler.encode_response(lay, outputs, req.num_hypotheses, req.return_scores) for lay in layouts
@@ -162,13 +161,20 @@ class Service:
 
     async def attention(
         self, req: AttentionRequest, png: bool, disconnected: Disconnected = None
-    ) -> AttentionResponse | bytes:
+    ) -> tuple[bytes, str]:
+        """The JSON body (AttentionResponse) or a PNG, with its media type."""
         entry = self._registry().get_any(req.model)
         self._check_texts([req.text], "text")
         if req.target is not None:
             self._check_texts([req.target], "target")
         handler = self.attention_handlers[entry.name]
-        layers, heads = handler.select(req.layers, req.heads)
+        sel = handler.select(req.layers, req.heads)
+        if png and handler.is_translator and not sel.decoder:  # its PNG shows cross-attention
+            raise invalid(
+                ("layers",),
+                f"the PNG of a translator shows cross-attention: select a decoder layer "
+                f"(0..{handler.decoder_layers - 1})",
+            )
         deadline, translation = self._deadline(), None
         item = handler.decode_request(req.text)
         if handler.is_translator:
@@ -183,15 +189,25 @@ class Service:
                 translation = best.text
                 item = AttentionItem(item.source, [entry.config.start_id(lang), *best.tokens])
         elif req.target is not None or req.target_lang is not None:
+            field = "target" if req.target is not None else "target_lang"
             raise invalid(
-                ("target",), f"only translation models take a target; {entry.name} is a {entry.task} model"
+                (field,), f"only translation models take a {field}; {entry.name} is a {entry.task} model"
             )
         [[maps]] = await self._submit([(self._attention_batcher(entry.name), [item])], deadline, disconnected)
+        # megabytes of JSON (or a rendered PNG) for a long text: built off the event loop, and still
+        # answered 504 past the deadline
         if png:
             from app.attention_png import render_attention
 
-            return await asyncio.to_thread(render_attention, handler, item, maps, layers, heads)
-        return handler.encode_response(item, maps, layers, heads, translation)
+            body, media = await asyncio.to_thread(render_attention, handler, item, maps, sel), "image/png"
+        else:
+            body = await asyncio.to_thread(handler.encode_json, item, maps, sel, translation)
+            media = "application/json"
+        if asyncio.get_running_loop().time() > deadline:
+            raise DeadlineExceeded(
+                f"request timed out after {self.settings.request_timeout_s:g} s (APP_REQUEST_TIMEOUT_S)"
+            )
+        return body, media
 
     def models(self) -> list[ModelInfo]:
         assert self.registry is not None
@@ -288,10 +304,22 @@ class Service:
         )
 
     async def _submit(
-        self, jobs: list[tuple[Batcher[Any, Any], list[Any]]], deadline: float, disconnected: Disconnected
+        self,
+        jobs: list[tuple[Batcher[Any, Any], list[Any]]],
+        deadline: float,
+        disconnected: Disconnected,
+        field: str = "text",
     ) -> list[list[Any]]:
         """Enqueue each (batcher, items) job and wait for all results, the deadline, or the client leaving."""
         futures: list[asyncio.Future[list[Any]]] = []
+        for batcher, items in jobs:  # a 429 could never clear for these: nothing is queued yet
+            if len(items) > batcher.max_queue:
+                raise invalid(
+                    (field,),
+                    f"this request makes {len(items)} items (texts or sentences) for one model, more than its "
+                    f"queue holds ({batcher.max_queue}, APP_MAX_QUEUE)",
+                    "too_long",
+                )
         try:
             for batcher, items in jobs:
                 futures.append(batcher.enqueue(items, deadline))

@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     )  # while a batch of its key runs or every worker is busy: the longest a partial batch waits for more
     max_queue: int = Field(default=1024, ge=1)  # queued items per batcher before 429
     request_timeout_s: float = Field(default=30.0, gt=0)  # 504 past this deadline
-    max_texts: int = Field(default=64, ge=1)  # texts per request
+    max_texts: int = Field(default=64, ge=1, le=4096)  # texts per request (at most app.schemas.MAX_TEXTS)
     max_chars: int = Field(default=2000, ge=1)  # characters per text
     max_body_bytes: int = Field(default=1_048_576, ge=1024)  # request body size; 413 above
     api_key: SecretStr | None = None  # when set: Authorization: Bearer <key> or X-API-Key on model routes

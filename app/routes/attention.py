@@ -26,7 +26,7 @@ async def attention(
     format: Annotated[
         Literal["json", "png"] | None, Query(description="Overrides the body's format.")
     ] = None,
-) -> AttentionResponse | Response:
+) -> Response:
     """Encoder self-attention, plus decoder self- and cross-attention for translators ([layer][head][q][k])."""
-    result = await service.attention(body, (format or body.format) == "png", disconnected)
-    return Response(result, media_type="image/png") if isinstance(result, bytes) else result
+    content, media_type = await service.attention(body, (format or body.format) == "png", disconnected)
+    return Response(content, media_type=media_type)

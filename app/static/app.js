@@ -4,9 +4,9 @@
 const KEY_STORAGE = "transformer-demo.api-key";
 const RAMP = [[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]]; // light -> dark blue
 const KINDS = {
-  encoder: { field: "encoder_self_attention", rows: "source_tokens", cols: "source_tokens", name: "encoder self-attention" },
-  decoder: { field: "decoder_self_attention", rows: "target_tokens", cols: "target_tokens", name: "decoder self-attention" },
-  cross: { field: "cross_attention", rows: "target_tokens", cols: "source_tokens", name: "cross-attention" },
+  encoder: { field: "encoder_self_attention", layers: "layers", rows: "source_tokens", cols: "source_tokens", name: "encoder self-attention" },
+  decoder: { field: "decoder_self_attention", layers: "decoder_layers", rows: "target_tokens", cols: "target_tokens", name: "decoder self-attention" },
+  cross: { field: "cross_attention", layers: "decoder_layers", rows: "target_tokens", cols: "source_tokens", name: "cross-attention" },
 };
 const state = { models: [], att: null, kind: "encoder", layer: 0, head: "avg", hover: null };
 const $ = (id) => document.getElementById(id);
@@ -235,18 +235,27 @@ function submitAttention(ev) {
   return run("attention", async () => {
     const att = await api("POST", "/attention", body);
     state.att = att;
-    if (!att[KINDS[state.kind].field]) state.kind = "encoder";
-    state.layer = Math.min(state.layer, att.layers.length - 1);
+    if (!hasMaps(state.kind)) state.kind = "encoder";
     if (state.head !== "avg" && state.head >= att.heads.length) state.head = "avg";
-    $("attention-layer").replaceChildren(...att.layers.map((l, i) => el("option", { value: i }, `${l}`)));
     $("attention-head").replaceChildren(el("option", { value: "avg" }, "average"),
       ...att.heads.map((h, i) => el("option", { value: i }, `${h}`)));
-    for (const b of $("attention-kind").querySelectorAll("button")) b.disabled = !att[KINDS[b.dataset.kind].field];
+    for (const b of $("attention-kind").querySelectorAll("button")) b.disabled = !hasMaps(b.dataset.kind);
     $("attention-translation").hidden = !att.translation;
     $("attention-translation").textContent = att.translation ? `Greedy translation: ${att.translation}` : "";
     $("attention-view").hidden = false;
     renderAttention();
   });
+}
+
+/** Whether the response has maps of this kind (a translator's decoder and cross maps may have other layers). */
+function hasMaps(kind) {
+  const maps = state.att[KINDS[kind].field];
+  return Boolean(maps && maps.length);
+}
+
+/** The layer numbers of a kind's maps: the encoder's, or the decoder's (stacks may differ in depth). */
+function layersOf(kind) {
+  return state.att[KINDS[kind].layers] || state.att.layers;
 }
 
 /** [layer][head][q][k] -> the (q, k) matrix for one layer and one head, or the mean over heads. */
@@ -292,6 +301,9 @@ function renderAttention() {
   const att = state.att;
   const spec = KINDS[state.kind];
   for (const b of $("attention-kind").querySelectorAll("button")) b.setAttribute("aria-pressed", b.dataset.kind === state.kind);
+  const layers = layersOf(state.kind);
+  state.layer = Math.min(state.layer, layers.length - 1);
+  $("attention-layer").replaceChildren(...layers.map((l, i) => el("option", { value: i }, `${l}`)));
   $("attention-layer").value = state.layer;
   $("attention-head").value = state.head;
   const m = matrix(state.kind, state.layer, state.head);
@@ -303,14 +315,14 @@ function renderAttention() {
   const { max } = drawMatrix(canvas, m, cell);
   const headName = state.head === "avg" ? "average of heads" : `head ${att.heads[state.head]}`;
   Object.assign(canvas.dataset, { rows: m.length, cols: colTokens.length, kind: state.kind,
-    layer: att.layers[state.layer], head: state.head === "avg" ? "avg" : att.heads[state.head], cell });
-  canvas.setAttribute("aria-label", `${spec.name}, layer ${att.layers[state.layer]}, ${headName}`);
+    layer: layers[state.layer], head: state.head === "avg" ? "avg" : att.heads[state.head], cell });
+  canvas.setAttribute("aria-label", `${spec.name}, layer ${layers[state.layer]}, ${headName}`);
   const font = `${Math.max(10, Math.min(13, cell - 3))}px`;
   $("heatmap-cols").replaceChildren(...colTokens.map((t, k) =>
     el("span", { class: "tok", title: t, dataset: { k }, style: { width: `${cell}px`, fontSize: font } }, t)));
   $("heatmap-rows").replaceChildren(...rowTokens.map((t, q) =>
     el("span", { class: "tok", title: t, dataset: { q }, style: { height: `${cell}px`, lineHeight: `${cell}px`, fontSize: font } }, t)));
-  $("heatmap-caption").textContent = `${spec.name} · layer ${att.layers[state.layer]} · ${headName} — rows: ${spec.rows === "source_tokens" ? "source" : "target"} tokens (queries), columns: ${spec.cols === "source_tokens" ? "source" : "target"} tokens (keys)`;
+  $("heatmap-caption").textContent = `${spec.name} · layer ${layers[state.layer]} · ${headName} — rows: ${spec.rows === "source_tokens" ? "source" : "target"} tokens (queries), columns: ${spec.cols === "source_tokens" ? "source" : "target"} tokens (keys)`;
   $("legend-min").textContent = "0";
   $("legend-max").textContent = max.toFixed(3);
   $("heatmap-status").textContent = "Hover (or tap) a cell to see the token pair and its weight.";
@@ -327,7 +339,7 @@ function renderGrid() {
   grid.style.gridTemplateColumns = `auto repeat(${nHeads}, ${size}px)`;
   const heads = [...att.heads.map((_, i) => i), "avg"];
   const children = [el("span"), ...heads.map((h) => el("span", { class: "axis" }, h === "avg" ? "avg" : `H${att.heads[h]}`))];
-  att.layers.forEach((layer, li) => {
+  layersOf(state.kind).forEach((layer, li) => {
     children.push(el("span", { class: "axis" }, `L${layer}`));
     for (const h of heads) {
       const m = matrix(state.kind, li, h);

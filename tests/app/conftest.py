@@ -42,10 +42,12 @@ def _no_app_env() -> Iterator[None]:
 def multi_translator_checkpoint(
     tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_path: Path, tiny_vocab_size: int
 ) -> Path:
-    """An untied de -> en/fr model whose decoder starts with a target-language token."""
+    """An untied de -> en/fr model whose decoder starts with a target-language token; 3 encoder layers and 2
+    decoder layers (stacks of different depths, as the shipped fr-en and es-en: 4 and 3)."""
     torch.manual_seed(7)
     cfg = tiny_translation_config(
         tiny_vocab_size,
+        n_layers=3,
         source_langs=("de",),
         target_langs=("en", "fr"),
         target_lang_ids=MULTI_LANG_IDS,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -311,6 +312,33 @@ async def test_attention_translator_uses_the_greedy_translation(
     assert body["target_tokens"] == m.tokenizer.pieces([MULTI_LANG_IDS["fr"], *hyp.tokens])
 
 
+async def test_attention_covers_stacks_of_different_depths(
+    client: httpx.AsyncClient, models: dict[str, LoadedModel]
+) -> None:
+    m = models["translate-multi"]  # 3 encoder layers, 2 decoder layers
+    req = {"model": "translate-multi", "text": "Hallo Welt", "target": "hello", "target_lang": "en"}
+    body = (await client.post("/attention", json=req)).json()
+    assert (body["layers"], body["decoder_layers"]) == ([0, 1, 2], [0, 1])
+    src = source_ids(m.tokenizer, "Hallo Welt", m.config)
+    tgt = target_ids(m.tokenizer, "hello", m.config, "en")[:-1]
+    assert shape(body["encoder_self_attention"]) == [3, 2, len(src), len(src)]
+    assert shape(body["decoder_self_attention"]) == [2, 2, len(tgt), len(tgt)]
+    assert shape(body["cross_attention"]) == [2, 2, len(tgt), len(src)]
+    last = (await client.post("/attention", json=req | {"layers": [2]})).json()  # the encoder's only
+    assert (last["layers"], last["decoder_layers"]) == ([2], [])
+    assert (last["decoder_self_attention"], last["cross_attention"]) == ([], [])
+    with torch.inference_mode():
+        _, maps = m.model.attention(torch.tensor([src]), torch.tensor([tgt]))  # type: ignore[operator]
+    got = torch.tensor(last["encoder_self_attention"][0], dtype=torch.float32)
+    torch.testing.assert_close(got, maps.encoder[2][0], atol=1e-4, rtol=0)
+    r = await client.post("/attention", json=req | {"layers": [3]})
+    assert r.status_code == 422
+    assert "layer 3 is out of range: valid range is 0..2 (encoder 0..2, decoder 0..1)" in r.text
+    r = await client.post("/attention", json=req | {"layers": [2], "format": "png"})
+    assert r.status_code == 422
+    assert "the PNG of a translator shows cross-attention: select a decoder layer (0..1)" in r.text
+
+
 @pytest.mark.parametrize(("body", "query"), [({"format": "png"}, ""), ({}, "?format=png")])
 @pytest.mark.parametrize("model", ["sentiment-ko", "translate-fr-en"])
 async def test_attention_png(client: httpx.AsyncClient, body: dict[str, str], query: str, model: str) -> None:
@@ -361,6 +389,16 @@ CASES = [
     ("/attention", {"model": "sentiment-en", "text": "a", "format": "gif"}, ["body", "format"], "format: Input should be 'json' or 'png'"),
     ("/attention", {"model": "sentiment-en", "text": LONG}, ["body", "text"], "text: at most 2000 characters per text (got 2001)"),
     ("/attention", {"model": "translate-fr-en", "text": "a", "target": LONG}, ["body", "target"], "target: at most 2000 characters per text (got 2001)"),
+    # strict types: a JSON true is not 1, "3" not 3, 2.0 not 2
+    ("/translate", {"text": "a", "source_lang": "fr", "beam_size": True}, ["body", "beam_size"], "beam_size: Input should be a valid integer"),
+    ("/translate", {"text": "a", "source_lang": "fr", "beam_size": "3"}, ["body", "beam_size"], "beam_size: Input should be a valid integer"),
+    ("/translate", {"text": "a", "source_lang": "fr", "beam_size": 2.0}, ["body", "beam_size"], "beam_size: Input should be a valid integer"),
+    ("/translate", {"text": "a", "source_lang": "fr", "return_scores": 1}, ["body", "return_scores"], "return_scores: Input should be a valid boolean"),
+    ("/attention", {"model": "sentiment-en", "text": "a", "layers": [True]}, ["body", "layers", 0], "layers[0]: Input should be a valid integer"),
+    # a list past the schema's hard cap stops at one error (not one per item)
+    ("/sentiment", {"texts": [""] * 5000}, ["body", "texts"], "texts: List should have at most 4096 items"),
+    ("/attention", {"model": "sentiment-en", "text": "a", "target_lang": "fr"}, ["body", "target_lang"], "target_lang: only translation models take a target_lang"),
+    ("/attention", {"model": "translate-fr-en", "text": "a", "target": "le chat " * 200}, ["body", "target"], "-token limit of translate-fr-en (start and EOS included)"),
 ]  # fmt: skip
 
 
@@ -373,6 +411,35 @@ async def test_bad_input_is_422_naming_field_and_limit(
     detail = r.json()["detail"]
     assert any(d["loc"] == loc and message in d["msg"] for d in detail), detail
     assert all(set(d) == {"loc", "msg", "type"} for d in detail)
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "field"),
+    [
+        ("/sentiment", '{"text": "good \\ud800"}', "text"),
+        ("/sentiment", '{"texts": ["ok", "\\udfff bad"]}', "texts[1]"),
+        ("/sentiment", '{"text": "ok", "model": "\\ud800"}', "model"),
+        ("/translate", '{"text": "Oui \\udc00.", "source_lang": "fr"}', "text"),
+        ("/attention", '{"model": "translate-fr-en", "text": "a", "target": "\\ud83d"}', "target"),
+    ],
+)
+async def test_a_lone_surrogate_is_422_not_500(
+    client: httpx.AsyncClient, route: str, body: str, field: str
+) -> None:
+    # valid JSON (an escaped lone UTF-16 surrogate) but not text: the tokenizer cannot take it
+    r = await client.post(route, content=body.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["msg"].startswith(f"{field}: contains an unpaired UTF-16 surrogate")
+    assert (await client.post(route, json=json.loads(body.replace("\\u", "u")))).status_code in (200, 404)
+
+
+async def test_many_invalid_items_get_a_bounded_answer(client: httpx.AsyncClient) -> None:
+    r = await client.post("/sentiment", json={"texts": [""] * 4000})
+    assert r.status_code == 422
+    detail = r.json()["detail"]
+    assert len(detail) == 21  # the first 20 errors, then how many more
+    assert detail[0]["msg"] == "texts[0]: must not be empty or whitespace only"
+    assert detail[-1] == {"loc": ["body"], "msg": "body: and 3980 more errors", "type": "too_many_errors"}
 
 
 @pytest.mark.parametrize("route", ["/sentiment", "/translate", "/attention"])
