@@ -125,6 +125,21 @@ async def test_full_queue_answers_429_with_retry_after(
         assert (await client.post("/sentiment", json={"text": "later"})).status_code == 200
 
 
+async def test_a_request_larger_than_the_queue_is_422_not_429(sentiment_only_dir: Path) -> None:
+    # a 429 would tell the client to retry a request that can never fit: 2 texts, a queue of 1 item
+    settings = Settings(checkpoint_dir=sentiment_only_dir, max_queue=1)
+    async with serve(settings) as (_, client):
+        r = await client.post("/sentiment", json={"texts": ["good", "bad"]})
+        assert r.status_code == 422
+        [detail] = r.json()["detail"]
+        assert detail["loc"] == ["body", "texts"]
+        assert detail["msg"] == (
+            "texts: this request makes 2 items (texts or sentences) for one model, more than its queue "
+            "holds (1, APP_MAX_QUEUE)"
+        )
+        assert (await client.post("/sentiment", json={"text": "good"})).status_code == 200
+
+
 async def test_past_the_deadline_is_504_and_the_item_is_skipped(
     monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
 ) -> None:
