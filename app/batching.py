@@ -129,7 +129,6 @@ class Batcher(Generic[I, O]):
         self._wakeup = asyncio.Event()
         self._closing = self._closed = False
         self.stats = BatchStats()
-        self._depth = metrics.queue_depth.labels(queue=name) if metrics else None
         self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batcher:{name}")
 
     def __len__(self) -> int:
@@ -152,7 +151,6 @@ class Batcher(Generic[I, O]):
         if not payloads:
             pending.future.set_result([])
         self._queue.extend(_Item(pending, i, p, now) for i, p in enumerate(payloads))
-        self._set_depth()
         self._wakeup.set()
         return pending.future
 
@@ -167,28 +165,20 @@ class Batcher(Generic[I, O]):
         self._wakeup.set()
         await asyncio.shield(self._task)
 
-    def _set_depth(self) -> None:
-        if self._depth is not None:
-            self._depth.set(len(self))
-
     async def _loop(self) -> None:
         def done(task: asyncio.Task[None]) -> None:
             del self._submitted[task]
-            self._set_depth()
             self._wakeup.set()
 
         try:
             while batch := await self._collect():
                 task = asyncio.get_running_loop().create_task(self._execute_guarded(batch))
                 self._submitted[task] = len(batch)
-                self._set_depth()
                 task.add_done_callback(done)
         finally:
             if self._submitted:  # drain: every submitted item gets its result
                 await asyncio.gather(*self._submitted, return_exceptions=True)
             self._closed = True
-            if self._metrics is not None:
-                self._metrics.forget_queue(self.name)
 
     async def _collect(self) -> list[_Item]:
         """The next batch ([] = stop): the queued items, as soon as one of these holds:
@@ -333,6 +323,9 @@ class BatcherPool:
 
     def __len__(self) -> int:
         return len(self._batchers)
+
+    def items(self) -> list[tuple[Hashable, Batcher[Any, Any]]]:
+        return list(self._batchers.items())
 
     async def close(self) -> None:
         """Drain and stop every batcher (their queued items are still computed)."""

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -40,7 +40,11 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.queue_depth = Gauge("queue_depth", "Items waiting in a batcher queue", ["queue"], registry=r)
+        # per model, summed over its queues (one per decoding mode): read when scraped (watch_queues), so the
+        # series stay one per model whatever decoding options clients send, and enqueueing costs nothing here
+        self.queue_depth = Gauge(
+            "queue_depth", "Items waiting in a model's queues (all its decoding modes)", ["model"], registry=r
+        )
         self.models_loaded = Gauge("models_loaded", "Models loaded and warmed up", registry=r)
         # labels() costs a lock and a tuple build per call: the children are cached per label values
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
@@ -68,10 +72,9 @@ class Metrics:
         children[0].observe(size)
         children[1].observe(seconds)
 
-    def forget_queue(self, name: str) -> None:
-        """Drop the gauge of a retired batcher (dynamic decoding-option keys must not pile up)."""
-        with contextlib.suppress(KeyError):
-            self.queue_depth.remove(name)
+    def watch_queues(self, model: str, depth: Callable[[], int]) -> None:
+        """queue_depth{model} is depth() at each scrape (called on the event loop, by GET /metrics)."""
+        self.queue_depth.labels(model=model).set_function(depth)
 
 
 class MetricsMiddleware:

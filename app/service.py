@@ -92,6 +92,7 @@ class Service:
                     await self.worker.run(handler.warmup)
                 self.model_status[name] = "ready"
                 self.metrics.models_loaded.inc()
+                self.metrics.watch_queues(name, partial(self._queue_depth, name))
         except Exception as e:
             log.exception("model loading failed; the service stays not ready")
             self.status, self.reason = "failed", f"{type(e).__name__}: {e}"
@@ -253,6 +254,10 @@ class Service:
                 ("target_lang",), f"{name} translates into {', '.join(cfg.target_langs)}, not {lang!r}"
             )
         return lang
+
+    def _queue_depth(self, name: str) -> int:
+        """Items waiting in every queue of model `name` (pool keys: (kind, model, ...))."""
+        return sum(len(b) for key, b in self.pool.items() if isinstance(key, tuple) and key[1] == name)
 
     def _deadline(self) -> float:
         return asyncio.get_running_loop().time() + self.settings.request_timeout_s

@@ -74,7 +74,8 @@ async def test_metrics_is_prometheus_text(client: httpx.AsyncClient) -> None:
         "http_request_duration_seconds_bucket",
         'batch_size_bucket{le="1.0",model="sentiment-en"}',
         'inference_duration_seconds_count{model="sentiment-en"}',
-        'queue_depth{queue="sentiment-en"}',
+        'queue_depth{model="sentiment-en"}',
+        'queue_depth{model="translate-fr-en"}',
         "models_loaded 4.0",
     ):
         assert name in r.text

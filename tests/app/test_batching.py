@@ -231,7 +231,7 @@ async def test_close_finishes_queued_items_then_rejects(make: Callable[..., Batc
     assert [await f for f in futures] == [[0], [10], [20], [30], [40]]
 
 
-async def test_metrics_record_batch_sizes_and_queue_depth(executor: InferenceWorkers) -> None:
+async def test_metrics_record_batch_sizes(executor: InferenceWorkers) -> None:
     metrics = Metrics()
     b: Batcher[int, int] = Batcher(
         "q",
@@ -247,9 +247,7 @@ async def test_metrics_record_batch_sizes_and_queue_depth(executor: InferenceWor
     reg = metrics.registry
     assert reg.get_sample_value("batch_size_count", {"model": "m"}) == 1
     assert reg.get_sample_value("batch_size_sum", {"model": "m"}) == 3
-    assert reg.get_sample_value("queue_depth", {"queue": "q"}) == 0
     await b.close()
-    assert reg.get_sample_value("queue_depth", {"queue": "q"}) is None  # a stopped queue is forgotten
 
 
 async def test_pool_retires_idle_dynamic_batchers(executor: InferenceWorkers) -> None:

@@ -125,6 +125,35 @@ async def test_full_queue_answers_429_with_retry_after(
         assert (await client.post("/sentiment", json={"text": "later"})).status_code == 200
 
 
+async def test_queue_depth_is_one_series_per_model_summed_over_decoding_modes(
+    monkeypatch: pytest.MonkeyPatch, app_checkpoint_dir: Path
+) -> None:
+    started = threading.Event()
+    slow_predict(monkeypatch, 0.5, started)
+    settings = Settings(checkpoint_dir=app_checkpoint_dir, max_batch_size=1, max_batch_delay_ms=0)
+    async with serve(settings) as (_, client):
+
+        def series(text: str) -> dict[str, float]:
+            rows = [line for line in text.splitlines() if line.startswith("queue_depth{")]
+            return {row.split('"')[1]: float(row.split()[-1]) for row in rows}
+
+        # one queue per decoding mode: 12 length penalties make 12 queues of translate-fr-en, not 12 series
+        for i in range(12):
+            body = {"text": "le chat", "source_lang": "fr", "length_penalty": i / 10}
+            assert (await client.post("/translate", json=body)).status_code == 200
+        assert set(series((await client.get("/metrics")).text)) == {
+            "sentiment-en", "sentiment-ko", "translate-fr-en", "translate-multi"
+        }  # fmt: skip
+        # items behind a busy worker are counted (2 workers: two slow batches run, the rest wait)
+        running = [asyncio.ensure_future(client.post("/sentiment", json={"text": SLOW})) for _ in range(2)]
+        await asyncio.to_thread(started.wait, 5)
+        waiting = [asyncio.ensure_future(client.post("/sentiment", json={"text": f"t{i}"})) for i in range(3)]
+        await asyncio.sleep(0.1)
+        assert series((await client.get("/metrics")).text)["sentiment-en"] >= 3
+        assert all(r.status_code == 200 for r in await asyncio.gather(*running, *waiting))
+        assert series((await client.get("/metrics")).text)["sentiment-en"] == 0
+
+
 async def test_a_request_larger_than_the_queue_is_422_not_429(sentiment_only_dir: Path) -> None:
     # a 429 would tell the client to retry a request that can never fit: 2 texts, a queue of 1 item
     settings = Settings(checkpoint_dir=sentiment_only_dir, max_queue=1)
