@@ -33,6 +33,9 @@ class Unauthorized(ServiceError):
     status_code = 401
 
 
+UNAUTHORIZED = "missing or invalid API key: send Authorization: Bearer <key> or X-API-Key: <key>"
+
+
 class QueueFull(ServiceError):
     status_code = 429
 

@@ -96,18 +96,28 @@ class FastPath:
         await send({"type": "http.response.body", "body": payload})
 
     def _headers_qualify(self, scope: Scope) -> bool:
-        """A JSON body, the API key when one is set, no CORS request; the first of repeated headers counts
-        (as in Starlette)."""
-        seen: dict[bytes, str] = {}
-        for name, value in scope["headers"]:
-            if name in _WANTED and name not in seen:
-                seen[name] = value.decode("latin-1")
+        """A JSON body, the API key when one is set, no CORS request."""
+        seen = wanted_headers(scope)
         if self.settings.cors_origins and b"origin" in seen:
             return False
         content_type = seen.get(b"content-type", "")
         if content_type.split(";", 1)[0].strip().lower() != "application/json":
             return False
-        return api_key_matches(self.settings, _bearer(seen.get(b"authorization")), seen.get(b"x-api-key"))
+        return authorized(self.settings, seen)
+
+
+def wanted_headers(scope: Scope) -> dict[bytes, str]:
+    """The headers this module reads; the first of repeated headers counts (as in Starlette)."""
+    seen: dict[bytes, str] = {}
+    for name, value in scope["headers"]:
+        if name in _WANTED and name not in seen:
+            seen[name] = value.decode("latin-1")
+    return seen
+
+
+def authorized(settings: Settings, headers: dict[bytes, str]) -> bool:
+    """The API key check of app.deps.require_api_key on wanted_headers(scope)."""
+    return api_key_matches(settings, _bearer(headers.get(b"authorization")), headers.get(b"x-api-key"))
 
 
 def route_path(scope: Scope) -> str:

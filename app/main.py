@@ -14,8 +14,8 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import Receive, Scope, Send
 
 from app.body_limit import BodyTooLarge, declared_length, limited, refuse
-from app.errors import install_error_handlers
-from app.fastpath import FastPath, route_path
+from app.errors import UNAUTHORIZED, Unauthorized, error_response, install_error_handlers
+from app.fastpath import FastPath, authorized, route_path, wanted_headers
 from app.metrics import Metrics, MetricsMiddleware
 from app.routes import attention, demo, sentiment, system, translate
 from app.service import Service
@@ -37,18 +37,40 @@ class ServingApp(FastAPI):
     max_body_bytes: int = 1_048_576
     metrics: Metrics | None = None
     route_paths: frozenset[str] = frozenset()  # the routes' path templates: metric labels before routing
+    settings: Settings | None = None
+
+    def _may_send_body(self, scope: Scope) -> bool:
+        """Every POST route needs the API key (when one is set): check it before any body byte is read or
+        parsed, so that a client without the key gets 401 whatever its body (FastAPI parses the JSON before
+        it runs the route's dependencies). A CORS request is left to FastAPI (its 401 carries CORS headers)."""
+        settings = self.settings
+        if settings is None or settings.api_key is None:
+            return True
+        headers = wanted_headers(scope)
+        if settings.cors_origins and b"origin" in headers:
+            return True
+        return route_path(scope) not in self.route_paths or authorized(settings, headers)
+
+    def _count(self, scope: Scope, status: int, start: float) -> None:
+        """Count an answer given before routing, labelled as MetricsMiddleware would label it."""
+        if self.metrics is not None:
+            path = route_path(scope)
+            route = path if path in self.route_paths else "unmatched"
+            self.metrics.observe_request(route, scope["method"], status, time.perf_counter() - start)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            start = time.perf_counter()
             if (size := declared_length(scope)) is not None and size > self.max_body_bytes:
-                start = time.perf_counter()
                 await refuse(BodyTooLarge(self.max_body_bytes, size), scope, receive, send)
-                if self.metrics is not None:  # refused before routing: label it as MetricsMiddleware would
-                    path = route_path(scope)
-                    route = path if path in self.route_paths else "unmatched"
-                    self.metrics.observe_request(route, scope["method"], 413, time.perf_counter() - start)
+                self._count(scope, 413, start)
                 return
             receive = limited(receive, self.max_body_bytes)
+            if scope["method"] == "POST" and not self._may_send_body(scope):
+                unauthorized = Unauthorized(UNAUTHORIZED, {"WWW-Authenticate": "Bearer"})
+                await error_response(unauthorized, "before routing")(scope, receive, send)
+                self._count(scope, 401, start)
+                return
         if self.fast_path is not None and self.fast_path.accepts(scope):
             await self.fast_path(scope, receive, send)
         else:
@@ -86,7 +108,7 @@ def create_app(settings: Settings | None = None) -> ServingApp:
     demo.install(app)  # GET / and /static, public: the page is where the API key is entered
     routes = [*app.routes, *(r for router in (*routers, demo.router) for r in router.routes)]
     app.route_paths = frozenset(getattr(r, "path", "") for r in routes) - {""}
-    app.max_body_bytes, app.metrics = settings.max_body_bytes, metrics
+    app.max_body_bytes, app.metrics, app.settings = settings.max_body_bytes, metrics, settings
     app.fast_path = FastPath(service, settings, metrics, fallback=super(ServingApp, app).__call__)
     return app
 

@@ -28,6 +28,18 @@ async def ready(service: ServiceDep) -> JSONResponse:
     )
 
 
+# HEAD: some load balancers probe with it (the status is the answer; not in the OpenAPI schema, where a
+# second method on one function would repeat its operation id)
+@open_router.head("/health", include_in_schema=False)
+async def health_head() -> Response:
+    return Response()
+
+
+@open_router.head("/ready", include_in_schema=False)
+async def ready_head(service: ServiceDep) -> Response:
+    return Response(status_code=200 if service.readiness().status == "ready" else 503)
+
+
 @router.get("/models", response_model=ModelsResponse)
 async def models(service: ServiceDep) -> ModelsResponse:
     """Every served model: task, languages, labels, size, dtype, device, checksum, metrics."""

@@ -15,6 +15,7 @@ import httpx
 import pytest
 import torch
 
+from app.errors import UNAUTHORIZED
 from app.handlers import SentimentHandler
 from app.service import Service
 from app.settings import Settings
@@ -378,6 +379,8 @@ async def test_api_key(make_settings: Callable[..., Settings]) -> None:
     async with serve(make_settings(api_key="s3cret")) as (_, client):
         for path in ("/health", "/ready"):
             assert (await client.get(path)).status_code == 200
+            head = await client.head(path)
+            assert (head.status_code, head.content) == (200, b"")
         body = {"text": "a dog"}
         r = await client.post("/sentiment", json=body)
         assert r.status_code == 401
@@ -399,6 +402,15 @@ async def test_api_key(make_settings: Callable[..., Settings]) -> None:
         assert r.status_code == 401
         r = await client.post("/attention", json={"model": "sentiment-en", "text": "a"})
         assert r.status_code == 401
+        # the key is checked before the body is read or parsed: malformed JSON without it is a 401 (not 422)
+        for path in ("/sentiment", "/translate", "/attention"):
+            headers = {"content-type": "application/json"}
+            r = await client.post(path, content=b'{"text": ', headers=headers)
+            assert (r.status_code, r.json()["detail"]) == (401, UNAUTHORIZED)
+            r = await client.post(path, content=b'{"text": ', headers=headers | {"X-API-Key": "s3cret"})
+            assert r.status_code == 422
+        metrics = (await client.get("/metrics", headers={"X-API-Key": "s3cret"})).text
+        assert 'http_requests_total{method="POST",route="/attention",status="401"} 2.0' in metrics
 
 
 async def test_cors(make_settings: Callable[..., Settings]) -> None:
