@@ -180,15 +180,20 @@ class TranslationHandler:
     def encode_response(
         self, layout: TextLayout, outputs: list[list[Decoded]], n: int, return_scores: bool
     ) -> TranslationResult:
-        """Hypothesis k of a text joins hypothesis k of each sentence; its score is their mean."""
-        hyps = []
-        for k in range(n):
+        """Hypothesis k of a text joins hypothesis k of each sentence (a sentence with fewer repeats its
+        last); its score is their mean. Up to n distinct texts: a beam can end with fewer hypotheses than
+        asked (e.g. EOS forced at max_length 1), and two token sequences can read alike."""
+        available = max((len(outputs[i]) for line in layout.lines for i in line), default=1)
+        hyps: list[Hypothesis] = []
+        for k in range(min(n, available)):
             lines, scores = [], []
             for line in layout.lines:
                 picks = [outputs[i][min(k, len(outputs[i]) - 1)] for i in line]
                 lines.append(" ".join(p.text for p in picks))
                 scores += [p.score for p in picks]
-            hyps.append(Hypothesis(translation="\n".join(lines), score=sum(scores) / max(1, len(scores))))
+            text = "\n".join(lines)
+            if all(h.translation != text for h in hyps):
+                hyps.append(Hypothesis(translation=text, score=sum(scores) / max(1, len(scores))))
         best = hyps[0]
         return TranslationResult(
             translation=best.translation,

@@ -112,7 +112,9 @@ class TranslateRequest(_TextsRequest):
     length_penalty: float = Field(
         DEFAULT_LENGTH_PENALTY, ge=0.0, le=2.0, description="GNMT alpha; 0 = plain log-probability."
     )
-    num_hypotheses: int = Field(1, ge=1, le=16, description="n-best list size, at most beam_size.")
+    num_hypotheses: int = Field(
+        1, ge=1, le=16, description="n-best list size, at most beam_size (fewer when fewer distinct exist)."
+    )
     return_scores: bool = Field(
         False, description="Add each translation's length-normalised log-probability."
     )

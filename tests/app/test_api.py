@@ -183,7 +183,15 @@ async def test_translate_n_best(client: httpx.AsyncClient) -> None:
     assert len(hyps) == 3
     assert [h["score"] for h in hyps] == sorted((h["score"] for h in hyps), reverse=True)
     assert hyps[0]["translation"] == result["translation"]
+    assert len({h["translation"] for h in hyps}) == 3  # distinct
     assert "score" not in result  # return_scores is off
+
+
+async def test_translate_n_best_is_distinct_when_the_beam_ends_with_fewer(client: httpx.AsyncClient) -> None:
+    # max_length 1: EOS is forced at the first step, so one (empty) hypothesis exists, not 3 copies of it
+    req = {"texts": [FR[0], "Le chat. Il dort."], "source_lang": "fr", "beam_size": 4, "num_hypotheses": 3}
+    for result in (await client.post("/translate", json=req | {"max_length": 1})).json()["results"]:
+        assert [h["translation"] for h in result["hypotheses"]] == [result["translation"]]
 
 
 async def test_translate_max_length_caps_generated_tokens(

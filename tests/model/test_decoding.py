@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import pytest
 import torch
 from torch import Tensor
@@ -249,6 +252,39 @@ def test_beam_search_goes_on_until_the_beam_has_finished_hypotheses() -> None:
     # this source's best output is empty (EOS first), yet the search continues to 4 finished hypotheses
     assert hyps[0].tokens == []
     assert len({len(h.tokens) for h in hyps}) == 4
+
+
+@pytest.mark.parametrize("beam_size", [2, 4, 8])
+@pytest.mark.parametrize("max_length", [1, 2, 3])
+def test_n_best_is_distinct_and_live_when_few_outputs_exist(beam_size: int, max_length: int) -> None:
+    """At step 0 only the first beam is live (the others start at -inf), and a limit of 1 forces EOS there:
+    the n-best must hold each possible output once, never a copy of a beam or a never-live (-inf) beam, and
+    be shorter than num_hypotheses when fewer outputs exist. A 6-token vocabulary leaves 3 continuations
+    besides EOS (1, 4, 5), so beam_size 8 exceeds them; the sources' limits (1, 2, 3) end rows at steps 0..2."""
+    torch.manual_seed(0)
+    model = Translator(tiny_translation_config(6, tie_embeddings=False)).eval()
+    words = [t for t in range(6) if t not in {PAD, BOS, EOS}]
+    srcs = [[4], [5, 4], [4, 5, 5]]
+    opts = DecodeOptions(
+        beam_size=beam_size,
+        num_hypotheses=beam_size,
+        max_length=max_length,
+        max_length_ratio=1.0,
+        max_length_offset=0,
+    )
+    batched = beam_search(model, pad_ids(srcs, PAD), opts)
+    for s, hyps in zip(srcs, batched, strict=True):
+        limit = opts.limit(len(s))
+        outputs = {seq for n in range(limit) for seq in itertools.product(words, repeat=n)}
+        assert len(hyps) == min(beam_size, len(outputs))
+        assert len({tuple(h.tokens) for h in hyps}) == len(hyps)
+        assert all(math.isfinite(h.score) and len(h.tokens) < limit for h in hyps)
+        if beam_size >= len(outputs):  # every possible output, once
+            assert {tuple(h.tokens) for h in hyps} == outputs
+        for h in hyps:
+            assert h.log_prob == pytest.approx(teacher_forced_log_prob(model, s, h.tokens), abs=1e-4)
+        [single] = beam_search(model, torch.tensor([s]), opts)
+        assert [h.tokens for h in single] == [h.tokens for h in hyps]
 
 
 def test_decode_dispatches_on_beam_size() -> None:
