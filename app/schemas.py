@@ -110,7 +110,11 @@ class TranslateRequest(_TextsRequest):
         description="Generated tokens per sentence (EOS included); default min(256, 2 * source tokens + 10).",
     )
     length_penalty: float = Field(
-        DEFAULT_LENGTH_PENALTY, ge=0.0, le=2.0, description="GNMT alpha; 0 = plain log-probability."
+        DEFAULT_LENGTH_PENALTY,
+        ge=0.0,
+        le=2.0,
+        allow_inf_nan=False,
+        description="GNMT alpha; 0 = plain log-probability.",
     )
     num_hypotheses: int = Field(
         1, ge=1, le=16, description="n-best list size, at most beam_size (fewer when fewer distinct exist)."

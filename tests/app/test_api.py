@@ -442,6 +442,16 @@ async def test_a_lone_surrogate_is_422_not_500(
     assert (await client.post(route, json=json.loads(body.replace("\\u", "u")))).status_code in (200, 404)
 
 
+@pytest.mark.parametrize("value", [b"NaN", b"Infinity", b"-Infinity"])
+async def test_a_non_finite_length_penalty_is_422(client: httpx.AsyncClient, value: bytes) -> None:
+    body = (
+        b'{"text": "a", "source_lang": "fr", "length_penalty": ' + value + b"}"
+    )  # Python's JSON takes these
+    r = await client.post("/translate", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["msg"] == "length_penalty: Input should be a finite number"
+
+
 async def test_many_invalid_items_get_a_bounded_answer(client: httpx.AsyncClient) -> None:
     r = await client.post("/sentiment", json={"texts": [""] * 4000})
     assert r.status_code == 422
