@@ -89,6 +89,10 @@ def _message(err: dict[str, Any]) -> str:
         return f"{field}: field required"
     if kind == "extra_forbidden":
         return f"{field}: unknown field"
+    if field == "body" and kind in ("model_attributes_type", "model_type", "dict_type"):
+        # a JSON array or string, or a body FastAPI did not parse as JSON (a form, text/plain): curl -d
+        # without -H sends application/x-www-form-urlencoded
+        return "body: must be a JSON object, sent with Content-Type: application/json"
     if kind == "json_invalid":
         where = err["loc"][-1] if err.get("loc") else "?"
         return f"body: invalid JSON at character {where} ({ctx.get('error', msg)})"

@@ -461,6 +461,29 @@ async def test_many_invalid_items_get_a_bounded_answer(client: httpx.AsyncClient
     assert detail[-1] == {"loc": ["body"], "msg": "body: and 3980 more errors", "type": "too_many_errors"}
 
 
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b'{"text": "a good film"}', "application/x-www-form-urlencoded"),  # curl -d without -H
+        (b'{"text": "a good film"}', "text/plain"),
+        (b'["a good film"]', "application/json"),
+        (b'"a good film"', "application/json"),
+    ],
+)
+async def test_a_body_that_is_not_a_json_object_is_422_saying_so(
+    client: httpx.AsyncClient, body: bytes, content_type: str
+) -> None:
+    r = await client.post("/sentiment", content=body, headers={"content-type": content_type})
+    assert r.status_code == 422
+    assert r.json()["detail"] == [
+        {
+            "loc": ["body"],
+            "msg": "body: must be a JSON object, sent with Content-Type: application/json",
+            "type": r.json()["detail"][0]["type"],
+        }
+    ]
+
+
 @pytest.mark.parametrize("route", ["/sentiment", "/translate", "/attention"])
 async def test_malformed_json_is_422(client: httpx.AsyncClient, route: str) -> None:
     r = await client.post(route, content=b'{"text": "a",', headers={"content-type": "application/json"})
