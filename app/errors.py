@@ -7,8 +7,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
 MAX_ERRORS = 20  # validation errors listed in one 422
@@ -130,6 +132,22 @@ async def _handler(request: Request, exc: Exception) -> Response:
     return error_response(exc, f"{request.method} {request.url.path}")
 
 
+async def _http_handler(request: Request, exc: Exception) -> Response:
+    """FastAPI's 400 for a body its JSON parser cannot read says only "There was an error parsing the body":
+    say why (a compressed body, or bytes that are not UTF-8 JSON text)."""
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+        encoding = request.headers.get("content-encoding", "identity").strip().lower()
+        why = (
+            f"Content-Encoding {encoding} is not supported, send it uncompressed"
+            if encoding != "identity"
+            else "it is not JSON text in UTF-8"
+        )
+        return JSONResponse({"detail": f"body: cannot be parsed: {why}"}, status_code=400)
+    return await http_exception_handler(request, exc)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     for exc in (RequestValidationError, ServiceError, ClientDisconnected, Exception):
         app.add_exception_handler(exc, _handler)
+    app.add_exception_handler(StarletteHTTPException, _http_handler)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 from pathlib import Path
@@ -482,6 +483,28 @@ async def test_a_body_that_is_not_a_json_object_is_422_saying_so(
             "type": r.json()["detail"][0]["type"],
         }
     ]
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "why"),
+    [
+        (b'{"text": "caf\xe9"}', {}, "it is not JSON text in UTF-8"),  # latin-1 bytes
+        (
+            gzip.compress(b'{"text": "a good film"}'),
+            {"content-encoding": "gzip"},
+            "Content-Encoding gzip is not supported, send it uncompressed",
+        ),
+    ],
+)
+async def test_an_unreadable_body_is_400_saying_why(
+    client: httpx.AsyncClient, body: bytes, headers: dict[str, str], why: str
+) -> None:
+    r = await client.post("/sentiment", content=body, headers={"content-type": "application/json"} | headers)
+    assert (r.status_code, r.json()) == (400, {"detail": f"body: cannot be parsed: {why}"})
+    r = await client.get("/nothing-here")  # other HTTP errors keep FastAPI's answers
+    assert (r.status_code, r.json()) == (404, {"detail": "Not Found"})
+    r = await client.get("/sentiment")
+    assert (r.status_code, r.headers["allow"]) == (405, "POST")
 
 
 @pytest.mark.parametrize("route", ["/sentiment", "/translate", "/attention"])
