@@ -248,6 +248,10 @@ class AttentionHandler:
         selects that layer in each stack that has it (a 4-layer encoder with a 3-layer decoder: layer 3 is
         the encoder's only)."""
         enc, dec, n_heads = self.encoder_layers, self.decoder_layers, self.cfg.n_heads
+        for field, values in (("layers", layers), ("heads", heads)):  # each map once: bounded output
+            if values and len(set(values)) < len(values):
+                twice = next(v for v in values if values.count(v) > 1)
+                raise invalid((field,), f"lists {twice} more than once: give each {field[:-1]} at most once")
         if bad := [v for v in layers or [] if v >= max(enc, dec)]:
             stacks = f" (encoder 0..{enc - 1}, decoder 0..{dec - 1})" if dec else ""
             raise invalid(
@@ -295,12 +299,25 @@ class AttentionHandler:
         with torch.inference_mode():
             return [self.predict(item) for item in items]
 
+    def check_size(self, item: AttentionItem, sel: LayerSelection) -> None:
+        """422 when the selected maps hold more than MAX_ATTENTION_WEIGHTS numbers (JSON of ~8 bytes each,
+        built under the GIL: a bound on memory and on the event loop's stalls)."""
+        s, t = len(item.source), len(item.target or [])
+        size = len(sel.heads) * (len(sel.encoder) * s * s + len(sel.decoder) * (t * t + t * s))
+        if size > MAX_ATTENTION_WEIGHTS:
+            raise invalid(
+                ("layers",),
+                f"the selected maps hold {size:,} attention weights, more than {MAX_ATTENTION_WEIGHTS:,}: "
+                f"select fewer layers or heads, or send a shorter text",
+                "too_long",
+            )
+
     def encode_response(
         self, item: AttentionItem, maps: AttentionMaps, sel: LayerSelection, translation: str | None
     ) -> AttentionResponse:
         pieces = self.tokenizer.pieces
         decoder = maps.decoder is not None and maps.cross is not None
-        return AttentionResponse(
+        return AttentionResponse.model_construct(  # built here, valid: no second pass over every weight
             model=self.name,
             layers=sel.encoder,
             decoder_layers=sel.decoder if decoder else None,
@@ -318,6 +335,9 @@ class AttentionHandler:
     ) -> bytes:
         """The JSON body (megabytes for a long text: built in a thread, off the event loop)."""
         return self.encode_response(item, maps, sel, translation).model_dump_json(exclude_none=True).encode()
+
+
+MAX_ATTENTION_WEIGHTS = 2_000_000  # e.g. 4 layers x 8 heads of a 250-token text
 
 
 def pick(maps: list[torch.Tensor], layers: list[int], heads: list[int]) -> torch.Tensor:

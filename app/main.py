@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.body_limit import BodyTooLarge, declared_length, limited, refuse
 from app.errors import UNAUTHORIZED, Unauthorized, error_response, install_error_handlers
@@ -29,6 +29,11 @@ Model routes answer 503 until `/ready` is 200, 429 with `Retry-After` when a que
 """
 
 
+async def _unauthorized(scope: Scope, receive: Receive, send: Send) -> None:
+    exc = Unauthorized(UNAUTHORIZED, {"WWW-Authenticate": "Bearer"})
+    await error_response(exc, "before routing")(scope, receive, send)
+
+
 class ServingApp(FastAPI):
     """FastAPI with app.fastpath.FastPath in front: hot model routes skip the framework's per-request
     machinery (set `fast_path = None` to serve everything through FastAPI)."""
@@ -37,19 +42,18 @@ class ServingApp(FastAPI):
     max_body_bytes: int = 1_048_576
     metrics: Metrics | None = None
     route_paths: frozenset[str] = frozenset()  # the routes' path templates: metric labels before routing
+    post_paths: frozenset[str] = frozenset()  # those with a POST route (every one needs the API key)
     settings: Settings | None = None
+    unauthorized: ASGIApp = staticmethod(_unauthorized)  # create_app wraps it in CORS when configured
 
     def _may_send_body(self, scope: Scope) -> bool:
         """Every POST route needs the API key (when one is set): check it before any body byte is read or
         parsed, so that a client without the key gets 401 whatever its body (FastAPI parses the JSON before
-        it runs the route's dependencies). A CORS request is left to FastAPI (its 401 carries CORS headers)."""
+        it runs the route's dependencies). Paths without a POST route are left to FastAPI (its 405, 404)."""
         settings = self.settings
-        if settings is None or settings.api_key is None:
+        if settings is None or settings.api_key is None or route_path(scope) not in self.post_paths:
             return True
-        headers = wanted_headers(scope)
-        if settings.cors_origins and b"origin" in headers:
-            return True
-        return route_path(scope) not in self.route_paths or authorized(settings, headers)
+        return authorized(settings, wanted_headers(scope))
 
     def _count(self, scope: Scope, status: int, start: float) -> None:
         """Count an answer given before routing, labelled as MetricsMiddleware would label it."""
@@ -67,8 +71,7 @@ class ServingApp(FastAPI):
                 return
             receive = limited(receive, self.max_body_bytes)
             if scope["method"] == "POST" and not self._may_send_body(scope):
-                unauthorized = Unauthorized(UNAUTHORIZED, {"WWW-Authenticate": "Bearer"})
-                await error_response(unauthorized, "before routing")(scope, receive, send)
+                await self.unauthorized(scope, receive, send)  # with CORS headers for an allowed origin
                 self._count(scope, 401, start)
                 return
         if self.fast_path is not None and self.fast_path.accepts(scope):
@@ -94,13 +97,14 @@ def create_app(settings: Settings | None = None) -> ServingApp:
     app = ServingApp(title="Transformer serving", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
     app.state.settings, app.state.service = settings, service
     install_error_handlers(app)
+    cors = {
+        "allow_origins": settings.cors_origins,
+        "allow_methods": ["GET", "POST"],
+        "allow_headers": ["Authorization", "X-API-Key", "Content-Type"],
+    }
     if settings.cors_origins:
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=settings.cors_origins,
-            allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "X-API-Key", "Content-Type"],
-        )
+        app.add_middleware(CORSMiddleware, **cors)  # type: ignore[arg-type]
+        app.unauthorized = CORSMiddleware(_unauthorized, **cors)  # type: ignore[arg-type]
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     routers = (system.open_router, system.router, sentiment.router, translate.router, attention.router)
     for router in routers:
@@ -108,6 +112,7 @@ def create_app(settings: Settings | None = None) -> ServingApp:
     demo.install(app)  # GET / and /static, public: the page is where the API key is entered
     routes = [*app.routes, *(r for router in (*routers, demo.router) for r in router.routes)]
     app.route_paths = frozenset(getattr(r, "path", "") for r in routes) - {""}
+    app.post_paths = frozenset(r.path for r in routes if "POST" in (getattr(r, "methods", None) or ()))
     app.max_body_bytes, app.metrics, app.settings = settings.max_body_bytes, metrics, settings
     app.fast_path = FastPath(service, settings, metrics, fallback=super(ServingApp, app).__call__)
     return app

@@ -36,7 +36,8 @@ def _not_blank(text: str) -> str:
 Str = Annotated[str, AfterValidator(_unicode)]
 Text = Annotated[str, AfterValidator(_not_blank)]
 DEFAULT_LENGTH_PENALTY = 0.6
-MAX_TEXTS = 4096  # the most APP_MAX_TEXTS may be: longer lists stop at the schema, before any item is checked
+# the most APP_MAX_TEXTS may be: a longer list fails at the schema with one error (the 4,097th item stops it)
+MAX_TEXTS = 4096
 MAX_SELECTED = 256  # attention layers/heads listed in one request
 Matrix4 = list[list[list[list[float]]]]  # [layer][head][query][key]
 

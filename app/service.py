@@ -194,6 +194,7 @@ class Service:
             raise invalid(
                 (field,), f"only translation models take a {field}; {entry.name} is a {entry.task} model"
             )
+        handler.check_size(item, sel)  # the target is known now (given or translated)
         [[maps]] = await self._submit([(self._attention_batcher(entry.name), [item])], deadline, disconnected)
         # megabytes of JSON (or a rendered PNG) for a long text: built off the event loop, and still
         # answered 504 past the deadline

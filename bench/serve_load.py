@@ -335,7 +335,7 @@ def ceiling(
     beam_size: int,
     settings: dict[str, str] | None = None,
 ) -> dict[str, tuple[float, float]]:
-    """(texts/s, CPU ms per text) of model.inference alone on the same inputs, batches of 32, float32 CPU
+    """(texts/s, CPU ms per text) of model.inference alone on the same inputs, batches of 32, on the CPU
     with torch's default threads (all cores: the best model-only figure) and, for classifiers, the compiled
     graph the server runs (APP_TORCHSCRIPT); classifiers: the best of 20 runs. Input work (tokenizing,
     hashing n-grams) is left out: the server does it too, it is not the model's. Models load in the

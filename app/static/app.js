@@ -258,6 +258,12 @@ function layersOf(kind) {
   return state.att[KINDS[kind].layers] || state.att.layers;
 }
 
+/** The shown layer's index for the current kind: the chosen one, or the kind's last when it has fewer (the
+ * choice is kept: back on the encoder, its deeper layer shows again). */
+function layerIndex() {
+  return Math.min(state.layer, layersOf(state.kind).length - 1);
+}
+
 /** [layer][head][q][k] -> the (q, k) matrix for one layer and one head, or the mean over heads. */
 function matrix(kind, layer, head) {
   const heads = state.att[KINDS[kind].field][layer];
@@ -302,11 +308,11 @@ function renderAttention() {
   const spec = KINDS[state.kind];
   for (const b of $("attention-kind").querySelectorAll("button")) b.setAttribute("aria-pressed", b.dataset.kind === state.kind);
   const layers = layersOf(state.kind);
-  state.layer = Math.min(state.layer, layers.length - 1);
+  const li = layerIndex();
   $("attention-layer").replaceChildren(...layers.map((l, i) => el("option", { value: i }, `${l}`)));
-  $("attention-layer").value = state.layer;
+  $("attention-layer").value = li;
   $("attention-head").value = state.head;
-  const m = matrix(state.kind, state.layer, state.head);
+  const m = matrix(state.kind, li, state.head);
   const rowTokens = att[spec.rows];
   const colTokens = att[spec.cols];
   const canvas = $("heatmap");
@@ -315,14 +321,14 @@ function renderAttention() {
   const { max } = drawMatrix(canvas, m, cell);
   const headName = state.head === "avg" ? "average of heads" : `head ${att.heads[state.head]}`;
   Object.assign(canvas.dataset, { rows: m.length, cols: colTokens.length, kind: state.kind,
-    layer: layers[state.layer], head: state.head === "avg" ? "avg" : att.heads[state.head], cell });
-  canvas.setAttribute("aria-label", `${spec.name}, layer ${layers[state.layer]}, ${headName}`);
+    layer: layers[li], head: state.head === "avg" ? "avg" : att.heads[state.head], cell });
+  canvas.setAttribute("aria-label", `${spec.name}, layer ${layers[li]}, ${headName}`);
   const font = `${Math.max(10, Math.min(13, cell - 3))}px`;
   $("heatmap-cols").replaceChildren(...colTokens.map((t, k) =>
     el("span", { class: "tok", title: t, dataset: { k }, style: { width: `${cell}px`, fontSize: font } }, t)));
   $("heatmap-rows").replaceChildren(...rowTokens.map((t, q) =>
     el("span", { class: "tok", title: t, dataset: { q }, style: { height: `${cell}px`, lineHeight: `${cell}px`, fontSize: font } }, t)));
-  $("heatmap-caption").textContent = `${spec.name} · layer ${layers[state.layer]} · ${headName} — rows: ${spec.rows === "source_tokens" ? "source" : "target"} tokens (queries), columns: ${spec.cols === "source_tokens" ? "source" : "target"} tokens (keys)`;
+  $("heatmap-caption").textContent = `${spec.name} · layer ${layers[li]} · ${headName} — rows: ${spec.rows === "source_tokens" ? "source" : "target"} tokens (queries), columns: ${spec.cols === "source_tokens" ? "source" : "target"} tokens (keys)`;
   $("legend-min").textContent = "0";
   $("legend-max").textContent = max.toFixed(3);
   $("heatmap-status").textContent = "Hover (or tap) a cell to see the token pair and its weight.";
@@ -346,7 +352,7 @@ function renderGrid() {
       const c = el("canvas", { class: "thumb", "data-testid": "head-thumb", role: "button", tabindex: "0",
         title: `layer ${layer}, ${h === "avg" ? "average" : `head ${att.heads[h]}`}`,
         dataset: { layer, head: h === "avg" ? "avg" : att.heads[h] } });
-      c.classList.toggle("selected", li === state.layer && h === state.head);
+      c.classList.toggle("selected", li === layerIndex() && h === state.head);
       drawMatrix(c, m, size / Math.max(m.length, m[0].length));
       const open = () => { state.layer = li; state.head = h; renderAttention(); };
       c.addEventListener("click", open);
@@ -366,7 +372,7 @@ function onHeatmapPointer(ev) {
   const q = Math.floor(((ev.clientY - rect.top) / rect.height) * rows);
   if (q < 0 || k < 0 || q >= rows || k >= cols) return hideHover();
   const spec = KINDS[state.kind];
-  const w = matrix(state.kind, state.layer, state.head)[q][k];
+  const w = matrix(state.kind, layerIndex(), state.head)[q][k];
   const text = `${state.att[spec.rows][q]} → ${state.att[spec.cols][k]}: ${w.toFixed(4)}`;
   $("heatmap-status").textContent = `query “${state.att[spec.rows][q]}” (row ${q}) → key “${state.att[spec.cols][k]}” (column ${k}): weight ${w.toFixed(4)}`;
   const tip = $("heatmap-tooltip");

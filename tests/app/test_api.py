@@ -12,6 +12,7 @@ import httpx
 import pytest
 import torch
 
+from app import handlers
 from app.settings import Settings
 from model import DecodeOptions, LoadedModel, Translator, load_checkpoint, save_checkpoint
 from model.inference import classify_texts, translate_ids
@@ -290,6 +291,29 @@ async def test_attention_out_of_range_is_422_naming_the_range(
     assert r.status_code == 422
     assert r.json()["detail"][0]["msg"].startswith(f"{field}: ")
     assert f"{message} is out of range: valid range is 0..1" in r.json()["detail"][0]["msg"]
+
+
+@pytest.mark.parametrize(("field", "value"), [("layers", [0, 1, 0]), ("heads", [1, 1])])
+async def test_attention_lists_each_layer_and_head_once(
+    client: httpx.AsyncClient, field: str, value: list[int]
+) -> None:
+    r = await client.post("/attention", json={"model": "sentiment-en", "text": "a", field: value})
+    assert r.status_code == 422
+    msg = f"{field}: lists {value[-1]} more than once: give each {field[:-1]} at most once"
+    assert r.json()["detail"][0]["msg"] == msg
+
+
+async def test_attention_maps_are_bounded_in_size(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    req = {"model": "sentiment-en", "text": "the cat likes music and the dog"}
+    one = await client.post("/attention", json=req | {"layers": [0], "heads": [1]})
+    n = len(one.json()["source_tokens"])
+    monkeypatch.setattr(handlers, "MAX_ATTENTION_WEIGHTS", n * n)  # one map fits, not 2 layers x 2 heads
+    assert (await client.post("/attention", json=req | {"layers": [0], "heads": [1]})).status_code == 200
+    r = await client.post("/attention", json=req)
+    assert r.status_code == 422
+    assert f"the selected maps hold {4 * n * n:,} attention weights, more than {n * n:,}: select" in r.text
 
 
 async def test_attention_translator_with_target(

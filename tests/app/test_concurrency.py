@@ -411,6 +411,21 @@ async def test_api_key(make_settings: Callable[..., Settings]) -> None:
             assert r.status_code == 422
         metrics = (await client.get("/metrics", headers={"X-API-Key": "s3cret"})).text
         assert 'http_requests_total{method="POST",route="/attention",status="401"} 2.0' in metrics
+        r = await client.post("/health", content=b"{")  # a path without a POST route: FastAPI's 405
+        assert r.status_code == 405
+
+
+async def test_api_key_is_checked_before_the_body_on_cors_requests_too(
+    make_settings: Callable[..., Settings],
+) -> None:
+    async with serve(make_settings(api_key="s3cret", cors_origins=["http://ui.example"])) as (_, client):
+        for origin, allowed in (("http://ui.example", "http://ui.example"), ("http://evil.example", None)):
+            headers = {"content-type": "application/json", "Origin": origin}
+            r = await client.post("/sentiment", content=b'{"text": ', headers=headers)
+            assert (r.status_code, r.json()["detail"]) == (401, UNAUTHORIZED)
+            assert r.headers.get("access-control-allow-origin") == allowed  # readable by the allowed page
+            r = await client.post("/sentiment", json={"text": "a"}, headers=headers | {"X-API-Key": "s3cret"})
+            assert r.status_code == 200
 
 
 async def test_cors(make_settings: Callable[..., Settings]) -> None:

@@ -8,7 +8,10 @@ from typing import Any
 
 import httpx
 import pytest
+import torch
 
+from model import Translator, save_checkpoint
+from tests.conftest import tiny_translation_config
 from tests.e2e.browser import CHROMIUM, REPO_ROOT, launch, new_page, server, show_sentiment_and_attention
 
 if not CHROMIUM.exists():
@@ -25,11 +28,19 @@ def checkpoint_dir(
     tmp_path_factory: pytest.TempPathFactory,
     tiny_sentiment_checkpoint: Path,
     tiny_sentiment_ko_checkpoint: Path,
-    tiny_translator_checkpoint: Path,
+    tiny_tokenizer_path: Path,
+    tiny_vocab_size: int,
 ) -> Path:
     root = tmp_path_factory.mktemp("e2e-checkpoints")
-    for ckpt in (tiny_sentiment_checkpoint, tiny_sentiment_ko_checkpoint, tiny_translator_checkpoint):
+    for ckpt in (tiny_sentiment_checkpoint, tiny_sentiment_ko_checkpoint):
         (root / ckpt.name).symlink_to(ckpt, target_is_directory=True)
+    # a 3-layer encoder with a 2-layer decoder, as the shipped fr-en (4 and 3): the page's layer menu
+    # must follow the map kind
+    torch.manual_seed(0)
+    cfg = tiny_translation_config(tiny_vocab_size, n_layers=3, n_decoder_layers=2)
+    save_checkpoint(
+        root / "translate-fr-en", Translator(cfg).eval(), tiny_tokenizer_path, dtype=torch.float32
+    )
     return root
 
 
@@ -123,8 +134,10 @@ def test_attention_heatmap_matches_the_api(page: Any, url: str) -> None:
     page.wait_for_selector("#heatmap[data-rows]")
     att = api(url, "/attention", {"model": "translate-fr-en", "text": text, "target": target})
     src, tgt = att["source_tokens"], att["target_tokens"]
-    n_layers, n_heads = len(att["layers"]), len(att["heads"])
+    assert (len(att["layers"]), len(att["decoder_layers"])) == (3, 2)
+    n_heads = len(att["heads"])
     for kind, rows, cols in (("encoder", src, src), ("decoder", tgt, tgt), ("cross", tgt, src)):
+        n_layers = len(att["layers"] if kind == "encoder" else att["decoder_layers"])
         page.click(f"#attention-kind [data-kind={kind}]")
         page.wait_for_selector(f"#heatmap[data-kind={kind}]")
         assert (heatmap.get_attribute("data-rows"), heatmap.get_attribute("data-cols")) == (
@@ -134,6 +147,18 @@ def test_attention_heatmap_matches_the_api(page: Any, url: str) -> None:
         assert page.locator("#heatmap-rows .tok").all_inner_texts() == rows
         assert page.locator("#heatmap-cols .tok").count() == len(cols)
         assert page.locator("[data-testid=head-thumb]").count() == n_layers * (n_heads + 1)
+        assert page.locator("#attention-layer option").count() == n_layers
+
+    # the encoder's last layer (2) has no decoder twin: cross-attention shows its last (1), and back on the
+    # encoder the choice is kept
+    page.click("#attention-kind [data-kind=encoder]")
+    page.select_option("#attention-layer", "2")
+    page.wait_for_selector("#heatmap[data-layer='2']")
+    page.click("#attention-kind [data-kind=cross]")
+    page.wait_for_selector("#heatmap[data-kind=cross][data-layer='1']")
+    page.click("#attention-kind [data-kind=encoder]")
+    page.wait_for_selector("#heatmap[data-kind=encoder][data-layer='2']")
+    page.click("#attention-kind [data-kind=cross]")
 
     # cross-attention, last layer, head 1: hovering a cell names the token pair and its weight
     layer, head, q, k = n_layers - 1, n_heads - 1, len(tgt) - 1, 1
