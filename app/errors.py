@@ -11,6 +11,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 log = logging.getLogger(__name__)
 MAX_ERRORS = 20  # validation errors listed in one 422
@@ -136,6 +137,10 @@ async def _http_handler(request: Request, exc: Exception) -> Response:
     """FastAPI's 400 for a body its JSON parser cannot read says only "There was an error parsing the body":
     say why (a compressed body, or bytes that are not UTF-8 JSON text)."""
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and isinstance(exc.__cause__, ClientDisconnect):  # left before its body came
+        return error_response(
+            ClientDisconnected(), f"{request.method} {request.url.path}"
+        )  # 499, as the fast path
     if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
         encoding = request.headers.get("content-encoding", "identity").strip().lower()
         why = (

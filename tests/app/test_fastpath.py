@@ -186,3 +186,44 @@ async def test_fast_path_serves_behind_a_root_path(app: FastAPI, client: httpx.A
     assert unknown.status_code == 404
     # labelled by the route below the root path (the direct request above counts too)
     assert count((await client.get("/metrics")).text) == before + 2
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+async def test_a_client_that_leaves_before_its_body_is_499_on_both_paths(
+    app: FastAPI, client: httpx.AsyncClient, fast_path: bool
+) -> None:
+    assert isinstance(app, ServingApp)
+    fast, sent = app.fast_path, []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": "/sentiment", "raw_path": b"/sentiment", "query_string": b"", "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", b"20")],
+        "client": ("127.0.0.1", 1), "server": ("test", 80), "state": {},
+    }  # fmt: skip
+
+    def counts(text: str) -> tuple[float, float]:  # /sentiment POSTs answered 499 and 400
+        found = {"499": 0.0, "400": 0.0}
+        for line in text.splitlines():
+            for status in found:
+                if line.startswith(
+                    f'http_requests_total{{method="POST",route="/sentiment",status="{status}"}}'
+                ):
+                    found[status] = float(line.split()[-1])
+        return found["499"], found["400"]
+
+    before = counts((await client.get("/metrics")).text)
+    app.fast_path = fast if fast_path else None
+    try:
+        await app(scope, receive, send)
+    finally:
+        app.fast_path = fast
+    assert [m["status"] for m in sent if m["type"] == "http.response.start"] in ([], [499])  # nobody reads it
+    after = counts((await client.get("/metrics")).text)
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 0)  # counted as left, not as a bad request
