@@ -55,12 +55,16 @@ class ServingApp(FastAPI):
             return True
         return authorized(settings, wanted_headers(scope))
 
+    def route_label(self, scope: Scope) -> str:
+        """The metric label of a request before (or without) routing: its route's path, else "unmatched"."""
+        path = route_path(scope)
+        return path if path in self.route_paths else "unmatched"
+
     def _count(self, scope: Scope, status: int, start: float) -> None:
         """Count an answer given before routing, labelled as MetricsMiddleware would label it."""
         if self.metrics is not None:
-            path = route_path(scope)
-            route = path if path in self.route_paths else "unmatched"
-            self.metrics.observe_request(route, scope["method"], status, time.perf_counter() - start)
+            label = self.route_label(scope)
+            self.metrics.observe_request(label, scope["method"], status, time.perf_counter() - start)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -105,7 +109,7 @@ def create_app(settings: Settings | None = None) -> ServingApp:
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, **cors)  # type: ignore[arg-type]
         app.unauthorized = CORSMiddleware(_unauthorized, **cors)  # type: ignore[arg-type]
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(MetricsMiddleware, metrics=metrics, label=lambda scope: app.route_label(scope))
     routers = (system.open_router, system.router, sentiment.router, translate.router, attention.router)
     for router in routers:
         app.include_router(router)

@@ -78,10 +78,13 @@ class Metrics:
 
 
 class MetricsMiddleware:
-    """Counts and times every HTTP request by route template (not raw path: bounded label values)."""
+    """Counts and times every HTTP request by route template (not raw path: bounded label values).
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app, self.metrics = app, metrics
+    `label(scope)`: the label of a request whose route did not record itself in the scope (FastAPI's docs
+    routes, 404s): its path when that is a route's, else "unmatched"."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, label: Callable[[Scope], str]) -> None:
+        self.app, self.metrics, self.label = app, metrics, label
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -98,5 +101,5 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            route = getattr(scope.get("route"), "path", "unmatched")
+            route = getattr(scope.get("route"), "path", None) or self.label(scope)
             self.metrics.observe_request(route, scope["method"], status, time.perf_counter() - start)

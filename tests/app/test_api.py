@@ -83,6 +83,17 @@ async def test_metrics_is_prometheus_text(client: httpx.AsyncClient) -> None:
         assert name in r.text
 
 
+async def test_metrics_label_routes_by_template_and_everything_else_unmatched(
+    client: httpx.AsyncClient,
+) -> None:
+    for path in ("/docs", "/openapi.json", "/no-such-1", "/no-such-2"):
+        await client.get(path)
+    metrics = (await client.get("/metrics")).text
+    for route in ("/docs", "/openapi.json", "unmatched"):
+        assert f'http_requests_total{{method="GET",route="{route}",status=' in metrics, route
+    assert "no-such" not in metrics  # raw paths never become labels
+
+
 async def test_openapi_has_an_example_for_every_request(client: httpx.AsyncClient) -> None:
     spec = (await client.get("/openapi.json")).json()
     schemas = spec["components"]["schemas"]
