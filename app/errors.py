@@ -137,10 +137,9 @@ async def _http_handler(request: Request, exc: Exception) -> Response:
     """FastAPI's 400 for a body its JSON parser cannot read says only "There was an error parsing the body":
     say why (a compressed body, or bytes that are not UTF-8 JSON text)."""
     assert isinstance(exc, StarletteHTTPException)
+    where = f"{request.method} {request.url.path}"
     if exc.status_code == 400 and isinstance(exc.__cause__, ClientDisconnect):  # left before its body came
-        return error_response(
-            ClientDisconnected(), f"{request.method} {request.url.path}"
-        )  # 499, as the fast path
+        return error_response(ClientDisconnected(), where)  # 499, as on the fast path
     if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
         encoding = request.headers.get("content-encoding", "identity").strip().lower()
         why = (

@@ -275,13 +275,16 @@ class AttentionHandler:
     def decoder_input(self, target: str, target_lang: str | None) -> list[int]:
         """Decoder input for a given target: [start] + pieces (the EOS label is not fed); 422 naming the limit
         when it does not fit max_len (as for the source: never cut silently)."""
-        if (n := len(self.tokenizer.encode(target)) + 2) > self.cfg.max_len:
+        cfg = self.cfg
+        ids = target_ids(self.tokenizer, target, cfg, target_lang)
+        # as checked_source_ids: encode again only when target_ids may have cut it
+        if len(ids) == cfg.max_len and (n := len(self.tokenizer.encode(target)) + 2) > cfg.max_len:
             raise invalid(
                 ("target",),
-                f"a target of {n} tokens exceeds the {self.cfg.max_len}-token limit of {self.name} "
+                f"a target of {n} tokens exceeds the {cfg.max_len}-token limit of {self.name} "
                 "(start and EOS included)",
             )
-        return target_ids(self.tokenizer, target, self.cfg, target_lang)[:-1]
+        return ids[:-1]
 
     def predict(self, item: AttentionItem) -> AttentionMaps:
         dev = next(self.model.parameters()).device

@@ -10,6 +10,8 @@ import torch
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.schemas import MAX_TEXTS
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENV_PREFIX = "APP_"
 
@@ -32,7 +34,7 @@ class Settings(BaseSettings):
     )  # while a batch of its key runs or every worker is busy: the longest a partial batch waits for more
     max_queue: int = Field(default=1024, ge=1)  # queued items per batcher before 429
     request_timeout_s: float = Field(default=30.0, gt=0)  # 504 past this deadline
-    max_texts: int = Field(default=64, ge=1, le=4096)  # texts per request (at most app.schemas.MAX_TEXTS)
+    max_texts: int = Field(default=64, ge=1, le=MAX_TEXTS)  # texts per request (the schema's hard cap)
     max_chars: int = Field(default=2000, ge=1)  # characters per text
     max_body_bytes: int = Field(default=1_048_576, ge=1024)  # request body size; 413 above
     api_key: SecretStr | None = None  # when set: Authorization: Bearer <key> or X-API-Key on model routes

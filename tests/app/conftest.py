@@ -104,6 +104,16 @@ async def wait_ready(client: httpx.AsyncClient, timeout: float = 30.0) -> None:
         await asyncio.sleep(0.01)
 
 
+def json_post_scope(path: str, content_length: int) -> dict[str, Any]:
+    """A raw ASGI scope of a JSON POST, for tests that drive the app's receive()/send() themselves."""
+    return {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(content_length).encode())],
+        "client": ("127.0.0.1", 1), "server": ("test", 80), "state": {},
+    }  # fmt: skip
+
+
 @asynccontextmanager
 async def serve(settings: Settings, ready: bool = True) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
     """An app with its lifespan running and an in-process httpx client (ready unless ready=False)."""

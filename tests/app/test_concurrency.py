@@ -19,7 +19,7 @@ from app.errors import UNAUTHORIZED
 from app.handlers import SentimentHandler
 from app.service import Service
 from app.settings import Settings
-from tests.app.conftest import serve
+from tests.app.conftest import json_post_scope, serve
 from tests.conftest import make_corpus
 
 pytestmark = pytest.mark.anyio
@@ -359,13 +359,7 @@ async def test_a_disconnected_client_is_skipped_and_does_not_wedge_the_batcher(
         async def send(message: dict[str, Any]) -> None:
             sent.append(message)
 
-        scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-            "path": "/sentiment", "raw_path": b"/sentiment", "query_string": b"", "root_path": "",
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            "client": ("127.0.0.1", 1), "server": ("test", 80), "state": {},
-        }  # fmt: skip
-        await app(scope, receive, send)
+        await app(json_post_scope("/sentiment", len(body)), receive, send)
         assert sent[0]["status"] == 499
         assert (await blocker).status_code == 200
         assert (await client.post("/sentiment", json={"text": "next"})).status_code == 200

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from app.main import ServingApp
 from app.settings import Settings
-from tests.app.conftest import serve
+from tests.app.conftest import json_post_scope, serve
 
 pytestmark = pytest.mark.anyio
 
@@ -201,13 +201,6 @@ async def test_a_client_that_leaves_before_its_body_is_499_on_both_paths(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-        "path": "/sentiment", "raw_path": b"/sentiment", "query_string": b"", "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", b"20")],
-        "client": ("127.0.0.1", 1), "server": ("test", 80), "state": {},
-    }  # fmt: skip
-
     def counts(text: str) -> tuple[float, float]:  # /sentiment POSTs answered 499 and 400
         found = {"499": 0.0, "400": 0.0}
         for line in text.splitlines():
@@ -221,7 +214,7 @@ async def test_a_client_that_leaves_before_its_body_is_499_on_both_paths(
     before = counts((await client.get("/metrics")).text)
     app.fast_path = fast if fast_path else None
     try:
-        await app(scope, receive, send)
+        await app(json_post_scope("/sentiment", 20), receive, send)
     finally:
         app.fast_path = fast
     assert [m["status"] for m in sent if m["type"] == "http.response.start"] in ([], [499])  # nobody reads it
