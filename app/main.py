@@ -8,13 +8,15 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.body_limit import BodyTooLarge, declared_length, limited, refuse
-from app.errors import UNAUTHORIZED, Unauthorized, error_response, install_error_handlers
+from app.errors import UNAUTHORIZED, CatchAll, Unauthorized, error_response, install_error_handlers
 from app.fastpath import FastPath, authorized, route_path, wanted_headers
 from app.metrics import Metrics, MetricsMiddleware
 from app.routes import attention, demo, sentiment, system, translate
@@ -44,7 +46,12 @@ class ServingApp(FastAPI):
     route_paths: frozenset[str] = frozenset()  # the routes' path templates: metric labels before routing
     post_paths: frozenset[str] = frozenset()  # those with a POST route (every one needs the API key)
     settings: Settings | None = None
-    unauthorized: ASGIApp = staticmethod(_unauthorized)  # create_app wraps it in CORS when configured
+    cors: dict[str, Any] | None = None  # CORSMiddleware's options, when APP_CORS_ORIGINS is set
+
+    def with_cors(self, answer: ASGIApp) -> ASGIApp:
+        """`answer` (given before FastAPI's middleware runs) with CORS headers for an allowed origin: a page
+        on that origin can then read the 401 or 413 instead of seeing a network error."""
+        return CORSMiddleware(answer, **self.cors) if self.cors else answer
 
     def _may_send_body(self, scope: Scope) -> bool:
         """Every POST route needs the API key (when one is set): check it before any body byte is read or
@@ -70,12 +77,13 @@ class ServingApp(FastAPI):
         if scope["type"] == "http":
             start = time.perf_counter()
             if (size := declared_length(scope)) is not None and size > self.max_body_bytes:
-                await refuse(BodyTooLarge(self.max_body_bytes, size), scope, receive, send)
+                too_large = partial(refuse, BodyTooLarge(self.max_body_bytes, size))
+                await self.with_cors(too_large)(scope, receive, send)
                 self._count(scope, 413, start)
                 return
             receive = limited(receive, self.max_body_bytes)
             if scope["method"] == "POST" and not self._may_send_body(scope):
-                await self.unauthorized(scope, receive, send)  # with CORS headers for an allowed origin
+                await self.with_cors(_unauthorized)(scope, receive, send)
                 self._count(scope, 401, start)
                 return
         if self.fast_path is not None and self.fast_path.accepts(scope):
@@ -101,6 +109,7 @@ def create_app(settings: Settings | None = None) -> ServingApp:
     app = ServingApp(title="Transformer serving", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
     app.state.settings, app.state.service = settings, service
     install_error_handlers(app)
+    app.add_middleware(CatchAll)  # inside CORS: a 500 carries CORS headers too
     cors = {
         "allow_origins": settings.cors_origins,
         "allow_methods": ["GET", "POST"],
@@ -108,7 +117,7 @@ def create_app(settings: Settings | None = None) -> ServingApp:
     }
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, **cors)  # type: ignore[arg-type]
-        app.unauthorized = CORSMiddleware(_unauthorized, **cors)  # type: ignore[arg-type]
+        app.cors = cors
     app.add_middleware(MetricsMiddleware, metrics=metrics, label=lambda scope: app.route_label(scope))
     routers = (system.open_router, system.router, sentiment.router, translate.router, attention.router)
     for router in routers:

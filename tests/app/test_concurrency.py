@@ -431,6 +431,35 @@ async def test_cors(make_settings: Callable[..., Settings]) -> None:
         assert r.headers["access-control-allow-origin"] == "http://example.com"
 
 
+async def test_answers_given_before_routing_and_500s_carry_cors_headers(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page on an allowed origin can read a 413 (refused from Content-Length, before any middleware) and a
+    500 from an unexpected error (Starlette's own 500 handler runs outside the CORS middleware)."""
+    settings = make_settings(cors_origins=["http://ui.example"], max_body_bytes=1024)
+    async with serve(settings) as (app, client):
+        for origin, allowed in (("http://ui.example", "http://ui.example"), ("http://evil.example", None)):
+            headers = {"Origin": origin, "content-type": "application/json"}
+            r = await client.post("/sentiment", content=b" " * 2000, headers=headers)
+            assert r.status_code == 413
+            assert "the limit is 1024 bytes (APP_MAX_BODY_BYTES)" in r.json()["detail"]
+            assert r.headers.get("access-control-allow-origin") == allowed
+
+        def broken() -> None:
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(app.state.service, "models", broken)
+        r = await client.get("/models", headers={"Origin": "http://ui.example"})
+        assert (r.status_code, r.json()) == (500, {"detail": "internal error: RuntimeError"})
+        assert r.headers["access-control-allow-origin"] == "http://ui.example"
+        r = await client.get("/models")  # the same without CORS
+        assert (r.status_code, r.json()) == (500, {"detail": "internal error: RuntimeError"})
+        metrics = (await client.get("/metrics")).text
+        assert 'http_requests_total{method="GET",route="/models",status="500"} 2.0' in metrics
+        assert 'http_requests_total{method="POST",route="/sentiment",status="413"} 2.0' in metrics
+        assert (await client.post("/sentiment", json={"text": "still serving"})).status_code == 200
+
+
 async def test_missing_sentiment_default_is_404_listing_loaded(sentiment_only_dir: Path) -> None:
     async with serve(Settings(checkpoint_dir=sentiment_only_dir)) as (_, client):
         r = await client.post("/sentiment", json={"texts": ["a dog", "정말 좋았어요"]})
