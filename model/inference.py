@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -97,6 +98,9 @@ class ClassifierGraph(nn.Module):
         return out.cpu()
 
 
+_COMPILE_LOCK = threading.Lock()
+
+
 def compile_classifier(model: SentimentClassifier) -> ClassifierGraph:
     """ClassifierGraph scripted around a trace of the encoder's predict() (same outputs, any batch size and
     length; checked against the eager graph here).
@@ -113,7 +117,9 @@ def compile_classifier(model: SentimentClassifier) -> ClassifierGraph:
     dev = _device(model)
     example = torch.full((2, 8), model.cfg.unk_id, dtype=torch.long, device=dev)
     example[1, 4:] = model.cfg.pad_id
-    with warnings.catch_warnings(), torch.no_grad():
+    # one compile at a time: warnings.catch_warnings() swaps process-wide filters, and torch.jit.script's
+    # type cache is shared (a server loads its models on several threads)
+    with _COMPILE_LOCK, warnings.catch_warnings(), torch.no_grad():
         # expected: the deprecation notices and the max_len check's TracerWarning (see above); any other
         # TracerWarning (a new data-dependent branch) is raised, and the trace must match the eager model
         warnings.filterwarnings("error", category=torch.jit.TracerWarning)  # the later filters come first
