@@ -2,6 +2,11 @@
 
   python bench/make_tiny_checkpoints.py /tmp/tiny-checkpoints [--d-model 64 --layers 2]
 
+A near-zero model that tokenizes like sentiment-en (what the request path alone costs, see BENCHMARKS.md):
+
+  python bench/make_tiny_checkpoints.py /tmp/zero --d-model 16 --layers 1 --heads 1 \
+      --tokenizer checkpoints/sentiment-en/tokenizer.model
+
 The weights are random (labels and translations are junk) but deterministic; the tokenizer is a real
 sentencepiece model trained on a few hundred synthetic sentences.
 """
@@ -10,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import sys
 from pathlib import Path
 
@@ -61,9 +67,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--vocab-size", type=int, default=300)
+    p.add_argument(
+        "--tokenizer", type=Path, help="use this sentencepiece model (e.g. a shipped checkpoint's) instead of "
+        "training a toy one: the bench's inputs then cost what they cost the shipped model to tokenize",
+    )  # fmt: skip
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    tok = train_tokenizer(args.out, args.vocab_size)
+    if args.tokenizer is not None:
+        tok = args.out / "tokenizer.model"
+        shutil.copyfile(args.tokenizer, tok)
+    else:
+        tok = train_tokenizer(args.out, args.vocab_size)
     sp = spm.SentencePieceProcessor()
     sp.LoadFromSerializedProto(tok.read_bytes())
     common = {
@@ -84,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     save_checkpoint(
         args.out / "translate-fr-en", Translator(cfg).eval(), tok, dtype=torch.float32, metrics={}
     )
-    tok.unlink()
-    tok.with_suffix(".vocab").unlink()
+    tok.unlink()  # each checkpoint has its copy
+    tok.with_suffix(".vocab").unlink(missing_ok=True)
     print(f"wrote sentiment-en, sentiment-ko, translate-fr-en to {args.out}")
     return 0
 
