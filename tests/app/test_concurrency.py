@@ -278,6 +278,35 @@ async def test_a_checkpoint_that_fails_to_load_keeps_ready_503(
         assert "model.safetensors" in await failed_reason(client)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_models_load_on_every_inference_worker_at_once(
+    app_checkpoint_dir: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """As many models load at a time as there are inference workers, and /ready waits for all of them."""
+    from app.registry import Registry
+
+    load, lock = Registry.load, threading.Lock()
+    running, most = 0, 0
+
+    def slow_load(self: Registry, name: str) -> Any:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.1)  # long enough for the other worker to start its own load
+        with lock:
+            running -= 1
+        return load(self, name)
+
+    monkeypatch.setattr(Registry, "load", slow_load)
+    async with serve(Settings(checkpoint_dir=app_checkpoint_dir, inference_workers=workers)) as (_, client):
+        body = (await client.get("/ready")).json()
+        assert body["status"] == "ready"
+        assert set(body["models"].values()) == {"ready"}
+        assert len(body["models"]) >= 3
+    assert most == workers
+
+
 async def failed_reason(client: httpx.AsyncClient) -> str:
     """Poll /ready until loading has failed -> its reason; model routes and /ready answer 503 then."""
     for _ in range(500):
