@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from app.errors import UNAUTHORIZED, Unauthorized
+from app.errors import Unauthorized
 from app.service import Service
 from app.settings import Settings
 
@@ -48,7 +48,7 @@ async def require_api_key(
 ) -> None:
     """401 unless APP_API_KEY is unset or the request carries it."""
     if not api_key_matches(settings, bearer.credentials if bearer else None, api_key):
-        raise Unauthorized(UNAUTHORIZED, {"WWW-Authenticate": "Bearer"})
+        raise Unauthorized()
 
 
 async def client_disconnect(request: Request) -> Callable[[], Coroutine[Any, Any, None]]:

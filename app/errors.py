@@ -33,11 +33,14 @@ class NotFound(ServiceError):
     status_code = 404
 
 
+UNAUTHORIZED = "missing or invalid API key: send Authorization: Bearer <key> or X-API-Key: <key>"
+
+
 class Unauthorized(ServiceError):
     status_code = 401
 
-
-UNAUTHORIZED = "missing or invalid API key: send Authorization: Bearer <key> or X-API-Key: <key>"
+    def __init__(self) -> None:
+        super().__init__(UNAUTHORIZED, {"WWW-Authenticate": "Bearer"})
 
 
 class QueueFull(ServiceError):
@@ -59,6 +62,11 @@ class Unavailable(ServiceError):
 
 class DeadlineExceeded(ServiceError):
     status_code = 504
+
+    @classmethod
+    def after(cls, timeout_s: float) -> DeadlineExceeded:
+        """The request's whole deadline has passed (queued, running, or building its answer)."""
+        return cls(f"request timed out after {timeout_s:g} s (APP_REQUEST_TIMEOUT_S)")
 
 
 class InferenceFailed(ServiceError):

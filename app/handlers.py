@@ -25,12 +25,20 @@ _SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
 ClassifierItem = tuple[list[int], str]  # token ids and the text (for an n-gram head)
 
 
+def _uncut_length(tokenizer: Tokenizer, text: str, ids: list[int], max_len: int, specials: int) -> int | None:
+    """The token count of `text` plus its `specials` (EOS, start) when `ids` (built from it) were cut at
+    max_len, else None: the text is encoded again only when it may have been cut."""
+    if len(ids) == max_len and (n := len(tokenizer.encode(text)) + specials) > max_len:
+        return n
+    return None
+
+
 def checked_source_ids(
     name: str, tokenizer: Tokenizer, cfg: ModelConfig, text: str, loc: Sequence[str | int]
 ) -> list[int]:
     """Translator source ids (pieces + EOS); 422 naming the limit when they do not fit max_len."""
     ids = source_ids(tokenizer, text, cfg)
-    if len(ids) == cfg.max_len and (n := len(tokenizer.encode(text)) + 1) > cfg.max_len:
+    if n := _uncut_length(tokenizer, text, ids, cfg.max_len, 1):
         raise invalid(
             loc,
             f"a sentence of {n} tokens exceeds the {cfg.max_len}-token limit of {name} (EOS included): {text[:60]!r}",
@@ -277,8 +285,7 @@ class AttentionHandler:
         when it does not fit max_len (as for the source: never cut silently)."""
         cfg = self.cfg
         ids = target_ids(self.tokenizer, target, cfg, target_lang)
-        # as checked_source_ids: encode again only when target_ids may have cut it
-        if len(ids) == cfg.max_len and (n := len(self.tokenizer.encode(target)) + 2) > cfg.max_len:
+        if n := _uncut_length(self.tokenizer, target, ids, cfg.max_len, 2):
             raise invalid(
                 ("target",),
                 f"a target of {n} tokens exceeds the {cfg.max_len}-token limit of {self.name} "

@@ -16,7 +16,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.body_limit import BodyTooLarge, declared_length, limited, refuse
-from app.errors import UNAUTHORIZED, CatchAll, Unauthorized, error_response, install_error_handlers
+from app.errors import CatchAll, Unauthorized, error_response, install_error_handlers
 from app.fastpath import FastPath, authorized, route_path, wanted_headers
 from app.metrics import Metrics, MetricsMiddleware
 from app.routes import attention, demo, sentiment, system, translate
@@ -32,8 +32,7 @@ Model routes answer 503 until `/ready` is 200, 429 with `Retry-After` when a que
 
 
 async def _unauthorized(scope: Scope, receive: Receive, send: Send) -> None:
-    exc = Unauthorized(UNAUTHORIZED, {"WWW-Authenticate": "Bearer"})
-    await error_response(exc, "before routing")(scope, receive, send)
+    await error_response(Unauthorized(), "before routing")(scope, receive, send)
 
 
 class ServingApp(FastAPI):

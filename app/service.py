@@ -219,9 +219,7 @@ class Service:
             body = await asyncio.to_thread(handler.encode_json, item, maps, sel, translation)
             media = "application/json"
         if asyncio.get_running_loop().time() > deadline:
-            raise DeadlineExceeded(
-                f"request timed out after {self.settings.request_timeout_s:g} s (APP_REQUEST_TIMEOUT_S)"
-            )
+            raise DeadlineExceeded.after(self.settings.request_timeout_s)
         return body, media
 
     def models(self) -> list[ModelInfo]:
@@ -372,7 +370,7 @@ async def _wait_all(
             combined.cancel()
 
     def timed_out() -> None:
-        stop(DeadlineExceeded(f"request timed out after {timeout_s:g} s (APP_REQUEST_TIMEOUT_S)"))
+        stop(DeadlineExceeded.after(timeout_s))
 
     def watch() -> None:
         nonlocal watcher, timer
