@@ -58,7 +58,8 @@ class PrefixState:
     prefix: Tensor  # (B, t) decoder inputs
     step: int = 0
 
-    def select(self, index: Tensor) -> PrefixState:
+    def select(self, index: Tensor, examples: Tensor | None = None) -> PrefixState:
+        """Rows by `index`; the memory is kept per row here, so `examples` is not needed."""
         return PrefixState(
             *(t.index_select(0, index) for t in (self.memory, self.memory_mask, self.prefix)), self.step
         )

@@ -144,17 +144,23 @@ class EncoderLayer(nn.Module):
 
 @dataclass
 class LayerCache:
-    """Decoder KV cache of one layer: self-attention grows by one step, cross-attention is fixed."""
+    """Decoder KV cache of one layer. Self-attention grows by one position a step, one row per hypothesis;
+    cross-attention K/V are computed once, one row per example, and shared by the example's G = R / N rows
+    (its beams): beam reordering never copies them."""
 
-    self_k: Tensor  # (B, H, t, Dh)
+    self_k: Tensor  # (R, H, t, Dh)
     self_v: Tensor
-    cross_k: Tensor  # (B, H, S, Dh), computed once from the encoder output
+    cross_k: Tensor  # (N, H, S, Dh)
     cross_v: Tensor
 
-    def select(self, index: Tensor) -> LayerCache:
-        """Keep/reorder batch rows (beam origin, finished rows dropped)."""
+    def select(self, rows: Tensor, examples: Tensor | None = None) -> LayerCache:
+        """Keep/reorder hypothesis rows (beam origins, finished rows dropped); `examples` keeps/reorders the
+        per-example cross-attention K/V when the set of examples changes (None: unchanged)."""
+        cross_k, cross_v = self.cross_k, self.cross_v
+        if examples is not None:
+            cross_k, cross_v = cross_k.index_select(0, examples), cross_v.index_select(0, examples)
         return LayerCache(
-            *(t.index_select(0, index) for t in (self.self_k, self.self_v, self.cross_k, self.cross_v))
+            self.self_k.index_select(0, rows), self.self_v.index_select(0, rows), cross_k, cross_v
         )
 
 
@@ -186,15 +192,20 @@ class DecoderLayer(nn.Module):
         return x, w_self, w_cross
 
     def step(self, x: Tensor, cache: LayerCache, memory_mask: Tensor) -> tuple[Tensor, LayerCache]:
-        """One new position x (B, 1, D) attending to the cached prefix and the memory."""
+        """One new position x (R, 1, D) of R = N * G hypotheses (G per example, contiguous) attending to
+        the cached prefix and to its example's memory; memory_mask (N, 1, 1, S)."""
+        r, _, d = x.shape
+        n = cache.cross_k.size(0)
         h = self.res1.pre(x)
         k, v = self.self_attn.project_kv(h)
         k = torch.cat([cache.self_k, k], dim=2)
         v = torch.cat([cache.self_v, v], dim=2)
         y, _ = self.self_attn.attend(h, k, v, None)  # the prefix is all visible: no mask
         x = self.res1.post(x, y)
-        y, _ = self.cross_attn.attend(self.res2.pre(x), cache.cross_k, cache.cross_v, memory_mask)
-        x = self.res2.post(x, y)
+        # an example's G queries attend to its one copy of the memory: (N, G, D) queries, as G positions
+        h = self.res2.pre(x).view(n, r // n, d)
+        y, _ = self.cross_attn.attend(h, cache.cross_k, cache.cross_v, memory_mask)
+        x = self.res2.post(x, y.view(r, 1, d))
         x = self.res3.post(x, self.ff(self.res3.pre(x)))
         return x, LayerCache(k, v, cache.cross_k, cache.cross_v)
 

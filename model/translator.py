@@ -21,16 +21,16 @@ from model.layers import (
 
 @dataclass
 class DecoderState:
-    """Everything a decoding step needs, reorderable along the batch (B or B*K beams)."""
+    """Everything a decoding step needs: R hypothesis rows (B, or B*K beams) over N examples."""
 
     caches: list[LayerCache]
-    memory_mask: Tensor  # (B, 1, 1, S)
+    memory_mask: Tensor  # (N, 1, 1, S)
     step: int = 0  # position of the next input token
 
-    def select(self, index: Tensor) -> DecoderState:
-        return DecoderState(
-            [c.select(index) for c in self.caches], self.memory_mask.index_select(0, index), self.step
-        )
+    def select(self, rows: Tensor, examples: Tensor | None = None) -> DecoderState:
+        """Keep/reorder rows (R',); `examples` (N',) when the set of examples changes (see LayerCache)."""
+        mask = self.memory_mask if examples is None else self.memory_mask.index_select(0, examples)
+        return DecoderState([c.select(rows, examples) for c in self.caches], mask, self.step)
 
 
 @dataclass
