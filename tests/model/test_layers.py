@@ -219,7 +219,8 @@ def test_layer_cache_select_reorders_rows_and_examples() -> None:
     cache = LayerCache(*t)
     beams = cache.select(torch.tensor([3, 3, 0]))  # rows reorder; the per-example memory K/V stay as they are
     assert [f[:, 0, 0, 0].tolist() for f in (beams.self_k, beams.self_v)] == [[3.0, 3.0, 0.0]] * 2
-    assert beams.cross_k is cache.cross_k and beams.cross_v is cache.cross_v
+    assert beams.cross_k is cache.cross_k
+    assert beams.cross_v is cache.cross_v
     dropped = cache.select(torch.tensor([3, 0]), examples=torch.tensor([2]))
     assert [f[:, 0, 0, 0].tolist() for f in (dropped.self_k, dropped.self_v)] == [[3.0, 0.0]] * 2
     assert [f[:, 0, 0, 0].tolist() for f in (dropped.cross_k, dropped.cross_v)] == [[2.0]] * 2
