@@ -49,6 +49,12 @@ class Embeddings(nn.Module):
         x = self.token(ids) * self.scale + self.pe[start : start + t].to(self.token.weight.dtype)
         return self.dropout(x)
 
+    def at(self, ids: Tensor, positions: Tensor) -> Tensor:
+        """(B, T) ids at the given positions (T,) -> (B, T, D): positions as a tensor, so a traced decoder
+        step reads its position from its input instead of baking it in."""
+        x = self.token(ids) * self.scale + self.pe.index_select(0, positions).to(self.token.weight.dtype)
+        return self.dropout(x)
+
 
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention over H heads; SDPA fast path, or an explicit path returning weights."""
