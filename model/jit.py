@@ -15,13 +15,13 @@ from contextlib import contextmanager
 
 import torch
 
-_LOCK = threading.Lock()
+WARNINGS_LOCK = threading.Lock()  # held by whoever swaps the process-wide warning filters
 
 
 @contextmanager
 def tracing(*expected: str) -> Iterator[None]:
     """Context for torch.jit.trace/script calls; `expected`: regexes of TracerWarnings known to be harmless."""
-    with _LOCK, warnings.catch_warnings(), torch.inference_mode():
+    with WARNINGS_LOCK, warnings.catch_warnings(), torch.inference_mode():
         warnings.filterwarnings("error", category=torch.jit.TracerWarning)  # later filters take precedence
         warnings.filterwarnings("ignore", message=r".*torch\.jit\.(trace|script).* is deprecated")
         for message in expected:

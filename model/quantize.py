@@ -4,12 +4,20 @@ Weights are quantized once, per output channel (symmetric, int8); activations ar
 tensor (7-bit, `reduce_range`: AVX2 without VNNI sums u8*s8 pairs in int16, which 8 bits could overflow).
 Embeddings, LayerNorms and attention stay float32. At batch 1 a decoder step is bound by reading its weights
 from memory, so 4x smaller weights are most of the gain; at batch 32 the int8 GEMMs are also faster.
+
+PyTorch 2.13 deprecates its quantized tensors (pytorch/pytorch#184982), which fbgemm's packed weights are built
+from; its successor on CPU, torch._int_mm, measured 20-70x slower here (AVX2), so this stays on fbgemm and
+silences the notice at load.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor, nn
+
+from model.jit import WARNINGS_LOCK
 
 MODES = ("int8",)
 
@@ -22,10 +30,14 @@ class Int8Linear(nn.Module):
         w = linear.weight.detach().float()  # (out, in)
         scales = (w.abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()
         zeros = torch.zeros(w.size(0), dtype=torch.long)
-        qweight = torch.quantize_per_channel(w, scales, zeros, axis=0, dtype=torch.qint8)
         bias = None if linear.bias is None else linear.bias.detach().float()
+        with WARNINGS_LOCK, warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message=r"torch\.quantize_per_tensor, torch\.quantize_per_channel"
+            )
+            qweight = torch.quantize_per_channel(w, scales, zeros, axis=0, dtype=torch.qint8)
+            self.packed = torch.ops.quantized.linear_prepack(qweight, bias)  # fbgemm's packed layout
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.packed = torch.ops.quantized.linear_prepack(qweight, bias)  # fbgemm's packed layout
 
     def forward(self, x: Tensor) -> Tensor:
         """(..., in) float32 -> (..., out) float32."""
