@@ -46,9 +46,11 @@ class AttentionMaps:
 
 @dataclass
 class TracedGraphs:
-    """A Translator's encode (src -> memory, mask) and step (Translator.step's signature), as TorchScript."""
+    """A Translator's encode (src -> memory, mask), cross-attention K/V (memory -> per-layer K, V) and step
+    (Translator.step's signature), as TorchScript."""
 
     encode: torch.jit.ScriptModule
+    cross: torch.jit.ScriptModule
     step: torch.jit.ScriptModule
 
 
@@ -60,6 +62,16 @@ class _Encode(nn.Module):
     def forward(self, src: Tensor) -> tuple[Tensor, Tensor]:
         memory, mask, _ = self.model.encode(src)
         return memory, mask
+
+
+class _Cross(nn.Module):
+    def __init__(self, model: Translator) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, memory: Tensor) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
+        caches = self.model.decoder.init_cache(memory)
+        return tuple(c.cross_k for c in caches), tuple(c.cross_v for c in caches)
 
 
 class _Step(nn.Module):
@@ -109,7 +121,13 @@ class Translator(nn.Module):
         return self.generator(hidden)
 
     def init_state(self, memory: Tensor, memory_mask: Tensor) -> DecoderState:
-        return DecoderState(self.decoder.init_cache(memory), memory_mask)
+        """Cross-attention K/V from memory (N, S, D), once; empty self-attention caches."""
+        if self.graphs is None or self.training:
+            return DecoderState(self.decoder.init_cache(memory), memory_mask)
+        cross_k, cross_v = self.graphs.cross(memory)
+        empty = memory.new_zeros(memory.size(0), self.cfg.n_heads, 0, self.cfg.head_dim)
+        caches = [LayerCache(empty, empty, k, v) for k, v in zip(cross_k, cross_v, strict=True)]
+        return DecoderState(caches, memory_mask)
 
     def decode_step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Last tokens (R,) -> log-probabilities (R, V) in float32 and the advanced state."""
@@ -165,6 +183,7 @@ class Translator(nn.Module):
             self.graphs = None
             encode = torch.jit.trace(_Encode(self), (src,), check_trace=False)
             memory, mask = encode(src)
+            cross = torch.jit.trace(_Cross(self), (memory,), check_trace=False)
             state = self.init_state(memory, mask).select(torch.tensor([0, 0, 0, 1, 1, 1], device=dev))
             tokens = torch.full((6,), self.cfg.eos_id, dtype=torch.long, device=dev)
             for _ in range(2):
@@ -179,7 +198,7 @@ class Translator(nn.Module):
                 [c.cross_v for c in state.caches],
             )
             step = torch.jit.trace(_Step(self), inputs, check_trace=False)
-        self.graphs = TracedGraphs(encode, step)
+        self.graphs = TracedGraphs(encode, cross, step)
 
     @torch.inference_mode()
     def attention(self, src: Tensor, tgt_in: Tensor) -> tuple[Tensor, AttentionMaps]:
