@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return download_cli(rest)
     if command == "ngram-head":
-        from training.wide import cli as wide_cli
+        from training.ngram_head import cli as ngram_head_cli
 
-        return wide_cli(rest)
+        return ngram_head_cli(rest)
     if command == "ship":
         from training.ship import cli as ship_cli
 

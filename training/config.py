@@ -109,7 +109,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "sentiment-ko-kd": _KO_KD,
     # The shipped classifiers. sentiment-ko: the first-round student again, distilled from itself and a
-    # hashed n-gram model (training/ngram.py), whose errors differ from the Transformer's.
+    # hashed n-gram model (training/ngram_teacher.py), whose errors differ from the Transformer's.
     "sentiment-ko": {
         **_KO_KD,
         "teachers": "{out_dir}/sentiment-ko-kd/best,ngram-w3c4",
@@ -189,7 +189,9 @@ class TrainConfig:
     objective: Literal["supervised", "mlm"] = "supervised"  # set internally for the pretraining phase
     mask_prob: float = 0.15
     # knowledge distillation (classifiers): teachers' mean probabilities on unlabeled text as extra targets
-    teachers: str = ""  # comma-separated checkpoint dirs or n-gram specs (ngram-w3c4, see training/ngram.py)
+    teachers: str = (
+        ""  # comma-separated checkpoint dirs or n-gram specs (ngram-w3c4, see training/ngram_teacher.py)
+    )
     distill_dataset: str = ""  # unlabeled text (e.g. nsmc-unlabeled); valid-split texts are left out
     distill_examples: int = 0  # a seeded sample of this many texts; 0 = all
     tokenizer_from: str = ""  # reuse this sentencepiece model instead of training one

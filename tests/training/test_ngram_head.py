@@ -10,7 +10,7 @@ import torch
 
 from model import load_checkpoint
 from training.__main__ import main
-from training.wide import ALPHAS
+from training.ngram_head import ALPHAS
 
 from .test_train import evaluate_nsmc, last_json, tiny
 

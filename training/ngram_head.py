@@ -28,7 +28,7 @@ from model.ngram import NgramSpec
 from model.preprocess import classifier_ids
 from training.data import LabeledText, load_split, resolve_data_dir
 from training.metrics import accuracy_f1
-from training.ngram import Bags, fit, logits
+from training.ngram_fit import Bags, fit, logits
 
 log = logging.getLogger(__name__)
 ALPHAS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.2, 1.5)
