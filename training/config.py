@@ -1,9 +1,11 @@
-"""Typed training configuration with `--field=value` overrides (nanoGPT's configurator, without exec)."""
+"""Typed training configuration with `--d-model 128` overrides (nanoGPT's configurator, without exec)."""
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
+import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -236,35 +238,105 @@ def _convert(value: str, tp: Any) -> Any:
     return tp(value)
 
 
+def option(field: str) -> str:
+    """A TrainConfig field's command-line option: d_model -> --d-model."""
+    return "--" + field.replace("_", "-")
+
+
+OPTIONS: dict[str, str] = {option(f.name): f.name for f in dataclasses.fields(TrainConfig)} | {
+    "--preset": "preset",
+    "--config": "config",
+}
+
+
+def _pairs(args: list[str], hints: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field, value) of `--key value` / `--key=value` args; a boolean `--key` alone means true."""
+    pairs, i = [], 0
+    while i < len(args):
+        key, eq, value = args[i].partition("=")
+        if key not in OPTIONS:
+            if not key.startswith("--"):
+                raise ValueError(f"expected --key value or --key=value, got {args[i]!r}")
+            near = difflib.get_close_matches(key, OPTIONS, n=1)
+            hint = f"did you mean {near[0]}?" if near else "see --help"
+            raise ValueError(f"Unknown config key: {key} ({hint})")
+        name, i = OPTIONS[key], i + 1
+        if not eq:
+            alone = i == len(args) or args[i].startswith("--")
+            if hints.get(name) is bool and alone:
+                value = "true"
+            elif alone:
+                raise ValueError(f"{key} needs a value")
+            else:
+                value, i = args[i], i + 1
+        pairs.append((name, value))
+    return pairs
+
+
 def parse_overrides(args: list[str], base: dict[str, Any] | None = None) -> TrainConfig:
-    """Build a TrainConfig from `--field=value` args (and `--preset=name` / `--config=file.json`)."""
-    # precedence: base (the CLI's task) < preset < --config file < explicit --field=value
+    """Build a TrainConfig from `--d-model 128` / `--d-model=128` args, `--preset NAME` and `--config FILE`."""
+    # precedence: base (the CLI's task) < preset < --config file < explicit --key value
     values: dict[str, Any] = dict(base or {})
     explicit: dict[str, Any] = {}
     hints = typing.get_type_hints(TrainConfig)
-    for arg in args:
-        if not arg.startswith("--") or "=" not in arg:
-            raise ValueError(f"expected --field=value, got {arg!r}")
-        key, value = arg[2:].split("=", 1)
-        key = key.replace("-", "_")
-        if key == "preset":
+    for name, value in _pairs(args, hints):
+        if name == "preset":
             if value not in PRESETS:
                 raise ValueError(f"unknown preset {value!r}; choose from {sorted(PRESETS)}")
             values.update(PRESETS[value], name=value)
-        elif key == "config":
+        elif name == "config":
             values.update(json.loads(Path(value).read_text()))
-        elif key not in hints:
-            raise ValueError(f"Unknown config key: {key!r} (valid: {', '.join(sorted(hints))})")
         else:
             try:
-                explicit[key] = _convert(value, hints[key])
+                explicit[name] = _convert(value, hints[name])
             except ValueError as e:
-                raise ValueError(f"--{key}: {e}") from e
+                raise ValueError(f"{option(name)}: {e}") from e
     values.update(explicit)
     for key in _RUN_PATHS:  # presets name other runs' outputs as {out_dir}/<run>/...
         if isinstance(values.get(key), str):
             values[key] = values[key].replace("{out_dir}", str(values.get("out_dir", "runs")))
-    missing = [k for k in ("task", "dataset") if k not in values]
+    missing = [option(k) for k in ("task", "dataset") if k not in values]
     if missing:
-        raise ValueError(f"missing required settings: {missing} (or use --preset=NAME)")
+        raise ValueError(f"missing required settings: {', '.join(missing)} (or use --preset NAME)")
     return TrainConfig(**values)
+
+
+def usage(command: str) -> str:
+    """`python -m training sentiment|translate --help`: the options (one per TrainConfig field) and presets."""
+    lines = [
+        f"usage: python -m training {command} [--preset NAME] [--config FILE] [--key value | --key=value ...]",
+        f"presets: {', '.join(sorted(PRESETS))}",
+        "options (TrainConfig fields; a boolean option alone means true):",
+    ]
+    for f in dataclasses.fields(TrainConfig):
+        default = "(required)" if f.default is dataclasses.MISSING else repr(f.default)
+        lines.append(f"  {option(f.name):26} {default}")
+    return "\n".join(lines)
+
+
+def cli(argv: list[str], command: str) -> int:
+    """`python -m training sentiment|translate ...`: parse, train (or resume), print the best checkpoint."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(usage(command))
+        return 0
+    task = "sentiment" if command == "sentiment" else "translation"
+    try:
+        cfg = parse_overrides(argv, {"task": task})
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if cfg.task != task:
+        print(f"error: preset/config is a {cfg.task} run, not {task}", file=sys.stderr)
+        return 2
+    from training.train import train  # the training loop imports this module
+
+    print(train(cfg))
+    return 0
+
+
+def sentiment_cli(argv: list[str]) -> int:
+    return cli(argv, "sentiment")
+
+
+def translate_cli(argv: list[str]) -> int:
+    return cli(argv, "translate")

@@ -18,7 +18,7 @@ import torch
 from model import build_model, load_checkpoint
 from model.inference import classify_texts
 from training.__main__ import main
-from training.config import parse_overrides
+from training.config import TrainConfig, parse_overrides
 from training.data import load_split
 from training.distill import CACHE, sample_texts
 from training.prepare import prepare
@@ -48,7 +48,7 @@ def tiny(data_dir: Path, out_dir: Path, **extra: object) -> list[str]:
         "lr": 3e-3,
         **extra,
     }
-    return [f"--{k}={v}" for k, v in args.items()]
+    return [a for k, v in args.items() for a in (f"--{k.replace('_', '-')}", str(v))]
 
 
 def last_json(out: str) -> dict:
@@ -237,13 +237,37 @@ def test_a_finished_run_continues_on_a_longer_schedule(synthetic_data_dir: Path,
 
 def test_unknown_config_key_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["translate", "--dataset=tatoeba-fr-en", "--bogus=1"]) == 2
-    assert "Unknown config key: 'bogus'" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="expected a boolean"):
+    assert "Unknown config key: --bogus" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"Unknown config key: --d_model \(did you mean --d-model\?\)"):
+        parse_overrides(["--dataset", "x", "--d_model", "64"], {"task": "translation"})
+    with pytest.raises(ValueError, match="expected --key value or --key=value, got '64'"):
+        parse_overrides(["--dataset", "x", "--d-model", "64", "64"], {"task": "translation"})
+    with pytest.raises(ValueError, match="--epochs needs a value"):
+        parse_overrides(["--dataset", "x", "--epochs"], {"task": "translation"})
+    with pytest.raises(ValueError, match="--bf16: expected a boolean"):
         parse_overrides(["--dataset=x", "--bf16=maybe"], {"task": "translation"})
-    cfg = parse_overrides(["--preset=translate-fr-en", "--epochs=3"], {"task": "translation"})
-    assert cfg.dataset == "tatoeba-fr-en"
-    assert cfg.epochs == 3
-    assert cfg.name == "translate-fr-en"
+
+
+def test_options_take_a_space_or_an_equals_sign() -> None:
+    spaced = ["--preset", "translate-fr-en", "--d-model", "128", "--betas", "0.9,0.99", "--dry-run"]
+    equals = ["--preset=translate-fr-en", "--d-model=128", "--betas=0.9,0.99", "--dry-run=true"]
+    for args in (spaced, equals):
+        cfg = parse_overrides(args, {"task": "translation"})
+        assert (cfg.dataset, cfg.name) == ("tatoeba-fr-en", "translate-fr-en")
+        assert (cfg.d_model, cfg.betas, cfg.dry_run) == (128, (0.9, 0.99), True)
+    # a boolean option alone is true, and takes its value from the next argument if that is not an option
+    cfg = parse_overrides(
+        ["--dataset", "x", "--norm-first", "false", "--bf16", "--lr", "-1"], {"task": "translation"}
+    )
+    assert (cfg.norm_first, cfg.bf16, cfg.lr) == (False, True, -1.0)
+
+
+def test_train_help_lists_every_field(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["translate", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--d-model" in out
+    assert "--dataset                  (required)" in out
+    assert all(f"--{f.replace('_', '-')} " in out for f in TrainConfig.__dataclass_fields__)
 
 
 @pytest.mark.slow
@@ -286,7 +310,7 @@ def test_preset_decides_the_task(capsys: pytest.CaptureFixture[str]) -> None:
 def test_resume_refuses_changed_settings(synthetic_data_dir: Path, tmp_path: Path) -> None:
     base = ["--dataset=tatoeba-fr-en", "--name=r", *tiny(synthetic_data_dir, tmp_path)]
     train(parse_overrides(base, {"task": "translation"}), stop_at_step=2)
-    changed = parse_overrides([*base, "--d_model=64"], {"task": "translation"})
+    changed = parse_overrides([*base, "--d-model=64"], {"task": "translation"})
     with pytest.raises(ValueError, match="cannot resume with different settings.*d_model"):
         train(changed)
 
@@ -348,7 +372,7 @@ def test_masked_lm_phase_runs_pretrain_steps_past_the_fine_tuning_epochs(
     assert mlm[-1]["epoch"] >= 2
     assert [r["epoch"] for r in records(tmp_path / "ko") if "eval" in r] == [1]  # fine-tuning: its 1 epoch
     # pretrain_epochs caps the phase at that many epochs of its text (the schedule still spans 5 steps)
-    capped = mlm_then_fine_tune(synthetic_data_dir, tmp_path, "capped", "--pretrain_epochs=1", **phase)
+    capped = mlm_then_fine_tune(synthetic_data_dir, tmp_path, "capped", "--pretrain-epochs=1", **phase)
     assert 1 <= len(capped) < 5
     assert {r["epoch"] for r in capped} == {0}
     assert capped[0]["lr"] == mlm[0]["lr"]
@@ -405,7 +429,7 @@ def test_sample_texts_leaves_out_valid_and_duplicates() -> None:
 
 def test_presets_name_other_runs_below_out_dir() -> None:
     cfg = parse_overrides(
-        ["--out_dir=/x/runs", "--teachers={out_dir}/a/best,{out_dir}/b/best", "--init_from={out_dir}/b/best"],
+        ["--out-dir=/x/runs", "--teachers={out_dir}/a/best,{out_dir}/b/best", "--init-from={out_dir}/b/best"],
         {"task": "sentiment", "dataset": "nsmc"},
     )
     assert cfg.teachers == "/x/runs/a/best,/x/runs/b/best"
