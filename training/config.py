@@ -172,6 +172,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     epochs: int = 30
     max_steps: int = 0  # 0 = epochs decide; otherwise stop after this many optimizer steps
+    stop_at_step: int = 0  # >0: pause (resumable) after this step, where a recipe switches schedules
     patience: int = 5  # early stopping: evaluations without improvement
     bf16: bool = False  # autocast; on CPUs without avx512_bf16/AMX it is ~3x slower than fp32 (measured)
     # evaluation
@@ -191,9 +192,7 @@ class TrainConfig:
     objective: Literal["supervised", "mlm"] = "supervised"  # set internally for the pretraining phase
     mask_prob: float = 0.15
     # knowledge distillation (classifiers): teachers' mean probabilities on unlabeled text as extra targets
-    teachers: str = (
-        ""  # comma-separated checkpoint dirs or n-gram specs (ngram-w3c4, see training/ngram_teacher.py)
-    )
+    teachers: str = ""  # comma-separated checkpoint dirs or n-gram teachers (training/ngram_teacher.py)
     distill_dataset: str = ""  # unlabeled text (e.g. nsmc-unlabeled); valid-split texts are left out
     distill_examples: int = 0  # a seeded sample of this many texts; 0 = all
     tokenizer_from: str = ""  # reuse this sentencepiece model instead of training one

@@ -175,7 +175,7 @@ def test_resume_continues_exactly(synthetic_data_dir: Path, tmp_path: Path) -> N
     full = parse_overrides(["--dataset=tatoeba-fr-en", "--name=full", *common], {"task": "translation"})
     train(full)
     part = parse_overrides(["--dataset=tatoeba-fr-en", "--name=part", *common], {"task": "translation"})
-    train(part, stop_at_step=5)  # mid-epoch: the data position and RNG must be restored
+    train(replace(part, stop_at_step=5))  # mid-epoch: the data position and RNG must be restored
     assert max(r["step"] for r in records(tmp_path / "part")) == 5
     train(part)
     losses_full = [(r["step"], r["loss"]) for r in records(tmp_path / "full") if "loss" in r]
@@ -233,6 +233,24 @@ def test_a_finished_run_continues_on_a_longer_schedule(synthetic_data_dir: Path,
     assert second["done"]
     assert second["epoch"] == 2
     assert second["step"] > first["step"]
+
+
+def test_a_run_paused_at_a_step_goes_on_under_the_next_command(
+    synthetic_data_dir: Path, tmp_path: Path
+) -> None:
+    """--stop-at-step pauses a run where a recipe switches schedules; once passed, that command does nothing."""
+    args = ["--dataset=tatoeba-fr-en", "--name=p", *tiny(synthetic_data_dir, tmp_path, epochs=3)]
+    first = parse_overrides([*args, "--stop-at-step=4"], {"task": "translation"})
+    state = tmp_path / "p" / "state.pt"
+    train(first)
+    paused = torch.load(state, weights_only=True)["progress"]
+    assert (paused["step"], paused["done"]) == (4, False)
+    train(replace(first, epochs=2, stop_at_step=0))  # the shorter schedule from step 4 on, to its end
+    done = torch.load(state, weights_only=True)["progress"]
+    assert (done["epoch"], done["done"]) == (2, True)
+    assert done["step"] > 4
+    train(first)  # re-running the chain: the pausing command must not extend the finished run
+    assert torch.load(state, weights_only=True)["progress"] == done
 
 
 def test_unknown_config_key_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
@@ -309,7 +327,7 @@ def test_preset_decides_the_task(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_resume_refuses_changed_settings(synthetic_data_dir: Path, tmp_path: Path) -> None:
     base = ["--dataset=tatoeba-fr-en", "--name=r", *tiny(synthetic_data_dir, tmp_path)]
-    train(parse_overrides(base, {"task": "translation"}), stop_at_step=2)
+    train(parse_overrides([*base, "--stop-at-step", "2"], {"task": "translation"}))
     changed = parse_overrides([*base, "--d-model=64"], {"task": "translation"})
     with pytest.raises(ValueError, match="cannot resume with different settings.*d_model"):
         train(changed)
