@@ -1,5 +1,6 @@
 """CLI: python -m training COMMAND [--key value | --key=value ...]  (COMMAND --help for its options)
 
+python -m training reproduce sentiment-ko --dry-run       # a shipped model's recipe (training/recipes.py)
 python -m training translate --preset translate-fr-en --epochs 20
 python -m training sentiment --dataset imdb --d-model 128 --dry-run
 python -m training ngram-head --run runs/sentiment-en --spec w3c4
@@ -24,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "evaluate": "training.evaluate:cli",
     "download": "training.download:cli",
     "ship": "training.ship:cli",
+    "reproduce": "training.recipes:cli",
 }
 
 

@@ -443,12 +443,3 @@ def test_sample_texts_leaves_out_valid_and_duplicates() -> None:
     got = sample_texts(pool, {"c"}, 0, seed=1)
     assert sorted(got) == ["a", "b", "d", "e"]
     assert sample_texts(pool, {"c"}, 2, seed=1) == got[:2]
-
-
-def test_presets_name_other_runs_below_out_dir() -> None:
-    cfg = parse_overrides(
-        ["--out-dir=/x/runs", "--teachers={out_dir}/a/best,{out_dir}/b/best", "--init-from={out_dir}/b/best"],
-        {"task": "sentiment", "dataset": "nsmc"},
-    )
-    assert cfg.teachers == "/x/runs/a/best,/x/runs/b/best"
-    assert cfg.init_from == "/x/runs/b/best"
