@@ -6,6 +6,7 @@ python -m training sentiment --dataset imdb --d-model 128 --dry-run
 python -m training ngram-head --run runs/sentiment-en --spec w3c4
 python -m training evaluate --checkpoint DIR --data FILE --format tatoeba
 python -m training ship --run runs/translate-fr-en --name translate-fr-en
+python -m training card --checkpoint checkpoints/translate-fr-en
 python -m training download nsmc --data-dir DIR
 """
 
@@ -25,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "evaluate": "training.evaluate:cli",
     "download": "training.download:cli",
     "ship": "training.ship:cli",
+    "card": "training.ship:card_cli",
     "reproduce": "training.recipes:cli",
 }
 

@@ -76,8 +76,8 @@ def add_head(
         "buckets": buckets,
         "alpha": alpha,
         "valid_accuracy_by_alpha": {str(a): round(s, 4) for a, s in scores.items()},
-        "head_valid_accuracy": (wide.argmax(-1) == vlabels).float().mean().item(),
-        "encoder_valid_accuracy": (encoder.argmax(-1) == vlabels).float().mean().item(),
+        "head_valid_accuracy": round((wide.argmax(-1) == vlabels).float().mean().item(), 4),
+        "encoder_valid_accuracy": round((encoder.argmax(-1) == vlabels).float().mean().item(), 4),
     }
     return out.eval(), report
 

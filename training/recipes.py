@@ -153,8 +153,9 @@ RECIPES: dict[str, Recipe] = {
             note="Knowledge distillation: sentiment-en-base (from scratch) and sentiment-en-mlm (a masked-LM"
             " phase on the IMDb train reviews first) label the train reviews again with their mean"
             " probabilities; the student starts from sentiment-en-base and learns from the gold and the soft"
-            " labels (a second round with an n-gram teacher did not improve it: IMDb has no unlabeled reviews"
-            " outside train)." + _HEAD_NOTE + " The encoder alone: valid 0.9008, test 0.8868.",
+            " labels (a second round with an n-gram teacher did not improve it)."
+            + _HEAD_NOTE
+            + " The encoder alone: valid 0.9008, test 0.8868.",
         ),
         Recipe(
             runs=(
@@ -226,9 +227,9 @@ RECIPES: dict[str, Recipe] = {
             " to step 1540, then the 8-epoch one to its end, one low-LR epoch 9 that did not improve"
             " validation, and a short second cosine cycle to 11 epochs from ~8% of the peak LR with snapshot"
             " averages evaluated at each validation; the best validation checkpoint is the plain weights at"
-            " step 4128 (epoch 10). Not replayed by the chain: between step 1540 and the 8-epoch schedule the"
-            " run spent a few minutes on a 7-epoch schedule whose last step was not recorded. The wall time"
-            " counts only the segments after wall-time tracking was added.",
+            " step 4128 (epoch 10). Not replayed by the chain: between step 1540 and the 8-epoch schedule came"
+            " a segment on a 7-epoch schedule whose last step was not recorded. The wall time counts only the"
+            " segments after wall-time tracking was added.",
         ),
         Recipe(
             runs=(

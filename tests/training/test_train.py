@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -348,31 +349,25 @@ def test_ship_writes_card_and_selects_on_validation(
         == 0
     )
     dest = tmp_path / "shipped"
-    argv = [
-        "ship",
-        "--run",
-        str(tmp_path / "fr"),
-        "--name",
-        "translate-fr-en",
-        "--dest",
-        str(dest),
-        "--data-dir",
-        str(synthetic_data_dir),
-    ]
-    extra = ["--note", "resumed once with --epochs=2", "--continued=--epochs=2", "--requires=--preset=base"]
-    assert main([*argv, *extra]) == 0
-    shipped = dest / "translate-fr-en"
+    argv = ["ship", "--run", str(tmp_path / "fr"), "--dest", str(dest), "--data-dir", str(synthetic_data_dir)]
+    assert main([*argv, "--name", "translate-fr-en"]) == 2  # not the run recipe translate-fr-en makes
+    assert "the run is not recipe 'translate-fr-en'" in capsys.readouterr().out
+    assert not dest.exists()
+    argv += ["--name", "toy-fr-en"]
+    assert main(argv) == 0
+    shipped = dest / "toy-fr-en"
     metrics = json.loads((shipped / "metrics.json").read_text())
     assert metrics["test"]["n"] == 40
     assert "metric" in metrics["valid"]
+    assert metrics["shipped"] == datetime.now(UTC).date().isoformat()
+    floats = [v for part in ("test", "valid") for v in metrics[part].values() if isinstance(v, float)]
+    assert all(round(v, 4) == v for v in floats)
     card = (shipped / "README.md").read_text()
     assert f"| bleu | {metrics['test']['bleu']} |" in card
-    assert "python -m training translate --preset=translate-fr-en" in card
-    assert "- **Notes**: resumed once with --epochs=2" in card
-    assert "python -m training translate --preset=translate-fr-en --epochs=2  # continues the run" in card
-    first, second = card.split("## Reproduce")[1].split("```")[1].strip().splitlines()[:2]
-    assert first.startswith("python -m training translate --preset=base  # a run that")
-    assert second.startswith("python -m training translate --preset=translate-fr-en")
+    assert "No recipe in training/recipes.py" in card
+    (shipped / "README.md").write_text("edited by hand")
+    assert main(["card", "--checkpoint", str(shipped)]) == 0  # the card is regenerated from the files
+    assert (shipped / "README.md").read_text() == card
     assert load_checkpoint(shipped).config.task == "translation"
     capsys.readouterr()
     assert main(argv) == 1  # same validation metric: not an improvement, the shipped one stays
