@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,9 @@ import pytest
 from training.__main__ import main
 from training.config import TrainConfig, parse_overrides
 from training.recipes import PRESETS, RECIPES, commands
+from training.ship import model_card, recipe_diff
 
+CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
 SENTIMENT_KO = """\
 python -m training sentiment --preset sentiment-ko-base --out-dir runs
 python -m training sentiment --preset sentiment-ko-mlm --out-dir runs
@@ -87,3 +90,19 @@ def test_every_run_starts_from_runs_trained_before_it(name: str) -> None:
         assert cfg.task == PRESETS[cfg.name]["task"]
         done.add(cfg.name)
     assert cfg.name == name  # the last run is the shipped one
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_the_last_command_is_the_shipped_runs_recorded_config(name: str) -> None:
+    recorded = json.loads((CHECKPOINTS / name / "config.json").read_text())["training"]["config"]
+    assert recipe_diff(name, recorded) == {}
+    assert recipe_diff(name, recorded | {"epochs": 99, "name": "x"}) == {
+        "epochs": (99, _train_configs(name)[-1].epochs),
+        "name": ("x", name),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_the_shipped_card_is_the_one_card_prints(name: str) -> None:
+    """The model cards are generated (`python -m training card`), never edited by hand."""
+    assert model_card(CHECKPOINTS / name, name) == (CHECKPOINTS / name / "README.md").read_text()
