@@ -222,7 +222,7 @@ def _check_resumable(saved: dict[str, Any], cfg: TrainConfig, path: Path) -> Non
     if diff:
         raise ValueError(
             f"{path}: cannot resume with different settings (saved, now): {diff}; "
-            "use another --name or --out_dir for a new run"
+            "use another --name or --out-dir for a new run"
         )
 
 
