@@ -2,7 +2,7 @@
 the n-gram head and ship. The one source of `python -m training reproduce NAME`, of the presets
 (`--preset RUN`) and of the model cards' Reproduce section.
 
-  python -m training reproduce sentiment-ko [--dry-run] [--runs-dir runs] [--data-dir DIR]
+  python -m training reproduce sentiment-ko [--dry-run] [--runs-dir runs] [--data-dir DIR] [--dest DIR]
 
 A run's settings are its preset. The runs it starts from (teachers, init_from, tokenizer_from) are named by
 run, and its commands get their paths below --runs-dir. A run trained by several commands (a pause on one
@@ -281,8 +281,10 @@ def _links(run: Run, runs: Path) -> list[str]:
     return out
 
 
-def commands(recipe: Recipe, runs_dir: str = "runs", data_dir: str | None = None) -> list[list[str]]:
-    """The argv of every `python -m training` command of `recipe`, in order."""
+def commands(
+    recipe: Recipe, runs_dir: str = "runs", data_dir: str | None = None, dest: str | None = None
+) -> list[list[str]]:
+    """The argv of every `python -m training` command of `recipe`, in order (`dest`: ship's --dest)."""
     runs, data = Path(runs_dir), ["--data-dir", data_dir] if data_dir else []
     chain = []
     for run in recipe.runs:
@@ -296,7 +298,9 @@ def commands(recipe: Recipe, runs_dir: str = "runs", data_dir: str | None = None
     if recipe.head:
         spec = ["--spec", recipe.head, "--buckets", str(recipe.head_buckets)]
         chain.append(["ngram-head", "--run", shipped, *spec, *data])
-    chain.append(["ship", "--run", shipped, "--name", recipe.name, *data])
+    chain.append(
+        ["ship", "--run", shipped, "--name", recipe.name, *data, *(["--dest", dest] if dest else [])]
+    )
     return chain
 
 
@@ -316,8 +320,9 @@ def cli(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="print the commands, one per line, without running")
     p.add_argument("--runs-dir", default="runs", help="where the runs live (default: runs)")
     p.add_argument("--data-dir", default=None, help="default: $TRAINING_DATA_DIR, else ../shared/data")
+    p.add_argument("--dest", default=None, help="where ship writes the checkpoint (default: checkpoints/)")
     args = p.parse_args(argv)
-    for step in commands(RECIPES[args.name], args.runs_dir, args.data_dir):
+    for step in commands(RECIPES[args.name], args.runs_dir, args.data_dir, args.dest):
         line = shlex.join(["python", "-m", "training", *step])
         print(line, flush=True)
         if args.dry_run:

@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from model import load_checkpoint
 from training.__main__ import main
 from training.config import TrainConfig, parse_overrides
-from training.recipes import PRESETS, RECIPES, commands
+from training.recipes import PRESETS, RECIPES, Recipe, Run, commands
 from training.ship import model_card, recipe_diff
 
 CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
@@ -106,3 +108,75 @@ def test_the_last_command_is_the_shipped_runs_recorded_config(name: str) -> None
 def test_the_shipped_card_is_the_one_card_prints(name: str) -> None:
     """The model cards are generated (`python -m training card`), never edited by hand."""
     assert model_card(CHECKPOINTS / name, name) == (CHECKPOINTS / name / "README.md").read_text()
+
+
+def test_a_chain_runs_end_to_end_and_resumes(
+    synthetic_data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tiny recipe: a teacher, a student paused at step 2 then finished, its n-gram head, ship; run twice."""
+    tiny = {
+        "task": "sentiment",
+        "dataset": "nsmc",
+        "vocab_size": 120,
+        "d_model": 32,
+        "n_heads": 2,
+        "n_layers": 1,
+        "d_ff": 64,
+        "batch_tokens": 400,
+        "max_src_len": 32,
+        "warmup_steps": 5,
+        "epochs": 1,
+        "threads": 1,
+        "eval_max_examples": 20,
+    }
+    recipe = Recipe(
+        runs=(
+            Run("toy-teacher", tiny),
+            Run(
+                "toy",
+                {**tiny, "distill_dataset": "nsmc-unlabeled", "distill_examples": 20},
+                teachers=("toy-teacher", "ngram-w1c2"),
+                init_from="toy-teacher",
+                tokenizer_from="toy-teacher",
+                commands=({"stop_at_step": 2}, {}),
+            ),
+        ),
+        head="w1c2",
+        head_buckets=4096,
+    )
+    for run in recipe.runs:
+        monkeypatch.setitem(PRESETS, run.name, run.settings)
+    monkeypatch.setitem(RECIPES, "toy", recipe)
+    ran: list[tuple[str, int]] = []
+
+    def in_process(argv: list[str], check: bool) -> subprocess.CompletedProcess[str]:
+        code = main(argv[3:])  # [python, -m, training, ...]
+        ran.append((argv[3], code))
+        return subprocess.CompletedProcess(argv, code)
+
+    monkeypatch.setattr(subprocess, "run", in_process)
+    runs, dest = tmp_path / "runs", tmp_path / "shipped"
+    argv = [
+        "reproduce",
+        "toy",
+        "--runs-dir",
+        str(runs),
+        "--data-dir",
+        str(synthetic_data_dir),
+        "--dest",
+        str(dest),
+    ]
+    assert main(argv) == 0
+    assert [c for c, _ in ran] == ["sentiment", "sentiment", "sentiment", "ngram-head", "ship"]
+    student = load_checkpoint(dest / "toy")
+    assert student.config.ngram == "w1c2"
+    recorded = student.meta["training"]["config"]
+    assert (recorded["init_from"], recorded["stop_at_step"]) == (str(runs / "toy-teacher" / "best"), 0)
+    state = torch.load(runs / "toy" / "state.pt", weights_only=True)["progress"]
+    assert state["done"]
+    assert state["step"] > 2
+
+    ran.clear()
+    assert main(argv) == 1  # again: every run is done; ship finds no better validation metric
+    assert ran[-1] == ("ship", 1)
+    assert torch.load(runs / "toy" / "state.pt", weights_only=True)["progress"] == state
