@@ -63,6 +63,19 @@ def recipe_diff(name: str, recorded: dict[str, Any]) -> dict[str, tuple[Any, Any
     }
 
 
+def portable(config: dict[str, Any]) -> dict[str, Any]:
+    """A run's recorded TrainConfig without the training machine's paths: the runs directory becomes `runs`,
+    the data directory the default."""
+    runs = config.get("out_dir", "runs").rstrip("/") + "/"
+    out = config | {"out_dir": "runs", "data_dir": ""}
+    for key in ("teachers", "init_from", "tokenizer_from"):
+        if config.get(key):
+            out[key] = ",".join(
+                "runs/" + p.removeprefix(runs) if p.startswith(runs) else p for p in config[key].split(",")
+            )
+    return out
+
+
 def _size_mb(path: Path) -> float:
     return sum((path / f).stat().st_size for f in (WEIGHTS, TOKENIZER)) / 2**20
 
@@ -203,10 +216,11 @@ def cli(argv: list[str] | None = None) -> int:
         "shipped": datetime.now(UTC).date().isoformat(),
     }
     (tmp / "metrics.json").write_text(json.dumps(shipped, indent=2, ensure_ascii=False) + "\n")
-    if "seconds" not in meta.get("training", {}):  # runs started before wall time was recorded: file times
+    if "seconds" not in meta["training"]:  # runs started before wall time was recorded: file times
         tok = args.run / "tokenizer.model"
         meta["training"]["seconds"] = round((best / "config.json").stat().st_mtime - tok.stat().st_mtime)
-        (tmp / "config.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    meta["training"]["config"] = portable(meta["training"]["config"])  # not in config.json's checksums
+    (tmp / "config.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
     write_card(tmp, name)
     load_checkpoint(tmp)  # the new directory must load before it replaces the shipped one
     shutil.rmtree(dest, ignore_errors=True)
