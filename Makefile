@@ -6,12 +6,8 @@ DATA_DIR ?= ../shared/data
 RUNS ?= runs
 
 TRAIN := train-sentiment-ko train-sentiment-en train-translate-fr-en train-translate-es-en train-translate-de-en
-# runs a shipped preset starts from (distillation teachers, init_from), trained first, in order, not shipped
-STARTS_sentiment-en := sentiment-en-base sentiment-en-mlm
-STARTS_sentiment-ko := sentiment-ko-base sentiment-ko-mlm sentiment-ko-kd
-STARTS := $(STARTS_sentiment-en) $(STARTS_sentiment-ko)
 
-.PHONY: install serve test lint format bench $(TRAIN) $(addprefix run-,$(STARTS))
+.PHONY: install serve test lint format bench $(TRAIN)
 
 install: $(VENV)/.installed
 
@@ -36,30 +32,11 @@ format: install
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
-# Shipped checkpoints: train (resumable: re-run the same command to continue), then evaluate + ship.
-# later commands that continued a finished preset run, in order, commas for spaces (each shipped card lists
-# them under Reproduce)
-comma := ,
-CONTINUE_translate-es-en := --epochs=9 --epochs=11,--average_last=6,--eval_every=129,--patience=30
-CONTINUE_translate-de-en := --epochs=13,--average_last=6,--eval_every=81,--patience=30
-CONTINUE_sentiment-ko-mlm := --epochs=7
-# shipped classifiers whose finished run then gets a hashed n-gram head (python -m training ngram-head)
-HEAD_sentiment-en := --spec w3c4 --buckets 2097152
-HEAD_sentiment-ko := --spec w3c4 --buckets 2097152
-
-# python -m training <task> --preset=$(1), then each CONTINUE_$(1) command
-train_cmd = $(PY) -m training $(if $(findstring sentiment,$(1)),sentiment,translate) --preset=$(1) --out_dir=$(RUNS) --data_dir=$(DATA_DIR)
-run_preset = $(call train_cmd,$(1)) && $(foreach c,$(CONTINUE_$(1)),$(call train_cmd,$(1)) $(subst $(comma), ,$(c)) &&) true
-# the card's Reproduce section: the start runs' commands, then the continuations
-requires = $(foreach t,$(STARTS_$(1)),--requires='--preset=$(t)' $(foreach c,$(CONTINUE_$(t)),--requires='--preset=$(t) $(subst $(comma), ,$(c))'))
-
-$(addprefix run-,$(STARTS)): run-%: install
-	$(call run_preset,$*)
-
-train-sentiment-en: $(addprefix run-,$(STARTS_sentiment-en))
-train-sentiment-ko: $(addprefix run-,$(STARTS_sentiment-ko))
-
-$(TRAIN): train-%: install  # a static pattern rule: implicit rules skip .PHONY targets
-	$(call run_preset,$*)
-	$(if $(HEAD_$*),$(PY) -m training ngram-head --run $(RUNS)/$* --data-dir $(DATA_DIR) $(HEAD_$*))
-	$(PY) -m training ship --run $(RUNS)/$* --name $* --data-dir $(DATA_DIR) $(foreach c,$(CONTINUE_$*),--continued='$(subst $(comma), ,$(c))') $(call requires,$*)
+# Shipped checkpoints: each runs its recipe in training/recipes.py (resumable: re-run to continue);
+# `python -m training reproduce NAME --dry-run` prints the commands.
+REPRODUCE = $(PY) -m training reproduce --runs-dir $(RUNS) --data-dir $(DATA_DIR)
+train-sentiment-ko: install ; $(REPRODUCE) sentiment-ko
+train-sentiment-en: install ; $(REPRODUCE) sentiment-en
+train-translate-fr-en: install ; $(REPRODUCE) translate-fr-en
+train-translate-es-en: install ; $(REPRODUCE) translate-es-en
+train-translate-de-en: install ; $(REPRODUCE) translate-de-en
