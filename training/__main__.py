@@ -1,10 +1,11 @@
-"""CLI: python -m training {sentiment,translate,ngram-head,evaluate,download,ship} ...
+"""CLI: python -m training {sentiment,translate,ngram-head,evaluate,download,ship,export} ...
 
 python -m training translate --preset=translate-fr-en [--field=value ...]
 python -m training sentiment --dataset=imdb --d_model=128 --dry_run=true
 python -m training ngram-head --run runs/sentiment-en --spec w3c4
 python -m training evaluate --checkpoint DIR --data FILE --format tatoeba
 python -m training download nsmc --data-dir DIR
+python -m training export --format ctranslate2 --checkpoint checkpoints/translate-fr-en --out DIR
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         from training.wide import cli as wide_cli
 
         return wide_cli(rest)
+    if command == "export":
+        from training.export import cli as export_cli
+
+        return export_cli(rest)
     if command == "ship":
         from training.ship import cli as ship_cli
 
