@@ -8,6 +8,7 @@ python -m training evaluate --checkpoint DIR --data FILE --format tatoeba
 python -m training ship --run runs/translate-fr-en --name translate-fr-en
 python -m training card --checkpoint checkpoints/translate-fr-en
 python -m training download nsmc --data-dir DIR
+python -m training export --format ctranslate2 --checkpoint checkpoints/translate-fr-en --out DIR
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "ship": "training.ship:cli",
     "card": "training.ship:card_cli",
     "reproduce": "training.recipes:cli",
+    "export": "training.export:cli",
 }
 
 
