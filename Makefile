@@ -1,4 +1,5 @@
-# One-command entry points. `make serve` and `make test` create .venv and install everything (torch CPU first).
+# One-command entry points. `make serve` and `make test` create .venv and install everything (torch first: the CPU
+# build on a machine without an NVIDIA GPU, see scripts/install_torch.sh; TORCH_VARIANT=cuda|cpu to choose).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,10 +12,15 @@ TRAIN := train-sentiment-ko train-sentiment-en train-translate-fr-en train-trans
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# Python 3.11+: a one-line message here rather than an error from deep inside pip (any Python 3 can run this line).
+PYTHON_CHECK = import sys; sys.exit(sys.version_info < (3, 11) and \
+	"Python >= 3.11 is needed; $(PYTHON) is %d.%d.%d (make install PYTHON=python3.11 or newer)" % sys.version_info[:3])
+
+$(VENV)/.installed: pyproject.toml scripts/install_torch.sh
+	@$(PYTHON) -c '$(PYTHON_CHECK)'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install torch==2.13.0  # the CPU wheel; any other spec pulls gigabytes of CUDA packages
+	PYTHON=$(PY) bash scripts/install_torch.sh
 	$(PY) -m pip install -e ".[dev]"
 	touch $@
 
