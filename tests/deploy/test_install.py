@@ -234,8 +234,9 @@ def test_make_install_refuses_python_older_than_311(tmp_path: Path) -> None:
     assert not venv.exists()
 
 
-def test_training_refuses_python_older_than_311() -> None:
-    code = "import runpy, sys; sys.version_info = (3, 10, 12, 'final', 0); runpy.run_module('training', run_name='__main__')"
+@pytest.mark.parametrize("package", ["app", "training"])
+def test_python_m_refuses_python_older_than_311(package: str) -> None:
+    code = f"import runpy, sys; sys.version_info = (3, 10, 12, 'final', 0); runpy.run_module({package!r}, run_name='__main__')"
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=30
     )
