@@ -8,7 +8,7 @@ RUNS ?= runs
 
 TRAIN := train-sentiment-ko train-sentiment-en train-translate-fr-en train-translate-es-en train-translate-de-en
 
-.PHONY: install serve test lint format bench $(TRAIN)
+.PHONY: install serve test lint format lock bench $(TRAIN)
 
 install: $(VENV)/.installed
 
@@ -37,6 +37,11 @@ lint: install
 format: install
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
+
+# requirements.lock (what the Docker image installs) after a change to [project].dependencies; UPGRADE=1 moves every
+# pin to the newest release allowed.
+lock: install
+	PYTHON=$(PY) UPGRADE=$(UPGRADE) bash scripts/lock.sh
 
 # Shipped checkpoints: each runs its recipe in training/recipes.py (resumable: re-run to continue);
 # `python -m training reproduce NAME --dry-run` prints the commands.

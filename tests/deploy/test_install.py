@@ -1,15 +1,19 @@
-"""What `make install` installs: scripts/install_torch.sh run with pip's `--dry-run --report` against a fake package
-index on 127.0.0.1 (tiny fixture wheels; pip's own configuration shut out), so the choice of torch build and index is
-checked offline, and the Makefile's wiring and Python check."""
+"""What `make install` and the Docker image install: scripts/install_torch.sh run with pip's `--dry-run --report`
+against a fake package index on 127.0.0.1 (tiny fixture wheels; pip's own configuration shut out), so the choice of
+torch build and index is checked offline; the Makefile's wiring and Python check; requirements.lock against
+pyproject.toml and the Dockerfile."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import threading
+import tomllib
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,9 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from tests.deploy.test_deploy import parse_dockerfile
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "install_torch.sh"
+LOCK = REPO / "requirements.lock"
 # index -> project -> [(version, Requires-Dist)]: PyPI's Linux torch pulls nvidia-* wheels, the CPU index's does not;
 # newer releases on both check that the version pin holds.
 INDEXES = {
@@ -244,3 +253,80 @@ def test_python_m_refuses_python_older_than_311(package: str) -> None:
         1,
         f"transformer-serving needs Python >= 3.11; this is 3.10.12 ({sys.executable})",
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# requirements.lock: what the image installs besides torch
+
+
+def lock_pins() -> dict[str, tuple[str, list[str]]]:
+    """name -> (pinned version, sha256 hashes), from the lock's `name==version --hash=sha256:...` entries."""
+    pins = {}
+    for entry in LOCK.read_text().replace("\\\n", " ").splitlines():
+        if not entry.strip() or entry.lstrip().startswith("#"):
+            continue
+        requirement, *options = entry.split()
+        name, _, version = requirement.partition("==")
+        pins[canonicalize_name(name)] = (version, [o.removeprefix("--hash=sha256:") for o in options])
+    return pins
+
+
+def unmet(requirements: list[Requirement], pins: dict[str, tuple[str, list[str]]]) -> dict[str, str | None]:
+    """Each requirement the lock does not satisfy -> the locked version (None: not in the lock)."""
+    missing: dict[str, str | None] = {}
+    for r in requirements:
+        version = pins.get(canonicalize_name(r.name), (None, []))[0]
+        if version is None or not r.specifier.contains(version, prereleases=True):
+            missing[r.name] = version
+    return missing
+
+
+def test_lock_pins_every_entry_with_hashes() -> None:
+    pins = lock_pins()
+    assert len(pins) > 10
+    assert {n: v for n, (v, hashes) in pins.items() if not re.fullmatch(r"[\w.]+", v) or not hashes} == {}
+    assert all(re.fullmatch(r"[0-9a-f]{64}", h) for _, hashes in pins.values() for h in hashes)
+
+
+def test_lock_satisfies_the_runtime_dependencies() -> None:
+    """A dependency added to pyproject.toml fails here until `make lock` is run."""
+    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    requirements = [Requirement(d) for d in dependencies if Requirement(d).name != "torch"]
+    assert unmet(requirements, lock_pins()) == {}, (
+        "pyproject.toml and requirements.lock differ: run `make lock`"
+    )
+
+
+def test_lock_satisfies_torchs_requirements_without_cuda_packages() -> None:
+    """torch's requirements (this venv's torch 2.13.0) are locked, its CUDA wheels and torch itself are not."""
+    requirements = [Requirement(r) for r in importlib.metadata.requires("torch") or []]
+    cpu = [
+        r
+        for r in requirements
+        if (r.marker is None or r.marker.evaluate({"extra": ""}))
+        and not r.name.startswith("nvidia-")
+        and r.name != "triton"
+    ]
+    pins = lock_pins()
+    assert len(cpu) >= 5
+    assert unmet(cpu, pins) == {}
+    assert [n for n in pins if n in ("torch", "triton") or n.startswith("nvidia-")] == []
+
+
+def test_dockerfile_installs_the_lock_with_hashes_then_cpu_torch() -> None:
+    builder = parse_dockerfile()[0]
+    runs = builder.args("RUN")
+    lock = next(i for i, run in enumerate(runs) if "requirements.lock" in run)
+    torch = next(i for i, run in enumerate(runs) if "torch==" in run)
+    assert lock < torch
+    assert "pip install --no-cache-dir --require-hashes -r /tmp/build/requirements.lock" in runs[lock]
+    assert '--index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"' in runs[torch]
+    assert "pip check" in runs[torch]
+    assert {"TORCH_VERSION=2.13.0", "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu"} <= set(
+        builder.args("ARG")
+    )
+
+
+def test_make_lock_runs_the_lock_script() -> None:
+    result = make("-n", "lock", "VENV=.venv-x", "UPGRADE=1")
+    assert "PYTHON=.venv-x/bin/python UPGRADE=1 bash scripts/lock.sh" in result.stdout.splitlines()
