@@ -8,7 +8,7 @@ RUNS ?= runs
 
 TRAIN := train-sentiment-ko train-sentiment-en train-translate-fr-en train-translate-es-en train-translate-de-en
 
-.PHONY: install serve test lint format lock bench $(TRAIN)
+.PHONY: install serve test e2e lint format lock bench $(TRAIN)
 
 install: $(VENV)/.installed
 
@@ -29,6 +29,12 @@ serve: install
 
 test: install
 	$(PY) -m pytest -q
+
+# The browser tests (tests/e2e) on a fresh Debian machine: Debian's chromium (scripts/install_browser.sh: apt as root
+# or via sudo), then the tests (`make test` skips them while /usr/bin/chromium is missing).
+e2e: install
+	bash scripts/install_browser.sh
+	$(PY) -m pytest -q tests/e2e
 
 lint: install
 	$(PY) -m ruff check .

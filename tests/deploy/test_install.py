@@ -229,6 +229,17 @@ def test_make_install_checks_python_then_installs_torch_with_the_script(tmp_path
     assert not [ln for ln in lines if "pip install" in ln and "torch" in ln]
 
 
+def test_make_e2e_installs_chromium_then_runs_the_browser_tests() -> None:
+    """The one command the browser tests' skip reason names."""
+    from tests.e2e.browser import INSTALL_BROWSER
+
+    result = make("-n", INSTALL_BROWSER.removeprefix("make "), "VENV=.venv-x")
+    assert result.stdout.splitlines()[-2:] == [
+        "bash scripts/install_browser.sh",
+        ".venv-x/bin/python -m pytest -q tests/e2e",
+    ]
+
+
 def test_make_install_refuses_python_older_than_311(tmp_path: Path) -> None:
     """The check runs on the interpreter make is given, before anything is created: here one that says it is 3.10."""
     old_python = tmp_path / "python3.10"
