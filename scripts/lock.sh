@@ -32,7 +32,7 @@ fi
 python_version=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 if [ -z "$IMAGE_PYTHON" ] || [ "$python_version" != "$IMAGE_PYTHON" ]; then
     echo "lock: the image runs Python ${IMAGE_PYTHON:-?} (Dockerfile BASE_IMAGE), $PYTHON is $python_version:" \
-        "make lock PYTHON=python${IMAGE_PYTHON}" >&2
+        "PYTHON=python${IMAGE_PYTHON} bash scripts/lock.sh" >&2
     exit 1
 fi
 
