@@ -1,4 +1,5 @@
-# One-command entry points. `make serve` and `make test` create .venv and install everything (torch CPU first).
+# One-command entry points. `make serve` and `make test` create .venv and install everything (torch first: the CPU
+# build on a machine without an NVIDIA GPU, see scripts/install_torch.sh; TORCH_VARIANT=cuda|cpu to choose).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -7,14 +8,19 @@ RUNS ?= runs
 
 TRAIN := train-sentiment-ko train-sentiment-en train-translate-fr-en train-translate-es-en train-translate-de-en
 
-.PHONY: install serve test lint format bench $(TRAIN)
+.PHONY: install serve test e2e lint format lock bench $(TRAIN)
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# Python 3.11+: a one-line message here rather than an error from deep inside pip (any Python 3 can run this line).
+PYTHON_CHECK = import sys; sys.exit(sys.version_info < (3, 11) and \
+	"Python >= 3.11 is needed; $(PYTHON) is %d.%d.%d (make install PYTHON=python3.11 or newer)" % sys.version_info[:3])
+
+$(VENV)/.installed: pyproject.toml scripts/install_torch.sh
+	@$(PYTHON) -c '$(PYTHON_CHECK)'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install torch==2.13.0  # the CPU wheel; any other spec pulls gigabytes of CUDA packages
+	PYTHON=$(PY) bash scripts/install_torch.sh
 	$(PY) -m pip install -e ".[dev]"
 	touch $@
 
@@ -24,6 +30,12 @@ serve: install
 test: install
 	$(PY) -m pytest -q
 
+# The browser tests (tests/e2e) on a fresh Debian machine: Debian's chromium (scripts/install_browser.sh: apt as root
+# or via sudo), then the tests (`make test` skips them while /usr/bin/chromium is missing).
+e2e: install
+	bash scripts/install_browser.sh
+	$(PY) -m pytest -q tests/e2e
+
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
@@ -31,6 +43,11 @@ lint: install
 format: install
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
+
+# requirements.lock (what the Docker image installs) after a change to [project].dependencies; UPGRADE=1 moves every
+# pin to the newest release allowed.
+lock: install
+	PYTHON=$(PY) UPGRADE=$(UPGRADE) bash scripts/lock.sh
 
 # Shipped checkpoints: each runs its recipe in training/recipes.py (resumable: re-run to continue);
 # `python -m training reproduce NAME --dry-run` prints the commands.
