@@ -62,7 +62,8 @@ FEW_QUERIES = (
 
 
 class MultiHeadAttention(nn.Module):
-    """Scaled dot-product attention over H heads; SDPA fast path, or an explicit path returning weights."""
+    """Scaled dot-product attention over H heads: SDPA, an explicit path for a decoder step's few queries, or an
+    explicit path that also returns the weights (/attention)."""
 
     def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
         super().__init__()
