@@ -26,8 +26,9 @@ from app.deps import api_key_matches
 from app.errors import error_response
 from app.metrics import Metrics
 from app.schemas import SentimentRequest, SentimentResponse, TranslateRequest, TranslateResponse
-from app.service import Disconnected, Service
+from app.service import Service
 from app.settings import Settings
+from app.wait import Disconnected
 
 Call = Callable[[Service, Any, Disconnected], Awaitable[BaseModel]]
 _JSON_HEADERS = [(b"content-type", b"application/json")]
