@@ -11,16 +11,10 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+from app.attention_maps import AttentionHandler, AttentionItem
 from app.batching import Batcher, BatcherPool, InferenceWorkers, OnIdle
 from app.errors import DeadlineExceeded, Unavailable, invalid
-from app.handlers import (
-    AttentionHandler,
-    AttentionItem,
-    DecodeKey,
-    Sentence,
-    SentimentHandler,
-    TranslationHandler,
-)
+from app.handlers import DecodeKey, Sentence, SentimentHandler, TranslationHandler
 from app.metrics import Metrics
 from app.registry import Registry
 from app.schemas import (
@@ -150,12 +144,12 @@ class Service:
         jobs = []
         for name, idxs in groups.items():
             handler = self.sentiment[name]
-            jobs.append((self._sentiment_batcher(name), [handler.decode_request(texts[i]) for i in idxs]))
+            jobs.append((self._sentiment_batcher(name), [handler.tokenize(texts[i]) for i in idxs]))
         outputs = await self._submit(jobs, deadline, disconnected, req.field)
         results: list[Any] = [None] * len(texts)
         for (name, idxs), probs in zip(groups.items(), outputs, strict=True):
             for i, p in zip(idxs, probs, strict=True):
-                results[i] = self.sentiment[name].encode_response(p)
+                results[i] = self.sentiment[name].result(p)
         return SentimentResponse.model_construct(model=",".join(groups), results=results)  # built here: valid
 
     async def translate(self, req: TranslateRequest, disconnected: Disconnected = None) -> TranslateResponse:
@@ -163,14 +157,12 @@ class Service:
         self._check_texts(req.items, req.field)
         name = registry.translator_for(req.source_lang, req.target_lang, req.model)
         handler = self.translation[name]
-        items, layouts = handler.decode_request(req.items, req.field, req.num_hypotheses)
+        items, layouts = handler.sentences(req.items, req.field, req.num_hypotheses)
         key = DecodeKey(req.target_lang, req.beam_size, req.length_penalty, req.max_length)
         [outputs] = await self._submit(
             [(self._translation_batcher(name, key), items)], self._deadline(), disconnected, req.field
         )
-        results = [
-            handler.encode_response(lay, outputs, req.num_hypotheses, req.return_scores) for lay in layouts
-        ]
+        results = [handler.join(lay, outputs, req.num_hypotheses, req.return_scores) for lay in layouts]
         return TranslateResponse(model=name, results=results)
 
     async def attention(
@@ -190,7 +182,7 @@ class Service:
                 f"(0..{handler.decoder_layers - 1})",
             )
         deadline, translation = self._deadline(), None
-        item = handler.decode_request(req.text)
+        item = handler.source(req.text)
         if handler.is_translator:
             lang = self._target_lang(entry.name, req.target_lang)
             if req.target is not None:

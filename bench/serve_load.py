@@ -411,7 +411,7 @@ def server_work(loaded: LoadedModel, inputs: list[str], settings: dict[str, str]
     s = server_settings(settings)
     workers, threads = s.inference_workers_count(), s.inference_threads()
     handler = SentimentHandler(loaded, s.torchscript)  # its own compiled graph: the server's exact path
-    items = [handler.decode_request(t) for t in inputs]
+    items = [handler.tokenize(t) for t in inputs]
     batches = [items[i : i + s.max_batch_size] for i in range(0, len(items), s.max_batch_size)]
     with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(threads,)) as pool:
 

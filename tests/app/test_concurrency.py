@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from app.errors import UNAUTHORIZED
-from app.handlers import SentimentHandler
+from app.handlers import ClassifierItem, SentimentHandler
 from app.service import Service
 from app.settings import Settings
 from tests.app.conftest import json_post_scope, serve
@@ -91,17 +91,17 @@ async def test_translation_batching_parity(
 def slow_predict(
     monkeypatch: pytest.MonkeyPatch, seconds: float, started: threading.Event | None = None
 ) -> None:
-    """SentimentHandler.predict sleeps `seconds` when its batch holds the SLOW text."""
-    original = SentimentHandler.predict
+    """SentimentHandler.run sleeps `seconds` when its batch holds the SLOW text."""
+    original = SentimentHandler.run
 
-    def predict(self: SentimentHandler, batch: list[list[int]]) -> torch.Tensor:
-        if self.decode_request(SLOW) in batch:
+    def run(self: SentimentHandler, batch: list[ClassifierItem]) -> list[list[float]]:
+        if self.tokenize(SLOW) in batch:
             if started is not None:
                 started.set()
             time.sleep(seconds)
         return original(self, batch)
 
-    monkeypatch.setattr(SentimentHandler, "predict", predict)
+    monkeypatch.setattr(SentimentHandler, "run", run)
 
 
 async def test_full_queue_answers_429_with_retry_after(
@@ -195,14 +195,14 @@ async def test_past_the_deadline_is_504_and_the_item_is_skipped(
 async def test_a_failing_batch_fails_only_its_requests(
     monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
 ) -> None:
-    original = SentimentHandler.predict
+    original = SentimentHandler.run
 
-    def predict(self: SentimentHandler, batch: list[list[int]]) -> torch.Tensor:
-        if self.decode_request(BOOM) in batch:
+    def run(self: SentimentHandler, batch: list[ClassifierItem]) -> list[list[float]]:
+        if self.tokenize(BOOM) in batch:
             raise RuntimeError("kaboom")
         return original(self, batch)
 
-    monkeypatch.setattr(SentimentHandler, "predict", predict)
+    monkeypatch.setattr(SentimentHandler, "run", run)
     settings = Settings(checkpoint_dir=sentiment_only_dir, max_batch_size=1)
     async with serve(settings) as (_, client):
         texts = [f"the cat likes music {i}" for i in range(8)]
@@ -220,14 +220,14 @@ async def test_a_failing_batch_fails_only_its_requests(
 async def test_batch_mates_of_a_failing_item_fail_together(
     monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
 ) -> None:
-    original = SentimentHandler.predict
+    original = SentimentHandler.run
 
-    def predict(self: SentimentHandler, batch: list[list[int]]) -> torch.Tensor:
-        if self.decode_request(BOOM) in batch:
+    def run(self: SentimentHandler, batch: list[ClassifierItem]) -> list[list[float]]:
+        if self.tokenize(BOOM) in batch:
             raise RuntimeError("kaboom")
         return original(self, batch)
 
-    monkeypatch.setattr(SentimentHandler, "predict", predict)
+    monkeypatch.setattr(SentimentHandler, "run", run)
     settings = Settings(checkpoint_dir=sentiment_only_dir, max_batch_size=8, max_batch_delay_ms=200)
     async with serve(settings) as (_, client):
         responses = await asyncio.gather(
@@ -360,17 +360,17 @@ async def test_a_disconnected_client_is_skipped_and_does_not_wedge_the_batcher(
 ) -> None:
     """Raw ASGI: the body arrives, then http.disconnect while the request is still queued -> 499, not computed."""
     started = threading.Event()
-    seen: list[list[list[int]]] = []
-    original = SentimentHandler.predict
+    seen: list[list[ClassifierItem]] = []
+    original = SentimentHandler.run
 
-    def predict(self: SentimentHandler, batch: list[list[int]]) -> torch.Tensor:
+    def run(self: SentimentHandler, batch: list[ClassifierItem]) -> list[list[float]]:
         seen.append(batch)
-        if self.decode_request(SLOW) in batch:
+        if self.tokenize(SLOW) in batch:
             started.set()
             time.sleep(0.4)
         return original(self, batch)
 
-    monkeypatch.setattr(SentimentHandler, "predict", predict)
+    monkeypatch.setattr(SentimentHandler, "run", run)
     settings = Settings(checkpoint_dir=sentiment_only_dir, max_batch_size=1, max_batch_delay_ms=0)
     async with serve(settings) as (app, client):
         blocker = asyncio.ensure_future(client.post("/sentiment", json={"text": SLOW}))
@@ -392,9 +392,7 @@ async def test_a_disconnected_client_is_skipped_and_does_not_wedge_the_batcher(
         assert sent[0]["status"] == 499
         assert (await blocker).status_code == 200
         assert (await client.post("/sentiment", json={"text": "next"})).status_code == 200
-    leaving = SentimentHandler.decode_request(
-        app.state.service.sentiment["sentiment-en"], "the client leaves"
-    )
+    leaving = SentimentHandler.tokenize(app.state.service.sentiment["sentiment-en"], "the client leaves")
     assert all(leaving not in batch for batch in seen)
 
 
