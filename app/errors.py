@@ -116,7 +116,8 @@ def _message(err: dict[str, Any]) -> str:
 
 def error_response(exc: Exception, where: str) -> Response:
     """The response to an exception raised while serving `where` ("POST /translate"): 422 in FastAPI's
-    shape, a ServiceError's status and message, 499 for a client that left, else 500 (logged)."""
+    shape, a ServiceError's or HTTPException's status and message, 499 for a client that left, else 500
+    (logged)."""
     if isinstance(exc, RequestValidationError):
         errors = exc.errors()
         detail = [
@@ -131,6 +132,8 @@ def error_response(exc: Exception, where: str) -> Response:
         return JSONResponse({"detail": detail}, status_code=422)
     if isinstance(exc, ServiceError):
         return JSONResponse({"detail": exc.message}, status_code=exc.status_code, headers=exc.headers)
+    if isinstance(exc, StarletteHTTPException):  # BodyTooLarge
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
     if isinstance(exc, ClientDisconnected):
         return Response(status_code=499)  # nginx's "client closed request": nobody reads it, metrics count it
     log.exception("unhandled error on %s", where, exc_info=exc)

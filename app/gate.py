@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api_key import authorized, needs_key
-from app.body_limit import BodyTooLarge, declared_length, limited, refuse
+from app.body_limit import BodyTooLarge, declared_length, limited
 from app.errors import Unauthorized, error_response
 from app.metrics import Metrics
 from app.settings import Settings
@@ -64,7 +64,9 @@ class Gate:
 
     async def _checked(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (size := declared_length(scope)) is not None and size > self.max_body_bytes:
-            await refuse(BodyTooLarge(self.max_body_bytes, size), scope, receive, send)
+            await error_response(BodyTooLarge(self.max_body_bytes, size), "before routing")(
+                scope, receive, send
+            )
             return
         if self.key is not None and not authorized(scope, self.key) and self._needs_key(scope):
             await error_response(Unauthorized(), "before routing")(scope, receive, send)

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from starlette.routing import Mount, Route
 
 from app.errors import install_error_handlers
+from app.fastpath import FastPath
 from app.gate import Gate
 from app.metrics import Metrics
 from app.routes import attention, demo, sentiment, system, translate
@@ -50,6 +51,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # every route (newer FastAPI lists an included router in app.routes as one entry, not its routes)
     every = (*app.routes, *(r for router in (*routers, demo.router) for r in router.routes))
     routes = [r for r in every if isinstance(r, Route | Mount)]
+    if settings.fast_path:  # inside the gate: added first
+        app.add_middleware(FastPath, routes=routes)
     app.add_middleware(Gate, settings=settings, metrics=metrics, routes=routes)
     return app
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -10,7 +11,8 @@ from fastapi import FastAPI, Request
 
 from app.deps import get_service
 from app.service import Service
-from tests.app.conftest import json_post_scope
+from app.settings import Settings
+from tests.app.conftest import json_post_scope, serve
 
 pytestmark = pytest.mark.anyio
 
@@ -67,8 +69,9 @@ async def test_routes_are_served_and_labelled_behind_a_root_path(
     assert count((await client.get("/metrics")).text, "/sentiment", 200) == before + 2
 
 
+@pytest.mark.parametrize("fast_path", [True, False])
 async def test_a_client_that_leaves_before_its_body_is_499_not_400(
-    app: FastAPI, client: httpx.AsyncClient
+    make_settings: Callable[..., Settings], fast_path: bool
 ) -> None:
     sent: list[dict[str, Any]] = []
 
@@ -78,9 +81,10 @@ async def test_a_client_that_leaves_before_its_body_is_499_not_400(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    before = (await client.get("/metrics")).text
-    await app(json_post_scope("/sentiment", 20), receive, send)
+    async with serve(make_settings(fast_path=fast_path)) as (app, client):
+        before = (await client.get("/metrics")).text
+        await app(json_post_scope("/sentiment", 20), receive, send)
+        after = (await client.get("/metrics")).text
     assert [m["status"] for m in sent if m["type"] == "http.response.start"] in ([], [499])  # nobody reads it
-    after = (await client.get("/metrics")).text
     assert count(after, "/sentiment", 499) == count(before, "/sentiment", 499) + 1  # counted as left
     assert count(after, "/sentiment", 400) == count(before, "/sentiment", 400)  # not as a bad request
