@@ -42,7 +42,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await service.stop()  # ready -> 503, drain the queues, stop the batchers and the thread
 
     app = FastAPI(title="Transformer serving", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
-    app.state.settings, app.state.service = settings, service
+    app.state.service = service
     install_error_handlers(app)
     routers = (system.open_router, system.router, sentiment.router, translate.router, attention.router)
     for router in routers:
