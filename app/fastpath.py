@@ -7,8 +7,8 @@ A/B in BENCHMARKS.md. This path is generated from the APIRoutes and runs the sam
 model validates the body, its dependencies are called as FastAPI calls them (so deps.client_disconnect is
 the one disconnect watcher), the route function itself runs, and its response_model is serialized with its
 response_model_exclude_none. It sits inside app.gate.Gate, which keeps the limits, the API key, CORS and the
-metrics of every request, and hands FastAPI what it does not serve: a route with dependency overrides,
-another content type, a body that does not validate (FastAPI's 422 then, from the replayed body).
+metrics of every request, and hands FastAPI what it does not serve: another content type, a body that does
+not validate (FastAPI's 422 then, from the replayed body), everything while dependency overrides are set.
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ class FastPath:
         await send({"type": "http.response.body", "body": payload})
 
     def _lean(self, scope: Scope) -> LeanRoute | None:
-        """The lean route of a JSON POST to one, unless the app overrides one of its dependencies."""
+        """The lean route of a JSON POST to one; None while the app has dependency overrides (FastAPI applies
+        them)."""
         if scope["type"] != "http" or scope["method"] != "POST":
             return None
         lean = self.routes.get(_route_path(scope))
