@@ -90,14 +90,17 @@ def spread(passes: list[Pass], top: int) -> str:
     def share(texts_s: float | None, name: str, ceil: dict[str, tuple[float, float]]) -> str:
         return f"{texts_s / ceil[name][0]:.0%}" if texts_s and name in ceil else "-"
 
+    def num(x: float | None, fmt: str) -> str:
+        return format(x, fmt) if x else "-"
+
     for k, (cells, _, ceil, _) in enumerate(passes, 1):
         at_top = {(c.route, c.mode): c for c in cells if c.concurrency == top}
         tps = {key: c.rps * c.texts for key, c in at_top.items()}
         on, off = tps.get(("/sentiment", "on")), tps.get(("/sentiment", "off"))
         cpu = at_top[("/sentiment", "on")].server_cpu_ms if on else None
         lines.append(
-            f"| {k} | {on or 0:.0f} | {off or 0:.0f} | {on / off if on and off else float('nan'):.2f}x"
-            f" | {cpu or float('nan'):.2f} | {share(on, '/sentiment', ceil)} | {share(on, ARRIVAL, ceil)}"
+            f"| {k} | {num(on, '.0f')} | {num(off, '.0f')} | {f'{on / off:.2f}x' if on and off else '-'}"
+            f" | {num(cpu, '.2f')} | {share(on, '/sentiment', ceil)} | {share(on, ARRIVAL, ceil)}"
             f" | {share(on, WORKERS, ceil)} | {share(tps.get(('/translate', 'on')), '/translate', ceil)} |"
         )
     return "\n".join(lines)
