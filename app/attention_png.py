@@ -11,32 +11,21 @@ import warnings
 
 import torch
 
-from app.handlers import AttentionHandler, AttentionItem, AttentionMaps, LayerSelection, pick
+from app.attention_maps import AttentionHandler, AttentionItem, LayerSelection, TextMaps, pick
 
 MAX_LABELED_TOKENS = 48  # beyond this, tick labels are unreadable: leave them out
 
 
 def render_attention(
-    handler: AttentionHandler, item: AttentionItem, maps: AttentionMaps, sel: LayerSelection
+    handler: AttentionHandler, item: AttentionItem, maps: TextMaps, sel: LayerSelection
 ) -> bytes:
-    pieces, heads = handler.tokenizer.pieces, sel.heads
-    if maps.cross is not None and item.target is not None:
-        layers = sel.decoder
-        grid, rows, cols, kind = (
-            pick(maps.cross, layers, heads),
-            pieces(item.target),
-            pieces(item.source),
-            "cross",
-        )
+    pieces, source = handler.tokenizer.pieces, handler.tokenizer.pieces(item.source)
+    if maps.cross is not None and item.target is not None:  # a translator: target x source
+        kind, grid, layers, rows = "cross", maps.cross, sel.decoder, pieces(item.target)
     else:
-        layers = sel.encoder
-        grid, rows, cols, kind = (
-            pick(maps.encoder, layers, heads),
-            pieces(item.source),
-            pieces(item.source),
-            "encoder",
-        )
-    return heatmap_grid(grid, rows, cols, layers, heads, f"{handler.name}: {kind} attention")
+        kind, grid, layers, rows = "encoder", maps.encoder, sel.encoder, source
+    title = f"{handler.name}: {kind} attention"
+    return heatmap_grid(pick(grid, layers, sel.heads), rows, source, layers, sel.heads, title)
 
 
 def heatmap_grid(

@@ -8,16 +8,14 @@ its generic 400) once it passes the limit.
 from __future__ import annotations
 
 from starlette.exceptions import HTTPException
-from starlette.responses import JSONResponse
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope
 
 
 class BodyTooLarge(HTTPException):
     def __init__(self, limit: int, size: int | None = None) -> None:
         got = f"a body of {size} bytes" if size is not None else "a longer body"
-        super().__init__(
-            413, f"request body too large: {got}, the limit is {limit} bytes (APP_MAX_BODY_BYTES)"
-        )
+        message = f"request body too large: {got}, the limit is {limit} bytes (APP_MAX_BODY_BYTES)"
+        super().__init__(413, message, headers={"Connection": "close"})  # the rest of the body is not read
 
 
 def declared_length(scope: Scope) -> int | None:
@@ -44,8 +42,3 @@ def limited(receive: Receive, limit: int) -> Receive:
         return message
 
     return wrapped
-
-
-async def refuse(exc: BodyTooLarge, scope: Scope, receive: Receive, send: Send) -> None:
-    response = JSONResponse({"detail": exc.detail}, status_code=413, headers={"Connection": "close"})
-    await response(scope, receive, send)

@@ -12,7 +12,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 MAX_ERRORS = 20  # validation errors listed in one 422
@@ -117,7 +116,8 @@ def _message(err: dict[str, Any]) -> str:
 
 def error_response(exc: Exception, where: str) -> Response:
     """The response to an exception raised while serving `where` ("POST /translate"): 422 in FastAPI's
-    shape, a ServiceError's status and message, 499 for a client that left, else 500 (logged)."""
+    shape, a ServiceError's or HTTPException's status and message, 499 for a client that left, else 500
+    (logged)."""
     if isinstance(exc, RequestValidationError):
         errors = exc.errors()
         detail = [
@@ -132,6 +132,8 @@ def error_response(exc: Exception, where: str) -> Response:
         return JSONResponse({"detail": detail}, status_code=422)
     if isinstance(exc, ServiceError):
         return JSONResponse({"detail": exc.message}, status_code=exc.status_code, headers=exc.headers)
+    if isinstance(exc, StarletteHTTPException):  # BodyTooLarge
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
     if isinstance(exc, ClientDisconnected):
         return Response(status_code=499)  # nginx's "client closed request": nobody reads it, metrics count it
     log.exception("unhandled error on %s", where, exc_info=exc)
@@ -148,7 +150,7 @@ async def _http_handler(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     where = f"{request.method} {request.url.path}"
     if exc.status_code == 400 and isinstance(exc.__cause__, ClientDisconnect):  # left before its body came
-        return error_response(ClientDisconnected(), where)  # 499, as on the fast path
+        return error_response(ClientDisconnected(), where)  # 499: nobody reads it, metrics count it
     if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
         encoding = request.headers.get("content-encoding", "identity").strip().lower()
         why = (
@@ -158,34 +160,6 @@ async def _http_handler(request: Request, exc: Exception) -> Response:
         )
         return JSONResponse({"detail": f"body: cannot be parsed: {why}"}, status_code=400)
     return await http_exception_handler(request, exc)
-
-
-class CatchAll:
-    """An unexpected exception from a route becomes error_response's JSON 500 here, inside the CORS
-    middleware. Starlette's own 500 handler runs outside every middleware: its answer carries no CORS
-    headers, and a browser page would see a network error instead of the 500."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def send_started(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_started)
-        except Exception as exc:
-            if started:  # too late for an error answer: the server closes the connection
-                raise
-            where = f"{scope['method']} {scope['path']}"
-            await error_response(exc, where)(scope, receive, send)
 
 
 def install_error_handlers(app: FastAPI) -> None:

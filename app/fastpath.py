@@ -1,140 +1,143 @@
-"""A lean ASGI path for the hot model routes: POST /sentiment and POST /translate.
+"""A lean path for the POST routes whose inputs are one JSON body and dependencies that need only the request
+(APP_FAST_PATH, on by default): today /sentiment and /translate.
 
-FastAPI's per-request machinery (matching across every router, solving five dependencies, six middleware
-layers, telemetry hooks) costs ~0.6 ms of event-loop time per request: at 1,000+ requests/s on 2 cores that
-is the whole budget, not the model. This path answers a well-formed, authorized JSON request to a hot route
-itself, with the same request schema, service call, response schema and error rendering as the FastAPI
-route, and hands everything else (invalid bodies with the body replayed, missing keys, CORS requests,
-other content types) to FastAPI. FastAPI stays the one source of validation messages and of the OpenAPI
-schema. It matches the path below the ASGI root_path, as Starlette's router does (so also behind
-`--root-path`), and does not see app.dependency_overrides or middleware added to the app: those apply to
-FastAPI routes only.
+FastAPI's per-request machinery (matching across every router, solving each dependency, validating the
+response model again) costs ~0.35 ms of CPU per request, more than the whole rest of a request's path: the
+A/B in BENCHMARKS.md. This path is generated from the APIRoutes and runs the same code: the route's body
+model validates the body, its dependencies are called as FastAPI calls them (so deps.client_disconnect is
+the one disconnect watcher), the route function itself runs, and its response_model is serialized with its
+response_model_exclude_none. It sits inside app.gate.Gate, which keeps the limits, the API key, CORS and the
+metrics of every request, and hands FastAPI what it does not serve: another content type, a body that does
+not validate (FastAPI's 422 then, from the replayed body), everything while dependency overrides are set.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable, Coroutine
+import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fastapi.datastructures import DefaultPlaceholder
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from starlette.requests import Request
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.body_limit import BodyTooLarge, refuse
-from app.deps import api_key_matches
-from app.errors import error_response
-from app.metrics import Metrics
-from app.schemas import SentimentRequest, SentimentResponse, TranslateRequest, TranslateResponse
-from app.service import Disconnected, Service
-from app.settings import Settings
+from app.errors import ClientDisconnected
 
-Call = Callable[[Service, Any, Disconnected], Awaitable[BaseModel]]
-_JSON_HEADERS = [(b"content-type", b"application/json")]
-_WANTED = frozenset({b"content-type", b"authorization", b"x-api-key", b"origin"})
+_JSON = b"application/json"
 
 
 @dataclass(frozen=True)
-class HotRoute:
+class LeanRoute:
+    route: APIRoute
+    body: str  # the route function's parameter for the request model
     request: type[BaseModel]
     response: TypeAdapter[Any]
-    call: Call
-    exclude_none: bool  # as the FastAPI route's response_model_exclude_none
 
 
-HOT_ROUTES: dict[str, HotRoute] = {
-    "/sentiment": HotRoute(
-        SentimentRequest, TypeAdapter(SentimentResponse), lambda s, r, d: s.classify(r, d), False
-    ),
-    "/translate": HotRoute(
-        TranslateRequest, TypeAdapter(TranslateResponse), lambda s, r, d: s.translate(r, d), True
-    ),
-}
+def lean_routes(routes: Sequence[BaseRoute]) -> dict[str, LeanRoute]:
+    """The routes this path serves, by path."""
+    lean = {}
+    for route in routes:
+        if isinstance(route, APIRoute) and (model := _lean_body(route)) is not None:
+            name = route.dependant.body_params[0].name
+            lean[route.path] = LeanRoute(route, name, model, TypeAdapter(route.response_model))
+    return lean
+
+
+def _lean_body(route: APIRoute) -> type[BaseModel] | None:
+    """The route's request model when this path can serve it: a POST to a fixed path, one JSON body model, a
+    response model in the default JSON response, and dependencies that take the request or nothing."""
+    d = route.dependant
+    if route.methods != {"POST"} or route.param_convertors or route.status_code not in (None, 200):
+        return None
+    if route.response_model is None or not isinstance(route.response_class, DefaultPlaceholder):
+        return None
+    if len(d.body_params) != 1 or _reads_more(d) or not inspect.iscoroutinefunction(route.endpoint):
+        return None
+    if not all(_request_only(sub) for sub in d.dependencies):
+        return None
+    field = d.body_params[0].field_info
+    model = field.annotation
+    if getattr(field, "embed", False) or not (inspect.isclass(model) and issubclass(model, BaseModel)):
+        return None
+    return model
+
+
+def _reads_more(d: Dependant) -> bool:
+    """Whether `d` takes anything but a body and the request object."""
+    special = (d.websocket_param_name, d.http_connection_param_name, d.response_param_name,
+               d.background_tasks_param_name, d.security_scopes_param_name)  # fmt: skip
+    return bool(d.path_params or d.query_params or d.header_params or d.cookie_params or any(special))
+
+
+def _request_only(d: Dependant) -> bool:
+    """A coroutine dependency that takes the request or nothing (no body, no sub-dependencies)."""
+    call = d.call  # a function, or an instance with an async __call__ (a security scheme)
+    coroutine = inspect.iscoroutinefunction(call) or inspect.iscoroutinefunction(type(call).__call__)
+    return coroutine and not (_reads_more(d) or d.body_params or d.dependencies)
 
 
 class FastPath:
-    """`accepts(scope)` picks the requests to serve here; the rest go to `fallback` (the FastAPI app)."""
+    """Added before app.gate.Gate (so inside it); `routes`: every route of the app."""
 
-    def __init__(self, service: Service, settings: Settings, metrics: Metrics, fallback: ASGIApp) -> None:
-        self.service, self.settings, self.metrics, self.fallback = service, settings, metrics, fallback
-
-    @staticmethod
-    def accepts(scope: Scope) -> bool:
-        return scope["type"] == "http" and scope["method"] == "POST" and route_path(scope) in HOT_ROUTES
+    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute]) -> None:
+        self.app, self.routes = app, lean_routes(routes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        start = time.perf_counter()
-        path = route_path(scope)
-        route = HOT_ROUTES[path]
-        if not self._headers_qualify(scope):  # FastAPI answers (its 401, 422 or CORS headers)
-            await self.fallback(scope, receive, send)
+        lean = self._lean(scope)
+        if lean is None:
+            await self.app(scope, receive, send)
             return
+        body = await _read_body(receive)  # BodyTooLarge past APP_MAX_BODY_BYTES: the gate answers 413
         try:
-            body = await _read_body(receive)
-        except BodyTooLarge as exc:  # a chunked body past APP_MAX_BODY_BYTES
-            self.metrics.observe_request(path, "POST", 413, time.perf_counter() - start)
-            await refuse(exc, scope, receive, send)
-            return
-        if body is None:  # the client left before sending its body
-            self.metrics.observe_request(path, "POST", 499, time.perf_counter() - start)
-            return
-        try:
-            request = route.request.model_validate_json(body)
+            request = lean.request.model_validate_json(body)
         except ValidationError:  # FastAPI's 422 message, from the replayed body
-            await self.fallback(scope, _replay(body, receive), send)
+            await self.app(scope, _replay(body, receive), send)
             return
-        try:
-            result = await route.call(self.service, request, _disconnect_waiter(receive))
-            payload = route.response.dump_json(result, exclude_none=route.exclude_none)
-        except Exception as exc:  # the same rendering as the FastAPI app's exception handlers
-            response = error_response(exc, f"POST {path}")
-            self.metrics.observe_request(path, "POST", response.status_code, time.perf_counter() - start)
-            await response(scope, receive, send)
-            return
-        self.metrics.observe_request(path, "POST", 200, time.perf_counter() - start)
-        await send({"type": "http.response.start", "status": 200, "headers": _headers(len(payload))})
+        scope["route"] = lean.route  # as routing would: the gate's metric label
+        connection = Request(scope, receive)
+        kwargs = {lean.body: request}
+        for dep in lean.route.dependant.dependencies:
+            value = await dep.call(**({dep.request_param_name: connection} if dep.request_param_name else {}))
+            if dep.name is not None:
+                kwargs[dep.name] = value
+        result = await lean.route.endpoint(**kwargs)
+        payload = lean.response.dump_json(result, exclude_none=lean.route.response_model_exclude_none)
+        headers = [(b"content-type", _JSON), (b"content-length", str(len(payload)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
 
-    def _headers_qualify(self, scope: Scope) -> bool:
-        """A JSON body, the API key when one is set, no CORS request."""
-        seen = wanted_headers(scope)
-        if self.settings.cors_origins and b"origin" in seen:
-            return False
-        content_type = seen.get(b"content-type", "")
-        if content_type.split(";", 1)[0].strip().lower() != "application/json":
-            return False
-        return authorized(self.settings, seen)
+    def _lean(self, scope: Scope) -> LeanRoute | None:
+        """The lean route of a JSON POST to one; None while the app has dependency overrides (FastAPI applies
+        them)."""
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return None
+        lean = self.routes.get(_route_path(scope))
+        if lean is None or scope["app"].dependency_overrides:
+            return None
+        content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
+        return lean if content_type.split(b";", 1)[0].strip().lower() == _JSON else None
 
 
-def wanted_headers(scope: Scope) -> dict[bytes, str]:
-    """The headers this module reads; the first of repeated headers counts (as in Starlette)."""
-    seen: dict[bytes, str] = {}
-    for name, value in scope["headers"]:
-        if name in _WANTED and name not in seen:
-            seen[name] = value.decode("latin-1")
-    return seen
-
-
-def authorized(settings: Settings, headers: dict[bytes, str]) -> bool:
-    """The API key check of app.deps.require_api_key on wanted_headers(scope)."""
-    return api_key_matches(settings, _bearer(headers.get(b"authorization")), headers.get(b"x-api-key"))
-
-
-def route_path(scope: Scope) -> str:
-    """scope["path"] below scope["root_path"] (Starlette's routing rule: ASGI servers include the root path in
-    the path)."""
+def _route_path(scope: Scope) -> str:
+    """scope["path"] below scope["root_path"] (Starlette's rule: ASGI servers include the root path)."""
     path, root = scope["path"], scope.get("root_path", "")
     if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("/", ""):
-        return path[len(root) :]
-    return path
+        return str(path[len(root) :])
+    return str(path)
 
 
-async def _read_body(receive: Receive) -> bytes | None:
+async def _read_body(receive: Receive) -> bytes:
     chunks: list[bytes] = []
     while True:
         message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
+        if message["type"] == "http.disconnect":  # the client left before sending its body: 499
+            raise ClientDisconnected()
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             return b"".join(chunks)
@@ -152,23 +155,3 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
-
-
-def _disconnect_waiter(receive: Receive) -> Callable[[], Coroutine[Any, Any, None]]:
-    async def wait() -> None:  # the body is read: the next message is the disconnect
-        while (await receive())["type"] != "http.disconnect":
-            pass
-
-    return wait
-
-
-def _bearer(authorization: str | None) -> str | None:
-    """HTTPBearer's parsing: 'Bearer <credentials>', scheme case-insensitive."""
-    if not authorization:
-        return None
-    scheme, _, credentials = authorization.partition(" ")
-    return credentials if scheme.lower() == "bearer" and credentials else None
-
-
-def _headers(length: int) -> list[tuple[bytes, bytes]]:
-    return [*_JSON_HEADERS, (b"content-length", str(length).encode())]

@@ -1,13 +1,11 @@
-"""Prometheus metrics in a registry per app instance, and the ASGI middleware that times requests."""
+"""Prometheus metrics in a registry per app instance (app.gate.Gate counts and times the requests)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -75,31 +73,3 @@ class Metrics:
     def watch_queues(self, model: str, depth: Callable[[], int]) -> None:
         """queue_depth{model} is depth() at each scrape (called on the event loop, by GET /metrics)."""
         self.queue_depth.labels(model=model).set_function(depth)
-
-
-class MetricsMiddleware:
-    """Counts and times every HTTP request by route template (not raw path: bounded label values).
-
-    `label(scope)`: the label of a request whose route did not record itself in the scope (FastAPI's docs
-    routes, 404s): its path when that is a route's, else "unmatched"."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics, label: Callable[[Scope], str]) -> None:
-        self.app, self.metrics, self.label = app, metrics, label
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start, status = time.perf_counter(), 500
-
-        async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            route = getattr(scope.get("route"), "path", None) or self.label(scope)
-            self.metrics.observe_request(route, scope["method"], status, time.perf_counter() - start)

@@ -193,7 +193,7 @@ class SentimentResponse(BaseModel):
     results: list[SentimentResult]
 
 
-class Hypothesis(BaseModel):
+class ScoredTranslation(BaseModel):
     translation: str
     score: float
 
@@ -201,7 +201,7 @@ class Hypothesis(BaseModel):
 class TranslationResult(BaseModel):
     translation: str
     score: float | None = None
-    hypotheses: list[Hypothesis] | None = None
+    hypotheses: list[ScoredTranslation] | None = None
 
 
 class TranslateResponse(BaseModel):

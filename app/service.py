@@ -7,20 +7,14 @@ import contextlib
 import gc
 import logging
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+from app.attention_maps import AttentionHandler, AttentionItem
 from app.batching import Batcher, BatcherPool, InferenceWorkers, OnIdle
-from app.errors import ClientDisconnected, DeadlineExceeded, Unavailable, invalid
-from app.handlers import (
-    AttentionHandler,
-    AttentionItem,
-    DecodeKey,
-    Sentence,
-    SentimentHandler,
-    TranslationHandler,
-)
+from app.errors import DeadlineExceeded, Unavailable, invalid
+from app.handlers import DecodeKey, Sentence, SentimentHandler, TranslationHandler
 from app.metrics import Metrics
 from app.registry import Registry
 from app.schemas import (
@@ -34,9 +28,9 @@ from app.schemas import (
     TranslateResponse,
 )
 from app.settings import Settings
+from app.wait import Disconnected, wait_all
 
 log = logging.getLogger(__name__)
-Disconnected = Callable[[], Coroutine[Any, Any, None]] | None  # resolves when the client goes away
 IDLE_BATCHER_S = 300.0  # a decoding-option queue unused this long is retired
 
 
@@ -150,12 +144,12 @@ class Service:
         jobs = []
         for name, idxs in groups.items():
             handler = self.sentiment[name]
-            jobs.append((self._sentiment_batcher(name), [handler.decode_request(texts[i]) for i in idxs]))
+            jobs.append((self._sentiment_batcher(name), [handler.tokenize(texts[i]) for i in idxs]))
         outputs = await self._submit(jobs, deadline, disconnected, req.field)
         results: list[Any] = [None] * len(texts)
         for (name, idxs), probs in zip(groups.items(), outputs, strict=True):
             for i, p in zip(idxs, probs, strict=True):
-                results[i] = self.sentiment[name].encode_response(p)
+                results[i] = self.sentiment[name].result(p)
         return SentimentResponse.model_construct(model=",".join(groups), results=results)  # built here: valid
 
     async def translate(self, req: TranslateRequest, disconnected: Disconnected = None) -> TranslateResponse:
@@ -163,14 +157,12 @@ class Service:
         self._check_texts(req.items, req.field)
         name = registry.translator_for(req.source_lang, req.target_lang, req.model)
         handler = self.translation[name]
-        items, layouts = handler.decode_request(req.items, req.field, req.num_hypotheses)
+        items, layouts = handler.sentences(req.items, req.field, req.num_hypotheses)
         key = DecodeKey(req.target_lang, req.beam_size, req.length_penalty, req.max_length)
         [outputs] = await self._submit(
             [(self._translation_batcher(name, key), items)], self._deadline(), disconnected, req.field
         )
-        results = [
-            handler.encode_response(lay, outputs, req.num_hypotheses, req.return_scores) for lay in layouts
-        ]
+        results = [handler.join(lay, outputs, req.num_hypotheses, req.return_scores) for lay in layouts]
         return TranslateResponse(model=name, results=results)
 
     async def attention(
@@ -190,7 +182,7 @@ class Service:
                 f"(0..{handler.decoder_layers - 1})",
             )
         deadline, translation = self._deadline(), None
-        item = handler.decode_request(req.text)
+        item = handler.source(req.text)
         if handler.is_translator:
             lang = self._target_lang(entry.name, req.target_lang)
             if req.target is not None:
@@ -340,68 +332,7 @@ class Service:
         try:
             for batcher, items in jobs:
                 futures.append(batcher.enqueue(items, deadline))
-            return await _wait_all(futures, deadline, disconnected, self.settings.request_timeout_s)
+            return await wait_all(futures, deadline, disconnected, self.settings.request_timeout_s)
         finally:
             for f in futures:  # no-op when done; otherwise the batch loop skips the items
                 f.cancel()
-
-
-# The disconnect watcher (a task reading the client's next ASGI message) starts only for requests still
-# waiting after this long: most answers come sooner, and a task per request is a measurable share of the
-# event loop at thousands of requests/s. A client that leaves sooner costs at most its own items.
-WATCH_AFTER_S = 0.05
-
-
-async def _wait_all(
-    futures: list[asyncio.Future[list[Any]]], deadline: float, disconnected: Disconnected, timeout_s: float
-) -> list[list[Any]]:
-    """Every future's result in order; the first error; 504 past the deadline; ClientDisconnected.
-
-    Callbacks (a timer, the disconnect watcher) cancel the combined future: no asyncio.wait per request.
-    """
-    loop = asyncio.get_running_loop()
-    combined: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
-    why: list[Exception] = []
-    watcher: asyncio.Task[None] | None = None
-
-    def stop(reason: Exception) -> None:
-        if not combined.done():
-            why.append(reason)
-            combined.cancel()
-
-    def timed_out() -> None:
-        stop(DeadlineExceeded.after(timeout_s))
-
-    def watch() -> None:
-        nonlocal watcher, timer
-        assert disconnected is not None
-        timer = loop.call_at(deadline, timed_out)  # first: the deadline holds whatever happens next
-        watcher = loop.create_task(disconnected())
-        watcher.add_done_callback(partial(_on_watcher_done, stop))
-
-    if disconnected is None or deadline <= loop.time() + WATCH_AFTER_S:
-        timer = loop.call_at(deadline, timed_out)
-    else:
-        timer = loop.call_later(WATCH_AFTER_S, watch)
-    try:
-        result = await combined
-    except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if why and not (task is not None and task.cancelling()):  # the timer or the watcher, not our caller
-            raise why[0] from None
-        raise
-    finally:
-        timer.cancel()
-        if watcher is not None:
-            watcher.cancel()
-    return [result] if len(futures) == 1 else list(result)
-
-
-def _on_watcher_done(stop: Callable[[Exception], None], watcher: asyncio.Task[None]) -> None:
-    """The client left (the watcher finished); a failing watcher is logged, not taken for a disconnect."""
-    if watcher.cancelled():
-        return
-    if (error := watcher.exception()) is not None:
-        log.error("disconnect watcher failed", exc_info=error)
-        return
-    stop(ClientDisconnected())

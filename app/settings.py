@@ -50,6 +50,7 @@ class Settings(BaseSettings):
     # intra-op threads per worker; 0 = auto: on CPU the cores left after one for the event loop, shared by
     # the workers (at least 1 each); on CUDA torch's default
     torch_threads: int = Field(default=0, ge=0)
+    fast_path: bool = True  # JSON POST routes skip FastAPI's per-request machinery (app/fastpath.py)
     torchscript: bool = (
         True  # classifier batches run as one TorchScript graph (model.inference.compile_classifier)
     )

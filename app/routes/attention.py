@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Query, Response
 
-from app.deps import DisconnectDep, ServiceDep, require_api_key
+from app.api_key import API_KEY
+from app.deps import DisconnectDep, ServiceDep
 from app.routes.common import ERRORS
 from app.schemas import AttentionRequest, AttentionResponse
 
-router = APIRouter(tags=["attention"], dependencies=[Depends(require_api_key)])
+router = APIRouter(tags=["attention"], dependencies=API_KEY)
 PNG: dict[int | str, dict[str, Any]] = {
     200: {"content": {"image/png": {}}, "description": "JSON maps, or a PNG with format=png"}
 }

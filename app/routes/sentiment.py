@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
-from app.deps import DisconnectDep, ServiceDep, require_api_key
+from app.api_key import API_KEY
+from app.deps import DisconnectDep, ServiceDep
 from app.routes.common import ERRORS
 from app.schemas import SentimentRequest, SentimentResponse
 
-router = APIRouter(tags=["sentiment"], dependencies=[Depends(require_api_key)])
+router = APIRouter(tags=["sentiment"], dependencies=API_KEY)
 
 
 @router.post("/sentiment", response_model=SentimentResponse, responses=ERRORS)

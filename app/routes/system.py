@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from app.deps import ServiceDep, require_api_key
+from app.api_key import API_KEY
+from app.deps import ServiceDep
 from app.schemas import Health, ModelsResponse, Readiness
 
 open_router = APIRouter(tags=["system"])
-router = APIRouter(tags=["system"], dependencies=[Depends(require_api_key)])
+router = APIRouter(tags=["system"], dependencies=API_KEY)
 
 
 @open_router.get("/health", response_model=Health)

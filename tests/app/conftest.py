@@ -104,6 +104,15 @@ async def wait_ready(client: httpx.AsyncClient, timeout: float = 30.0) -> None:
         await asyncio.sleep(0.01)
 
 
+async def eventually(condition: Callable[[], object], timeout: float = 10.0) -> None:
+    """Return once condition() holds (checked every millisecond): a wait for a state, not for a time."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not condition():
+        assert loop.time() < end, f"not true within {timeout} s"
+        await asyncio.sleep(0.001)
+
+
 def json_post_scope(path: str, content_length: int) -> dict[str, Any]:
     """A raw ASGI scope of a JSON POST, for tests that drive the app's receive()/send() themselves."""
     return {

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import torch
 
-from app import handlers
+from app import attention_maps
 from app.settings import Settings
 from model import DecodeOptions, LoadedModel, Translator, load_checkpoint, save_checkpoint
 from model.inference import classify_texts, translate_ids
@@ -320,7 +320,8 @@ async def test_attention_maps_are_bounded_in_size(
     req = {"model": "sentiment-en", "text": "the cat likes music and the dog"}
     one = await client.post("/attention", json=req | {"layers": [0], "heads": [1]})
     n = len(one.json()["source_tokens"])
-    monkeypatch.setattr(handlers, "MAX_ATTENTION_WEIGHTS", n * n)  # one map fits, not 2 layers x 2 heads
+    # one map fits, not 2 layers x 2 heads
+    monkeypatch.setattr(attention_maps, "MAX_ATTENTION_WEIGHTS", n * n)
     assert (await client.post("/attention", json=req | {"layers": [0], "heads": [1]})).status_code == 200
     r = await client.post("/attention", json=req)
     assert r.status_code == 422

@@ -13,6 +13,7 @@ import pytest
 from app.batching import Batcher, BatcherPool, InferenceWorkers
 from app.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
 from app.metrics import Metrics
+from tests.app.conftest import eventually
 
 pytestmark = pytest.mark.anyio
 FAR = 1e9  # a deadline that never passes
@@ -34,6 +35,17 @@ class Recorder:
         if -1 in items:
             raise ValueError("bad item -1")
         return [x * 10 for x in items]
+
+
+class Blocker:
+    """A call that holds the inference worker until `release` is set; `running` once it has the worker."""
+
+    def __init__(self) -> None:
+        self.running, self.release = threading.Event(), threading.Event()
+
+    def __call__(self) -> None:
+        self.running.set()
+        assert self.release.wait(10)
 
 
 @pytest.fixture
@@ -78,15 +90,14 @@ async def test_busy_thread_deadline_flushes_a_partial_batch(
     make: Callable[..., Batcher[int, int]], executor: InferenceWorkers
 ) -> None:
     """While another model's batch runs, items wait for more until the first one's deadline, then flush."""
-    rec = Recorder()
+    rec, blocker = Recorder(), Blocker()
     b = make(rec, max_batch_size=32, max_delay_s=0.05)
-    other = asyncio.ensure_future(executor.run(time.sleep, 0.4))
-    await asyncio.sleep(0.01)  # the thread is busy
-    first = b.enqueue([1], FAR)
-    await asyncio.sleep(0.01)
-    second = b.enqueue([2, 3], FAR)
-    await asyncio.sleep(0.15)  # past the deadline, the thread still busy: [1, 2, 3] is already flushed
+    other = asyncio.ensure_future(executor.run(blocker))
+    await asyncio.to_thread(blocker.running.wait, 5)
+    first, second = b.enqueue([1], FAR), b.enqueue([2, 3], FAR)
+    await eventually(lambda: executor.busy == 2)  # past the deadline, the thread still busy: flushed
     third = b.enqueue([4], FAR)
+    blocker.release.set()
     assert await asyncio.gather(first, second, third) == [[10], [20, 30], [40]]
     assert rec.batches == [[1, 2, 3], [4]]
     await other
@@ -96,16 +107,17 @@ async def test_busy_thread_deadline_flushes_a_partial_batch(
 async def test_batch_waits_for_the_thread_then_flushes_when_it_is_idle(
     make: Callable[..., Batcher[int, int]], executor: InferenceWorkers
 ) -> None:
-    rec = Recorder()
+    rec, blocker = Recorder(), Blocker()
     b = make(rec, max_batch_size=32, max_delay_s=30.0)
-    other = asyncio.ensure_future(executor.run(time.sleep, 0.2))
-    await asyncio.sleep(0.01)  # the thread is busy
-    start = time.monotonic()
+    other = asyncio.ensure_future(executor.run(blocker))
+    await asyncio.to_thread(blocker.running.wait, 5)
     first = b.enqueue([1], FAR)
-    await asyncio.sleep(0.05)
+    await eventually(lambda: executor._on_idle)  # the batcher waits for the thread with [1]
     second = b.enqueue([2], FAR)
+    start = time.monotonic()
+    blocker.release.set()
     assert await asyncio.gather(first, second) == [[10], [20]]
-    assert 0.1 < time.monotonic() - start < 5  # flushed when the thread freed up, not after 30 s
+    assert time.monotonic() - start < 5  # flushed when the thread freed up, not after 30 s
     assert rec.batches == [[1, 2]]
     await other
     await b.close()
@@ -156,8 +168,7 @@ async def test_expired_requests_get_deadline_exceeded_and_are_skipped(
     b = make(rec, max_batch_size=1, max_delay_s=0.0)
     first = b.enqueue([1], FAR)
     await asyncio.to_thread(rec.started.wait, 5)
-    late = b.enqueue([2], asyncio.get_running_loop().time() + 0.01)
-    await asyncio.sleep(0.05)
+    late = b.enqueue([2], asyncio.get_running_loop().time())  # expires as it is queued
     rec.gate.set()
     assert await first == [10]
     with pytest.raises(DeadlineExceeded):
@@ -186,10 +197,8 @@ async def test_a_request_spanning_batches_fails_once_and_its_rest_is_skipped(
     b = make(rec, max_batch_size=1, max_delay_s=0.0)
     with pytest.raises(InferenceFailed):
         await b.enqueue([-1, 2, 3], FAR)
-    await asyncio.sleep(0.05)
-    assert rec.batches[0] == [-1]
-    assert [2] not in rec.batches
-    assert [3] not in rec.batches
+    assert await b.enqueue([4], FAR) == [40]  # queued after [2] and [3]: they are done with
+    assert rec.batches == [[-1], [4]]
     await b.close()
 
 
@@ -223,7 +232,7 @@ async def test_close_finishes_queued_items_then_rejects(make: Callable[..., Batc
     b = make(rec, max_batch_size=2, max_delay_s=10.0)
     futures = [b.enqueue([i], FAR) for i in range(5)]
     closing = asyncio.ensure_future(b.close())
-    await asyncio.sleep(0.01)
+    await eventually(lambda: b._closing)
     with pytest.raises(Unavailable):
         b.enqueue([9], FAR)
     rec.gate.set()
@@ -261,8 +270,7 @@ async def test_pool_retires_idle_dynamic_batchers(executor: InferenceWorkers) ->
 
     first = pool.get("k", create)
     assert await first.enqueue([1], FAR) == [1]
-    await asyncio.sleep(0.2)
-    assert len(pool) == 0
+    await eventually(lambda: len(pool) == 0)  # retired after 0.05 s without items
     second = pool.get("k", create)
     assert second is not first
     assert await second.enqueue([2], FAR) == [2]
@@ -276,26 +284,31 @@ async def test_a_full_batch_queues_behind_the_running_one(
     rec = Recorder()
     rec.gate.clear()
     b = make(rec, max_batch_size=2, max_delay_s=30.0)
+    peak, run = 0, executor.run
+
+    async def counted(fn: Callable[..., Any], *args: Any) -> Any:  # calls submitted at once, at most
+        nonlocal peak
+        peak = max(peak, executor.busy + 1)
+        return await run(fn, *args)
+
+    executor.run = counted  # type: ignore[method-assign]
     first = b.enqueue([1, 2], FAR)
     await asyncio.to_thread(rec.started.wait, 5)
     partial = b.enqueue([3], FAR)
-    await asyncio.sleep(0.05)
-    assert executor.busy == 1  # one item is not a batch: it waits for the running one
+    await eventually(lambda: executor._on_idle)  # one item is not a batch: it waits for the running one
     full = b.enqueue([4], FAR)  # [3, 4] is full: submitted behind the running batch
-    await asyncio.sleep(0.05)
-    assert executor.busy == 2
+    await eventually(lambda: executor.busy == 2)
     third = b.enqueue([5, 6], FAR)
-    await asyncio.sleep(0.05)
-    assert executor.busy == 2  # at most two of a key's batches are submitted
     assert len(b) == 4  # [3, 4] waits behind the running batch; [5, 6] in the queue
     rec.gate.set()
     assert await asyncio.gather(first, partial, full, third) == [[10, 20], [30], [40], [50, 60]]
-    assert rec.batches == [[1, 2], [3, 4], [5, 6]]
+    assert rec.batches == [[1, 2], [3, 4], [5, 6]]  # [3] never ran alone
+    assert peak == 2  # at most two of a key's batches are submitted
     await b.close()
 
 
 async def test_a_request_cancelled_while_its_batch_waits_behind_is_skipped(
-    make: Callable[..., Batcher[int, int]],
+    make: Callable[..., Batcher[int, int]], executor: InferenceWorkers
 ) -> None:
     rec = Recorder()
     rec.gate.clear()
@@ -303,7 +316,7 @@ async def test_a_request_cancelled_while_its_batch_waits_behind_is_skipped(
     first = b.enqueue([1], FAR)
     await asyncio.to_thread(rec.started.wait, 5)
     gone = b.enqueue([2], FAR)  # a full batch: submitted behind [1] at once
-    await asyncio.sleep(0.05)
+    await eventually(lambda: executor.busy == 2)
     gone.cancel()
     rec.gate.set()
     assert await first == [10]
@@ -336,13 +349,12 @@ async def test_a_part_queued_behind_a_failed_part_is_not_computed(
     b = make(rec, max_batch_size=1, max_delay_s=0.0)
     request = b.enqueue([-1, 2], FAR)  # two batches of one; [2] is submitted behind [-1]
     await asyncio.to_thread(rec.started.wait, 5)
-    await asyncio.sleep(0.05)
-    assert executor.busy == 2
+    await eventually(lambda: executor.busy == 2)
     rec.gate.set()
     with pytest.raises(InferenceFailed):
         await request
-    await asyncio.sleep(0.05)
-    assert rec.batches == [[-1]]
+    assert await b.enqueue([3], FAR) == [30]  # queued after [2]: [2] is done with
+    assert rec.batches == [[-1], [3]]
     await b.close()
 
 

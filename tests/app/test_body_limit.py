@@ -25,7 +25,7 @@ async def _chunks(data: bytes) -> AsyncIterator[bytes]:
         yield data[i : i + 512]
 
 
-@pytest.mark.parametrize("route", ["/sentiment", "/attention"])  # the fast path and a FastAPI route
+@pytest.mark.parametrize("route", ["/sentiment", "/attention"])
 async def test_bodies_over_the_limit_get_413(make_settings: Callable[..., Settings], route: str) -> None:
     async with serve(make_settings(max_body_bytes=LIMIT)) as (_, client):
         declared = await client.post(route, content=_big(route), headers={"content-type": "application/json"})

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from app.settings import REPO_ROOT
-from tests.server_process import free_port, server_env, stop, uvicorn_cmd, wait_ready
+from bench.server import free_port, server_env, stop, uvicorn_cmd, wait_ready
 
 
 def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tests.server_process import free_port, server_env, stop, uvicorn_cmd, wait_ready
+from bench.server import free_port, server_env, stop, uvicorn_cmd, wait_ready
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page, Playwright

@@ -1,5 +1,6 @@
-"""A server subprocess on a free 127.0.0.1 port, shared by the TCP tests (tests/app/test_server.py), the browser
-tests (tests/e2e), the image-command tests (tests/deploy) and the load benchmark (bench/serve_load.py)."""
+"""The server in a subprocess on a free 127.0.0.1 port: the load benchmark's (`serve`), and the one the TCP
+tests (tests/app/test_server.py), the browser tests (tests/e2e) and the image-command tests (tests/deploy)
+start with the same helpers."""
 
 from __future__ import annotations
 
@@ -8,10 +9,15 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -81,3 +87,26 @@ def stop(proc: subprocess.Popen, timeout: float = 20.0) -> str:
     with proc.stdout:
         out = proc.stdout.read()
     return out.decode(errors="replace") if isinstance(out, bytes) else out
+
+
+@contextmanager
+def serve(checkpoint_dir: Path, env: dict[str, str]) -> Iterator[tuple[str, float, int]]:
+    """`python -m app` in a subprocess -> (base url, seconds from spawn to /ready 200, pid); SIGTERM at exit."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    base = {"APP_CHECKPOINT_DIR": str(checkpoint_dir), "APP_PORT": str(port), "APP_LOG_LEVEL": "warning"}
+    with tempfile.TemporaryFile() as log:
+
+        def output() -> str:
+            log.seek(0)
+            return log.read().decode(errors="replace")
+
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app"], env=server_env(base | env), cwd=REPO, stdout=log, stderr=log
+        )
+        try:
+            wait_ready(proc, url, 120, output)
+            yield url, time.monotonic() - start, proc.pid
+        finally:
+            stop(proc, timeout=30)

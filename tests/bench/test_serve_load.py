@@ -7,53 +7,47 @@ from pathlib import Path
 
 import pytest
 
-from bench.serve_load import (
-    ARRIVAL,
-    EN_WORDS,
-    KO_WORDS,
-    WORKERS,
-    Cell,
-    main,
-    median_pass,
-    sentiment_bodies,
-    sentiment_texts,
-    texts,
-)
+from bench.ceilings import ARRIVAL, WORKERS
+from bench.load import EN_WORDS, KO_WORDS, Cell, sentiment_bodies, sentiment_texts, texts
+from bench.report import median_pass
+from bench.serve_load import main
 
 
 @pytest.mark.parametrize("use_wrk", ["no", "yes"] if shutil.which("wrk") else ["no"])
 def test_serve_load_prints_every_table(
-    app_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str], use_wrk: str
+    bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str], use_wrk: str
 ) -> None:
-    out = _bench(app_checkpoint_dir, capsys, "1", ["1", "4"], "--wrk", use_wrk)
+    out = _bench(bench_checkpoint_dir, capsys, "1", ["1", "4"], "--wrk", use_wrk)
     _check_tables(out, texts=1)
     model_only = [line for line in out.splitlines() if line.startswith("| /sentiment, ")]
     assert [line.split("|")[1].strip() for line in model_only] == [ARRIVAL, WORKERS]
     assert all(float(line.split("|")[2]) > 0 for line in model_only), model_only  # texts/s
     assert "HTTP vs the server's model work" in out
+    assert "| /translate c=4 HTTP >= 90% of its ceiling (texts/s) |" in out
+    assert "| (for reference) server CPU per /sentiment request, c=4 |" in out
 
 
 def test_serve_load_with_several_texts_per_request(
-    app_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
+    bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = _bench(
-        app_checkpoint_dir, capsys, "1", ["1", "4"], "--routes", "/sentiment", "--texts-per-request", "4"
+        bench_checkpoint_dir, capsys, "1", ["1", "4"], "--routes", "/sentiment", "--texts-per-request", "4"
     )
     _check_tables(out, texts=4, routes=1)
 
 
 def test_serve_load_sentiment_model_picks_the_model_and_its_language(
-    app_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
+    bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pick = ["--routes", "/sentiment", "--sentiment-model"]
-    out = _bench(app_checkpoint_dir, capsys, "0.5", ["2"], *pick, "sentiment-ko")
+    out = _bench(bench_checkpoint_dir, capsys, "0.5", ["2"], *pick, "sentiment-ko")
     assert "/sentiment model: sentiment-ko" in out
     _check_tables(out, texts=1, routes=1, concurrencies=1)
-    korean = sentiment_texts(app_checkpoint_dir, {"model": "sentiment-ko"})
+    korean = sentiment_texts(bench_checkpoint_dir, {"model": "sentiment-ko"})
     assert {w for t in korean for w in t.rstrip(".").split()} <= set(KO_WORDS)  # Korean words only
-    assert sentiment_texts(app_checkpoint_dir, {"model": "sentiment-en"}) == texts(EN_WORDS)
+    assert sentiment_texts(bench_checkpoint_dir, {"model": "sentiment-en"}) == texts(EN_WORDS)
     with pytest.raises(SystemExit, match="no sentiment model 'sentiment-xx'"):
-        _bench(app_checkpoint_dir, capsys, "0.5", ["2"], *pick, "sentiment-xx")
+        _bench(bench_checkpoint_dir, capsys, "0.5", ["2"], *pick, "sentiment-xx")
 
 
 def test_sentiment_bodies_send_every_text_equally_often() -> None:
@@ -98,9 +92,9 @@ def _check_tables(out: str, texts: int, routes: int = 2, concurrencies: int = 2)
 
 
 def test_serve_load_repeats_report_medians_and_every_pass(
-    app_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
+    bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = _bench(app_checkpoint_dir, capsys, "0.5", ["4"], "--routes", "/sentiment", "--repeats", "2")
+    out = _bench(bench_checkpoint_dir, capsys, "0.5", ["4"], "--routes", "/sentiment", "--repeats", "2")
     _check_tables(out.split("Medians of")[0], texts=1, routes=1, concurrencies=1)
     assert "Medians of 2 passes" in out
     per_pass = [line for line in out.split("Per pass:")[1].splitlines() if line[:4] in ("| 1 ", "| 2 ")]
@@ -117,34 +111,3 @@ def test_median_pass_keeps_each_cells_median_pass() -> None:
     assert ready == {"on": 2.0}
     assert ceil == {"/sentiment": (20.0, 1.0)}
     assert short == 2.0
-
-
-@pytest.mark.parametrize("own_tokenizer", [False, True])
-def test_make_tiny_checkpoints_writes_loadable_models(
-    tmp_path: Path, tiny_tokenizer_path: Path, own_tokenizer: bool
-) -> None:
-    """bench/make_tiny_checkpoints.py: three checkpoints that load and run; --tokenizer is copied in as is."""
-    from bench.make_tiny_checkpoints import main as make
-    from model import DecodeOptions, load_checkpoint
-    from model.inference import classify_texts, translate_texts
-
-    args = ["--d-model", "16", "--layers", "1", "--heads", "1"]
-    assert (
-        make([str(tmp_path), *args, *(["--tokenizer", str(tiny_tokenizer_path)] if own_tokenizer else [])])
-        == 0
-    )
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["sentiment-en", "sentiment-ko", "translate-fr-en"]
-    for name in ("sentiment-en", "sentiment-ko", "translate-fr-en"):
-        tokenizer = (tmp_path / name / "tokenizer.model").read_bytes()
-        assert (tokenizer == tiny_tokenizer_path.read_bytes()) is own_tokenizer
-        m = load_checkpoint(tmp_path / name)
-        assert m.config.d_model == 16
-        if name.startswith("sentiment"):
-            probs = classify_texts(m.model, m.tokenizer, ["a cat", "le chien"])
-            assert probs.shape == (2, 2)
-        else:
-            [[(text, score)]] = translate_texts(
-                m.model, m.tokenizer, ["le chat"], DecodeOptions(beam_size=1), "en"
-            )
-            assert isinstance(text, str)
-            assert score <= 0
