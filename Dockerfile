@@ -18,7 +18,7 @@
 
 ARG BASE_IMAGE=python:3.11-slim
 
-# ---- builder: a venv with the dependencies only (the code changes more often than pyproject.toml) ----
+# ---- builder: a venv with the dependencies only (the code changes more often than requirements.lock) ----
 FROM ${BASE_IMAGE} AS builder
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
@@ -36,14 +36,15 @@ RUN if ! command -v python3 >/dev/null 2>&1; then \
     && python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
-# torch first, from its own index (CPU wheel by default); pyproject's "torch>=2.4,<2.14" is then already satisfied.
-RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
+# Every package but torch at the version and sha256 of requirements.lock ([project].dependencies and torch's own
+# requirements, resolved for this Python and the CPU torch; `make lock` refreshes it), so builds a month apart
+# install the same files.
+COPY requirements.lock /tmp/build/
+RUN pip install --no-cache-dir --require-hashes -r /tmp/build/requirements.lock && rm -rf /tmp/build
 
-# The runtime dependencies listed in pyproject.toml (not the train/test extras), without the project's code.
-COPY pyproject.toml /tmp/build/
-RUN python -c "import tomllib; deps = tomllib.load(open('/tmp/build/pyproject.toml', 'rb'))['project']['dependencies']; open('/tmp/build/requirements.txt', 'w').write(chr(10).join(deps) + chr(10))" \
-    && pip install --no-cache-dir -r /tmp/build/requirements.txt \
-    && rm -rf /tmp/build
+# Then torch from its own index (CPU wheel by default): its requirements are already met, so pip adds only torch (CUDA
+# index: also the nvidia-* wheels torch pins exactly); `pip check` proves the whole set consistent.
+RUN pip install --no-cache-dir --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}" && pip check
 
 # ---- runtime ----
 FROM ${BASE_IMAGE} AS runtime

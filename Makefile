@@ -1,4 +1,5 @@
-# One-command entry points. `make serve` and `make test` create .venv and install everything (torch CPU first).
+# One-command entry points. `make serve` and `make test` create .venv and install everything (torch first: the CPU
+# build on a machine without an NVIDIA GPU, see scripts/install_torch.sh; TORCH_VARIANT=cuda|cpu to choose).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -6,19 +7,20 @@ DATA_DIR ?= ../shared/data
 RUNS ?= runs
 
 TRAIN := train-sentiment-ko train-sentiment-en train-translate-fr-en train-translate-es-en train-translate-de-en
-# runs a shipped preset starts from (distillation teachers, init_from), trained first, in order, not shipped
-STARTS_sentiment-en := sentiment-en-base sentiment-en-mlm
-STARTS_sentiment-ko := sentiment-ko-base sentiment-ko-mlm sentiment-ko-kd
-STARTS := $(STARTS_sentiment-en) $(STARTS_sentiment-ko)
 
-.PHONY: install serve test lint format bench $(TRAIN) $(addprefix run-,$(STARTS))
+.PHONY: install serve test e2e lint format lock bench $(TRAIN)
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# Python 3.11+: a one-line message here rather than an error from deep inside pip (any Python 3 can run this line).
+PYTHON_CHECK = import sys; sys.exit(sys.version_info < (3, 11) and \
+	"Python >= 3.11 is needed; $(PYTHON) is %d.%d.%d (make install PYTHON=python3.11 or newer)" % sys.version_info[:3])
+
+$(VENV)/.installed: pyproject.toml scripts/install_torch.sh
+	@$(PYTHON) -c '$(PYTHON_CHECK)'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install torch==2.13.0  # the CPU wheel; any other spec pulls gigabytes of CUDA packages
+	PYTHON=$(PY) bash scripts/install_torch.sh
 	$(PY) -m pip install -e ".[dev]"
 	touch $@
 
@@ -28,6 +30,12 @@ serve: install
 test: install
 	$(PY) -m pytest -q
 
+# The browser tests (tests/e2e) on a fresh Debian machine: Debian's chromium (scripts/install_browser.sh: apt as root
+# or via sudo), then the tests (`make test` skips them while /usr/bin/chromium is missing).
+e2e: install
+	bash scripts/install_browser.sh
+	$(PY) -m pytest -q tests/e2e
+
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
@@ -36,30 +44,16 @@ format: install
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
-# Shipped checkpoints: train (resumable: re-run the same command to continue), then evaluate + ship.
-# later commands that continued a finished preset run, in order, commas for spaces (each shipped card lists
-# them under Reproduce)
-comma := ,
-CONTINUE_translate-es-en := --epochs=9 --epochs=11,--average_last=6,--eval_every=129,--patience=30
-CONTINUE_translate-de-en := --epochs=13,--average_last=6,--eval_every=81,--patience=30
-CONTINUE_sentiment-ko-mlm := --epochs=7
-# shipped classifiers whose finished run then gets a hashed n-gram head (python -m training ngram-head)
-HEAD_sentiment-en := --spec w3c4 --buckets 2097152
-HEAD_sentiment-ko := --spec w3c4 --buckets 2097152
+# requirements.lock (what the Docker image installs) after a change to [project].dependencies; UPGRADE=1 moves every
+# pin to the newest release allowed.
+lock: install
+	PYTHON=$(PY) UPGRADE=$(UPGRADE) bash scripts/lock.sh
 
-# python -m training <task> --preset=$(1), then each CONTINUE_$(1) command
-train_cmd = $(PY) -m training $(if $(findstring sentiment,$(1)),sentiment,translate) --preset=$(1) --out_dir=$(RUNS) --data_dir=$(DATA_DIR)
-run_preset = $(call train_cmd,$(1)) && $(foreach c,$(CONTINUE_$(1)),$(call train_cmd,$(1)) $(subst $(comma), ,$(c)) &&) true
-# the card's Reproduce section: the start runs' commands, then the continuations
-requires = $(foreach t,$(STARTS_$(1)),--requires='--preset=$(t)' $(foreach c,$(CONTINUE_$(t)),--requires='--preset=$(t) $(subst $(comma), ,$(c))'))
-
-$(addprefix run-,$(STARTS)): run-%: install
-	$(call run_preset,$*)
-
-train-sentiment-en: $(addprefix run-,$(STARTS_sentiment-en))
-train-sentiment-ko: $(addprefix run-,$(STARTS_sentiment-ko))
-
-$(TRAIN): train-%: install  # a static pattern rule: implicit rules skip .PHONY targets
-	$(call run_preset,$*)
-	$(if $(HEAD_$*),$(PY) -m training ngram-head --run $(RUNS)/$* --data-dir $(DATA_DIR) $(HEAD_$*))
-	$(PY) -m training ship --run $(RUNS)/$* --name $* --data-dir $(DATA_DIR) $(foreach c,$(CONTINUE_$*),--continued='$(subst $(comma), ,$(c))') $(call requires,$*)
+# Shipped checkpoints: each runs its recipe in training/recipes.py (resumable: re-run to continue);
+# `python -m training reproduce NAME --dry-run` prints the commands.
+REPRODUCE = $(PY) -m training reproduce --runs-dir $(RUNS) --data-dir $(DATA_DIR)
+train-sentiment-ko: install ; $(REPRODUCE) sentiment-ko
+train-sentiment-en: install ; $(REPRODUCE) sentiment-en
+train-translate-fr-en: install ; $(REPRODUCE) translate-fr-en
+train-translate-es-en: install ; $(REPRODUCE) translate-es-en
+train-translate-de-en: install ; $(REPRODUCE) translate-de-en

@@ -2,7 +2,7 @@
 
 Every row generates exactly `out_len` tokens (EOS is banned until then and forced at the limit), so both paths
 do the same number of steps. Throughput counts the output tokens of each example (EOS included), not beam
-candidates. Run from the repo root: `python -m bench.decoding [--quick] [--repeats N] [--threads N]`.
+candidates. Run from the repo root: `python -m bench.decoding [--quick] [--repeats N] [--threads N] [--trace]`.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ class PrefixState:
     prefix: Tensor  # (B, t) decoder inputs
     step: int = 0
 
-    def select(self, index: Tensor) -> PrefixState:
+    def select(self, index: Tensor, examples: Tensor | None = None) -> PrefixState:
+        """Rows by `index`; the memory is kept per row here, so `examples` is not needed."""
         return PrefixState(
             *(t.index_select(0, index) for t in (self.memory, self.memory_mask, self.prefix)), self.step
         )
@@ -131,7 +132,7 @@ def measure(
     return min(times[0]), min(times[1]), tokens[0], tokens[1]
 
 
-def run(quick: bool, repeats: int) -> None:
+def run(quick: bool, repeats: int, trace: bool) -> None:
     """Print the markdown table; a warm-up at out_len 2 precedes each (dtype, mode, batch) group."""
     dtypes = {"fp32": torch.float32} if quick else {"fp32": torch.float32, "bf16": torch.bfloat16}
     batches = [1, 32]
@@ -143,7 +144,8 @@ def run(quick: bool, repeats: int) -> None:
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads;"
         f" d_model {CONFIG.d_model}, {CONFIG.n_heads} heads, {CONFIG.n_layers}+{CONFIG.n_decoder_layers} layers,"
-        f" d_ff {CONFIG.d_ff}, vocab {CONFIG.vocab_size}, source length {SRC_LEN}; best of {repeats} runs\n"
+        f" d_ff {CONFIG.d_ff}, vocab {CONFIG.vocab_size}, source length {SRC_LEN}; best of {repeats} runs;"
+        f" cached path {'traced' if trace else 'eager'}\n"
     )
     print("| mode | dtype | batch | out_len | cache tok/s | recompute tok/s | speedup |")
     print("|---|---|---:|---:|---:|---:|---:|")
@@ -151,6 +153,8 @@ def run(quick: bool, repeats: int) -> None:
     for dtype_name, dtype in dtypes.items():
         cached.to(dtype)
         recompute.to(dtype)
+        if trace:
+            cached.trace()  # the cached path as served: encode, cross K/V and the step as TorchScript graphs
         for beam_size in (1, BEAM):
             mode = "greedy" if beam_size == 1 else f"beam {beam_size}"
             for batch in batches:
@@ -180,10 +184,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fp32 only, out_len 10 and 40")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per cell; the fastest is kept")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--trace", action="store_true", help="the cached path traced (Translator.trace)")
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    run(args.quick, args.repeats)
+    run(args.quick, args.repeats, args.trace)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from torch import nn
 
 from model.classifier import SentimentClassifier
 from model.config import ModelConfig
+from model.quantize import quantize as quantize_linears
 from model.tokenizer import Tokenizer
 from model.translator import Translator
 
@@ -144,9 +145,13 @@ def read_config(path: str | Path) -> dict[str, Any]:
 
 
 def load_checkpoint(
-    path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+    path: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    quantize: str | None = None,
 ) -> LoadedModel:
-    """Load a checkpoint directory into an eval-mode model on `device` (dtype default: float32)."""
+    """Load a checkpoint directory into an eval-mode model on `device` (dtype default: float32);
+    quantize="int8": dynamic int8 Linear layers (model.quantize; float32 on CPU only)."""
     path = Path(path)
     meta = read_config(path)
     try:
@@ -194,4 +199,6 @@ def load_checkpoint(
     model.to(device=device, dtype=dtype or torch.float32).eval()
     if isinstance(model, SentimentClassifier) and model.ngram is not None:
         model.ngram.float()  # fp32 whatever the dtype: a long review sums ~7,000 table rows
+    if quantize is not None:
+        quantize_linears(model, quantize)
     return LoadedModel(path.name, path, cfg, model, tokenizer, meta, digest)

@@ -1,7 +1,7 @@
 """Batched greedy and beam search over a Translator's KV-cached decoder.
 
 Greedy is beam search with beam_size=1 (CTranslate2's convention); `greedy_decode` is a dedicated, cheaper
-loop kept for parity tests and for the serving fast path. Both force EOS at each example's length limit.
+loop that `decode` takes for beam_size 1 (a parity test pins it to beam search with K=1). Both force EOS at each example's length limit.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def greedy_decode(
             break
         if len(keep) < len(active):
             index = torch.tensor(keep, device=src.device)
-            state, tokens, active = state.select(index), tokens[index], active[index]
+            state, tokens, active = state.select(index, index), tokens[index], active[index]
     return results
 
 
@@ -140,7 +140,7 @@ def beam_search(
     n = src.size(0)
     limits = [min(opts.limit(s), model.cfg.max_len) for s in src_lens]  # positions must fit the encoding
     rows = torch.arange(n, device=dev).repeat_interleave(k)
-    state, tokens = state.select(rows), start[rows]  # (n*K,)
+    state, tokens = state.select(rows), start[rows]  # (n*K,) rows; the memory stays one row per example
     scores = torch.full((n, k), float("-inf"), device=dev)
     scores[:, 0] = 0.0  # only the first beam expands at step 0
     prefixes: list[list[list[int]]] = [[[] for _ in range(k)] for _ in range(n)]
@@ -155,7 +155,8 @@ def beam_search(
         top_scores, top_idx = cand.topk(min(2 * k, k * vocab), dim=1)  # (A, 2K)
         origins, words = (top_idx // vocab).tolist(), (top_idx % vocab).tolist()
         top_scores_l = top_scores.tolist()
-        next_rows, next_tokens, next_scores, next_active, next_prefixes = [], [], [], [], []
+        next_rows, next_tokens, next_scores, next_prefixes = [], [], [], []
+        next_active, kept = [], []  # example index and block of each example that goes on
         for a, ex in enumerate(active):
             beams: list[tuple[int, int, float]] = []
             for rank, (o, w, s) in enumerate(zip(origins[a], words[a], top_scores_l[a], strict=True)):
@@ -172,6 +173,7 @@ def beam_search(
                 k - len(beams)
             )  # pad a short beam with dead copies
             next_active.append(ex)
+            kept.append(a)
             next_rows += [a * k + o for o, _, _ in beams]
             next_tokens += [w for _, w, _ in beams]
             next_scores.append([s for _, _, s in beams])
@@ -180,7 +182,8 @@ def beam_search(
             break
         for ex, p in zip(next_active, next_prefixes, strict=True):
             prefixes[ex] = p
-        state = state.select(torch.tensor(next_rows, device=dev))
+        examples = None if len(kept) == len(active) else torch.tensor(kept, device=dev)
+        state = state.select(torch.tensor(next_rows, device=dev), examples)
         tokens = torch.tensor(next_tokens, device=dev)
         scores = torch.tensor(next_scores, device=dev)
         active = next_active

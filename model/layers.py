@@ -47,7 +47,18 @@ class Embeddings(nn.Module):
         if start + t > self.pe.size(0):
             raise ValueError(f"sequence of {start + t} tokens exceeds max_len={self.pe.size(0)}")
         x = self.token(ids) * self.scale + self.pe[start : start + t].to(self.token.weight.dtype)
-        return self.dropout(x)
+        return self.dropout(x) if self.training else x  # eval: no no-op dropout in traced graphs
+
+    def at(self, ids: Tensor, positions: Tensor) -> Tensor:
+        """(B, T) ids at the given positions (T,) -> (B, T, D): positions as a tensor, so a traced decoder
+        step reads its position from its input instead of baking it in."""
+        x = self.token(ids) * self.scale + self.pe.index_select(0, positions).to(self.token.weight.dtype)
+        return self.dropout(x) if self.training else x
+
+
+FEW_QUERIES = (
+    16  # up to this many queries (a decoder step: 1 per hypothesis of an example), explicit attention
+)
 
 
 class MultiHeadAttention(nn.Module):
@@ -85,6 +96,12 @@ class MultiHeadAttention(nn.Module):
                 scores.float().softmax(dim=-1).nan_to_num(0.0).to(q.dtype)
             )  # an all-masked row -> 0, as SDPA
             out = F.dropout(weights, p) @ v
+        elif q.size(2) <= FEW_QUERIES and not self.training:
+            # a decoding step's 1..K queries: three small ops cost less than SDPA's kernel set-up
+            scores = (q @ k.transpose(-2, -1)) * self.head_dim**-0.5  # (B, H, T, S)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            out = scores.softmax(dim=-1) @ v
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         b, _, t, _ = out.shape
@@ -106,7 +123,9 @@ class FeedForward(nn.Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.net(x)
+        linear1, relu, dropout, linear2 = self.net
+        h = relu(linear1(x))
+        return linear2(dropout(h) if self.training else h)
 
 
 class Residual(nn.Module):
@@ -122,7 +141,7 @@ class Residual(nn.Module):
         return self.norm(x) if self.norm_first else x
 
     def post(self, x: Tensor, y: Tensor) -> Tensor:
-        x = x + self.dropout(y)
+        x = x + (self.dropout(y) if self.training else y)
         return x if self.norm_first else self.norm(x)
 
 
@@ -144,17 +163,23 @@ class EncoderLayer(nn.Module):
 
 @dataclass
 class LayerCache:
-    """Decoder KV cache of one layer: self-attention grows by one step, cross-attention is fixed."""
+    """Decoder KV cache of one layer. Self-attention grows by one position a step, one row per hypothesis;
+    cross-attention K/V are computed once, one row per example, and shared by the example's G = R / N rows
+    (its beams): beam reordering never copies them."""
 
-    self_k: Tensor  # (B, H, t, Dh)
+    self_k: Tensor  # (R, H, t, Dh)
     self_v: Tensor
-    cross_k: Tensor  # (B, H, S, Dh), computed once from the encoder output
+    cross_k: Tensor  # (N, H, S, Dh)
     cross_v: Tensor
 
-    def select(self, index: Tensor) -> LayerCache:
-        """Keep/reorder batch rows (beam origin, finished rows dropped)."""
+    def select(self, rows: Tensor, examples: Tensor | None = None) -> LayerCache:
+        """Keep/reorder hypothesis rows (beam origins, finished rows dropped); `examples` keeps/reorders the
+        per-example cross-attention K/V when the set of examples changes (None: unchanged)."""
+        cross_k, cross_v = self.cross_k, self.cross_v
+        if examples is not None:
+            cross_k, cross_v = cross_k.index_select(0, examples), cross_v.index_select(0, examples)
         return LayerCache(
-            *(t.index_select(0, index) for t in (self.self_k, self.self_v, self.cross_k, self.cross_v))
+            self.self_k.index_select(0, rows), self.self_v.index_select(0, rows), cross_k, cross_v
         )
 
 
@@ -186,15 +211,20 @@ class DecoderLayer(nn.Module):
         return x, w_self, w_cross
 
     def step(self, x: Tensor, cache: LayerCache, memory_mask: Tensor) -> tuple[Tensor, LayerCache]:
-        """One new position x (B, 1, D) attending to the cached prefix and the memory."""
+        """One new position x (R, 1, D) of R = N * G hypotheses (G per example, contiguous) attending to
+        the cached prefix and to its example's memory; memory_mask (N, 1, 1, S)."""
+        r, _, d = x.shape
+        n = cache.cross_k.size(0)  # examples; r // n hypotheses each
         h = self.res1.pre(x)
         k, v = self.self_attn.project_kv(h)
         k = torch.cat([cache.self_k, k], dim=2)
         v = torch.cat([cache.self_v, v], dim=2)
         y, _ = self.self_attn.attend(h, k, v, None)  # the prefix is all visible: no mask
         x = self.res1.post(x, y)
-        y, _ = self.cross_attn.attend(self.res2.pre(x), cache.cross_k, cache.cross_v, memory_mask)
-        x = self.res2.post(x, y)
+        # an example's G queries attend to its one copy of the memory: (N, G, D) queries, as G positions
+        h = self.res2.pre(x).view(n, -1, d)
+        y, _ = self.cross_attn.attend(h, cache.cross_k, cache.cross_v, memory_mask)
+        x = self.res2.post(x, y.view(r, 1, d))
         x = self.res3.post(x, self.ff(self.res3.pre(x)))
         return x, LayerCache(k, v, cache.cross_k, cache.cross_v)
 

@@ -24,7 +24,7 @@ from model import load_checkpoint
 from model.inference import classify_ids, compile_classifier
 from model.preprocess import classifier_ids
 from training.data import LabeledText
-from training.ngram import ngram_probs, teacher_spec
+from training.ngram_teacher import ngram_probs, teacher_spec
 
 log = logging.getLogger(__name__)
 CACHE = "teacher_probs.safetensors"
@@ -62,7 +62,7 @@ def teacher_probs(
 ) -> torch.Tensor:
     """Mean class probabilities (N, C) of the teachers on `texts`, cached in cache_dir.
 
-    A teacher is a classifier checkpoint directory or an n-gram spec (``ngram-w3c4``, training/ngram.py),
+    A teacher is a classifier checkpoint directory or an n-gram spec (``ngram-w3c4``, training/ngram_teacher.py),
     which is fit here on `train` (k-fold, epochs chosen on `valid`).
     """
     key, path = _key(teachers, texts, [*train, *valid], seed), cache_dir / CACHE

@@ -17,8 +17,9 @@ from typing import Any
 
 import torch
 
-from model import DecodeOptions, LoadedModel, load_checkpoint
+from model import DecodeOptions, LoadedModel, Translator, load_checkpoint
 from model.inference import classify_texts, translate_texts
+from model.quantize import MODES
 from training.data import read_imdb, read_nsmc, read_parallel, read_tsv_pairs
 from training.metrics import accuracy_f1, bleu_chrf
 
@@ -81,11 +82,15 @@ def run(
     source_lang: str | None = None,
     target_lang: str | None = None,
     dtype: str = "float32",
+    quantize: str | None = None,
 ) -> dict[str, Any]:
-    """Score `checkpoint` on `data` (the CLI's work, callable from ship and tests); `dtype`: the weights'
-    and activations' type, as the server's APP_DTYPE (model cards report float32)."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    loaded = load_checkpoint(checkpoint, device=device, dtype=getattr(torch, dtype))
+    """Score `checkpoint` on `data` (the CLI's work, callable from ship and tests) as the server runs it:
+    translators traced (Translator.trace); `dtype`: the weights' and activations' type, as the server's
+    APP_DTYPE (model cards report float32); `quantize`: "int8" as APP_QUANTIZE (CPU only)."""
+    device = "cuda" if torch.cuda.is_available() and quantize is None else "cpu"
+    loaded = load_checkpoint(checkpoint, device=device, dtype=getattr(torch, dtype), quantize=quantize)
+    if isinstance(loaded.model, Translator):
+        loaded.model.trace()
     t0 = time.time()
     if loaded.config.task == "sentiment":
         if fmt not in ("nsmc", "imdb"):
@@ -99,6 +104,8 @@ def run(
         opts = DecodeOptions(beam_size=beam_size, length_penalty=length_penalty)
         res = evaluate_translation(loaded, data, fmt, opts, limit, source_lang, target_lang)
     res["dtype"] = dtype
+    if quantize is not None:
+        res["quantize"] = quantize
     res["checkpoint"] = str(checkpoint)
     res["data"] = str(data)
     res["seconds"] = round(time.time() - t0, 1)
@@ -128,6 +135,11 @@ def cli(argv: list[str] | None = None) -> int:
         default="float32",
         help="score the model as the server serves it with APP_DTYPE=... (default float32)",
     )
+    p.add_argument(
+        "--quantize",
+        choices=MODES,
+        help="score the model as the server serves it with APP_QUANTIZE=... (dynamic int8 Linear layers, CPU)",
+    )
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -141,6 +153,7 @@ def cli(argv: list[str] | None = None) -> int:
         source_lang=args.source_lang,
         target_lang=args.target_lang,
         dtype=args.dtype,
+        quantize=args.quantize,
     )
     print(json.dumps(res, ensure_ascii=False))
     return 0

@@ -109,7 +109,7 @@ def _prepare_sentiment(cfg: TrainConfig, names: list[str], data_dir: Path) -> Pr
     unlabeled: list[str] = []
     if cfg.distill_dataset and cfg.objective != "mlm":
         if not cfg.teachers:
-            raise ValueError("distill_dataset needs teachers=CHECKPOINT[,CHECKPOINT...]")
+            raise ValueError("--distill-dataset needs --teachers CHECKPOINT[,CHECKPOINT...]")
         pool: list[str] = load_split(cfg.distill_dataset, "train", data_dir)  # type: ignore[assignment]
         unlabeled = sample_texts(pool, {x.text for x in valid}, cfg.distill_examples, cfg.seed)
         texts += unlabeled

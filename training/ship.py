@@ -1,14 +1,17 @@
 """Ship a run's best checkpoint: evaluate on the test split, write metrics.json and the model card.
 
-  python -m training ship --run /work/runs/translate-fr-en [--name translate-fr-en] [--dest checkpoints]
+  python -m training ship --run runs/translate-fr-en [--name translate-fr-en] [--dest checkpoints]
+  python -m training card --checkpoint checkpoints/translate-fr-en   # rewrite the card from the files
 
 Refuses to replace a shipped checkpoint unless the new validation metric is better (`--force` overrides);
-the test split is only measured, never used to choose.
+the test split is only measured, never used to choose. A name with a recipe (training/recipes.py) ships only
+the run that recipe makes: its card prints the recipe's commands.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 from datetime import UTC, datetime
@@ -16,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from model import load_checkpoint
-from model.checkpoint import read_config
+from model.checkpoint import TOKENIZER, WEIGHTS, read_config
+from training.config import TrainConfig, parse_overrides
 from training.data import resolve_data_dir
 from training.evaluate import run as evaluate_run
+from training.recipes import RECIPES, command_lines, commands
 
 # dataset -> (test file relative to the data dir, evaluate --format, headline metric)
 TEST_SETS: dict[str, tuple[str, str, str]] = {
@@ -40,19 +45,60 @@ DATA_NOTES = {
 }
 
 
+# how a run was executed, not what it computes (threads varied between the segments of one shipped run)
+RUN_CONTROL = ("threads", "save_every", "log_every", "data_dir")
+
+
+def recipe_diff(name: str, recorded: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """{key: (recorded, recipe)} where a run's recorded TrainConfig differs from recipe `name`'s last command
+    (with the run's own runs directory); keys newer than the run count with their default."""
+    chain = commands(RECIPES[name], recorded.get("out_dir", "runs"))
+    last = [argv for argv in chain if argv[0] in ("sentiment", "translate")][-1]
+    want = json.loads(json.dumps(parse_overrides(last[1:]).to_dict()))  # tuples as JSON lists
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    return {
+        k: (recorded.get(k, defaults[k]), v)
+        for k, v in want.items()
+        if k not in RUN_CONTROL and recorded.get(k, defaults[k]) != v
+    }
+
+
+def portable(config: dict[str, Any]) -> dict[str, Any]:
+    """A run's recorded TrainConfig without the training machine's paths: the runs directory becomes `runs`,
+    the data directory the default."""
+    runs = config.get("out_dir", "runs").rstrip("/") + "/"
+    out = config | {"out_dir": "runs", "data_dir": ""}
+    for key in ("teachers", "init_from", "tokenizer_from"):
+        if config.get(key):
+            out[key] = ",".join(
+                "runs/" + p.removeprefix(runs) if p.startswith(runs) else p for p in config[key].split(",")
+            )
+    return out
+
+
 def _size_mb(path: Path) -> float:
-    return sum(f.stat().st_size for f in path.iterdir() if f.is_file()) / 2**20
+    return sum((path / f).stat().st_size for f in (WEIGHTS, TOKENIZER)) / 2**20
 
 
-def model_card(
-    name: str,
-    meta: dict[str, Any],
-    test: dict[str, Any],
-    valid: dict[str, Any],
-    command: str,
-    size_mb: float,
-    notes: str = "",
-) -> str:
+def _rounded(metrics: dict[str, Any], digits: int = 4) -> dict[str, Any]:
+    return {k: round(v, digits) if isinstance(v, float) else v for k, v in metrics.items()}
+
+
+def _reproduce(name: str) -> str:
+    """The card's Reproduce section: the recipe's chain of commands, or where the settings are."""
+    if name not in RECIPES:
+        return "No recipe in training/recipes.py: the run's settings are `training.config` in config.json."
+    chain = "\n".join(command_lines(RECIPES[name]))
+    return (
+        f"`python -m training reproduce {name}` runs, in order (each command is resumable;"
+        f" `--dry-run` prints them):\n\n```\n{chain}\n```"
+    )
+
+
+def model_card(dest: Path, name: str) -> str:
+    """A shipped checkpoint's README.md, from its config.json, metrics.json and recipe."""
+    meta, metrics = read_config(dest), json.loads((dest / "metrics.json").read_text())
+    test, valid = metrics["test"], metrics["valid"]
     cfg, train = meta["model"], meta.get("training", {})
     tcfg = train.get("config", {})
     dataset = tcfg.get("dataset", "?")
@@ -77,7 +123,7 @@ def model_card(
             f" {head['alpha']} (chosen on valid), add to the encoder's. Valid accuracy: encoder"
             f" {head['encoder_valid_accuracy']:.4f}, n-gram head {head['head_valid_accuracy']:.4f}"
         )
-        command += f"\npython -m training ngram-head --run runs/{name} --spec {cfg['ngram']} --buckets {cfg['ngram_buckets']}"
+    notes = RECIPES[name].note if name in RECIPES else ""
     return f"""# {name}
 
 From-scratch Transformer ({cfg["task"]}), trained on this project's CPU; no pretrained weights.
@@ -86,15 +132,12 @@ From-scratch Transformer ({cfg["task"]}), trained on this project's CPU; no pret
 - **Architecture**: {arch}.
 - **Training**: {train.get("step", "?")} optimizer steps ({train.get("epoch", "?")} full epochs done), {hours:.1f} h wall time on a 2-core CPU (fp32, one
 thread, sharing the CPU with other training runs).
-- **Size**: {size_mb:.1f} MB on disk (fp16 safetensors + tokenizer).
-- **Date**: {datetime.now(UTC).date().isoformat()}{f"{chr(10)}- **Notes**: {notes}" if notes else ""}
+- **Size**: {_size_mb(dest):.1f} MB on disk (fp16 safetensors + tokenizer).
+- **Date**: {metrics.get("shipped", "?")}{f"{chr(10)}- **Notes**: {notes}" if notes else ""}
 
 ## Reproduce
 
-```
-{command}
-python -m training ship --run runs/{name} --name {name}
-```
+{_reproduce(name)}
 
 ## Test metrics
 
@@ -109,27 +152,21 @@ Validation (best checkpoint): `{json.dumps({k: v for k, v in valid.items() if k 
 """
 
 
-def write_card(dest: Path, name: str, task: str) -> None:
-    """(Re)write a shipped checkpoint's README.md from its config.json and metrics.json."""
-    metrics = json.loads((dest / "metrics.json").read_text())
-    command = "".join(  # the runs this one starts from (distillation teachers, init_from) come first
-        f"python -m training {task} {extra}  # a run that --preset={name} starts from\n"
-        for extra in metrics.get("requires", [])
-    )
-    command += f"python -m training {task} --preset={name}  # or: make train-{name}"
-    for extra in metrics.get("continued", []):  # later runs that continued the finished one
-        command += f"\npython -m training {task} --preset={name} {extra}  # continues the run"
-    (dest / "README.md").write_text(
-        model_card(
-            name,
-            read_config(dest),
-            metrics["test"],
-            metrics["valid"],
-            command,
-            _size_mb(dest),
-            metrics.get("note", ""),
-        )
-    )
+def write_card(dest: Path, name: str | None = None) -> Path:
+    """(Re)write a shipped checkpoint's README.md from its files and its recipe; returns the card's path."""
+    card = dest / "README.md"
+    card.write_text(model_card(dest, name or dest.name))
+    return card
+
+
+def card_cli(argv: list[str] | None = None) -> int:
+    """`python -m training card --checkpoint DIR`: regenerate a shipped checkpoint's README.md."""
+    p = argparse.ArgumentParser(prog="python -m training card", description=write_card.__doc__)
+    p.add_argument("--checkpoint", type=Path, required=True, help="a shipped checkpoint directory")
+    p.add_argument("--name", help="its name (default: the directory name), the recipe the card prints")
+    args = p.parse_args(argv)
+    print(write_card(args.checkpoint, args.name))
+    return 0
 
 
 def cli(argv: list[str] | None = None) -> int:
@@ -138,24 +175,7 @@ def cli(argv: list[str] | None = None) -> int:
     p.add_argument("--name", help="checkpoint name (default: the run directory name)")
     p.add_argument("--dest", type=Path, default=Path(__file__).resolve().parents[1] / "checkpoints")
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--force", action="store_true")
-    p.add_argument("--note", default="", help="free text for the model card (e.g. how the run was resumed)")
-    p.add_argument(
-        "--continued",
-        action="append",
-        default=[],
-        metavar="ARGS",
-        help="overrides of a later command that continued the finished preset run, as --continued='--epochs=13 ...'; "
-        "listed in the card's Reproduce section, in order",
-    )
-    p.add_argument(
-        "--requires",
-        action="append",
-        default=[],
-        metavar="ARGS",
-        help="arguments of a run the preset starts from (its teachers, init_from), as --requires='--preset=NAME'; "
-        "listed first in the card's Reproduce section, in order",
-    )
+    p.add_argument("--force", action="store_true", help="ship even if validation does not improve")
     args = p.parse_args(argv)
     best = args.run / "best"
     name = args.name or args.run.name
@@ -163,6 +183,11 @@ def cli(argv: list[str] | None = None) -> int:
     dataset = meta["training"]["config"]["dataset"]
     if dataset not in TEST_SETS:
         print(f"error: no test set known for dataset {dataset!r}; known: {sorted(TEST_SETS)}")
+        return 2
+    if name in RECIPES and (diff := recipe_diff(name, meta["training"]["config"])):
+        print(
+            f"error: the run is not recipe {name!r} (training/recipes.py), whose card would be wrong: {diff}"
+        )
         return 2
     rel, fmt, _ = TEST_SETS[dataset]
     valid = json.loads((best / "metrics.json").read_text()).get("valid", {})
@@ -185,22 +210,18 @@ def cli(argv: list[str] | None = None) -> int:
     tmp = args.dest / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(best, tmp)
-    (tmp / "metrics.json").write_text(
-        json.dumps(
-            {"test": test, "valid": valid}
-            | ({"note": args.note} if args.note else {})
-            | ({"continued": args.continued} if args.continued else {})
-            | ({"requires": args.requires} if args.requires else {}),
-            indent=2,
-            ensure_ascii=False,
-        )
-        + "\n"
-    )
-    write_card(tmp, name, "sentiment" if meta["task"] == "sentiment" else "translate")
-    if "seconds" not in meta.get("training", {}):  # runs started before wall time was recorded: file times
+    shipped = {
+        "test": _rounded(test),
+        "valid": _rounded(valid),
+        "shipped": datetime.now(UTC).date().isoformat(),
+    }
+    (tmp / "metrics.json").write_text(json.dumps(shipped, indent=2, ensure_ascii=False) + "\n")
+    if "seconds" not in meta["training"]:  # runs started before wall time was recorded: file times
         tok = args.run / "tokenizer.model"
         meta["training"]["seconds"] = round((best / "config.json").stat().st_mtime - tok.stat().st_mtime)
-        (tmp / "config.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    meta["training"]["config"] = portable(meta["training"]["config"])  # not in config.json's checksums
+    (tmp / "config.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    write_card(tmp, name)
     load_checkpoint(tmp)  # the new directory must load before it replaces the shipped one
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)

@@ -222,7 +222,7 @@ def _check_resumable(saved: dict[str, Any], cfg: TrainConfig, path: Path) -> Non
     if diff:
         raise ValueError(
             f"{path}: cannot resume with different settings (saved, now): {diff}; "
-            "use another --name or --out_dir for a new run"
+            "use another --name or --out-dir for a new run"
         )
 
 
@@ -263,7 +263,7 @@ def init_from(model: torch.nn.Module, path: str) -> None:
     log.info("initialised %d/%d tensors from %s", len(matched), len(own), path)
 
 
-def train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
+def train(cfg: TrainConfig) -> Path:
     """Train (or resume) the run in cfg.run_dir; returns the best checkpoint directory.
 
     With a pretrain_dataset, a masked-LM phase (its own resumable run in <run>/mlm) comes first and the
@@ -289,11 +289,11 @@ def train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
             teachers="",
             distill_dataset="",
         )
-        best = train(mlm, stop_at_step)
+        best = train(mlm)
         if not _done(mlm.run_dir):  # stopped early (stop_at_step or a signal): resume later
             return best
         cfg = replace(cfg, init_from=str(best), tokenizer_from=str(cfg.run_dir / "tokenizer.model"))
-    return _train(cfg, stop_at_step)
+    return _train(cfg)
 
 
 def _epochs_left(cfg: TrainConfig, prog: Progress) -> bool:
@@ -334,9 +334,13 @@ def _stop_on_signal(enabled: bool) -> Iterator[Callable[[], bool]]:
             signal.signal(s, h)
 
 
-def _train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
+def _train(cfg: TrainConfig) -> Path:
     rank, world = setup_distributed()
     run = cfg.run_dir
+
+    def paused(prog: Progress) -> bool:
+        return bool(cfg.stop_at_step) and prog.step >= cfg.stop_at_step
+
     run.mkdir(parents=True, exist_ok=True)
     if world > 1:  # rank 0 trains the tokenizer; the others wait and reuse it
         if rank == 0:
@@ -372,6 +376,8 @@ def _train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
         log.info(
             "resumed from %s at step %d (epoch %d, batch %d)", state_path, prog.step, prog.epoch, prog.batch
         )
+        if paused(prog):  # a command that paused the run at this step: a later command goes on
+            return run / "best"
         extended = _epochs_left(cfg, prog) and prog.step < total and prog.bad_evals < cfg.patience
         if prog.done and extended and not cfg.dry_run:  # a finished run given a longer schedule continues
             prog.done = False
@@ -437,17 +443,11 @@ def _train(cfg: TrainConfig, stop_at_step: int | None = None) -> Path:
                     _checkpoint(model, opt, sched, prog, cfg, data, rank, world, state_path, metrics_path)
                 elif rank == 0 and prog.step % cfg.save_every == 0:
                     _save_state(state_path, model, opt, sched, prog, cfg)
-                if (
-                    prog.done
-                    or prog.step >= total
-                    or cfg.dry_run
-                    or (stop_at_step and prog.step >= stop_at_step)
-                    or stop_requested()
-                ):
+                if prog.done or prog.step >= total or cfg.dry_run or paused(prog) or stop_requested():
                     prog.done = prog.done or prog.step >= total or cfg.dry_run
                     break
             bar.close()
-            if cfg.dry_run or (stop_at_step and prog.step >= stop_at_step) or stop_requested():
+            if cfg.dry_run or paused(prog) or stop_requested():
                 break
     prog.done = prog.done or not _epochs_left(cfg, prog)
     if rank == 0:

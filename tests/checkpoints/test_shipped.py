@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,15 @@ def test_shipped_checkpoint_is_complete(path: Path) -> None:
     for name in ("config.json", "model.safetensors", "tokenizer.model", "README.md", "metrics.json"):
         assert (path / name).is_file(), name
     assert "test" in json.loads((path / "metrics.json").read_text())
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=_ids(SHIPPED))
+def test_card_and_config_carry_no_machine_paths_sessions_or_long_floats(path: Path) -> None:
+    for name in ("README.md", "config.json", "metrics.json"):
+        text = (path / name).read_text()
+        assert not re.findall(r"(?<![\w.])/(?:work|home|root|tmp|Users)/", text), name  # absolute paths
+        assert not re.findall(r"[Ss]ession", text), name
+        assert not re.findall(r"\d\.\d{5,}", text), name  # unrounded floats
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=_ids(SHIPPED))

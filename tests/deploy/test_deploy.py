@@ -272,9 +272,9 @@ def test_dockerfile_installs_cpu_torch_by_default(stages: list[Stage]) -> None:
 
 def test_dockerfile_installs_dependencies_before_copying_code(stages: list[Stage]) -> None:
     builder = stages[0]
-    assert builder.args("COPY") == ["pyproject.toml /tmp/build/"]
+    assert builder.args("COPY") == ["requirements.lock /tmp/build/"]
     assert any(
-        "pip install" in run and "-r /tmp/build/requirements.txt" in run for run in builder.args("RUN")
+        "pip install" in run and "-r /tmp/build/requirements.lock" in run for run in builder.args("RUN")
     )
 
 
@@ -323,7 +323,7 @@ def test_dockerignore_is_an_allow_list() -> None:
     patterns = _dockerignore_patterns()
     assert (patterns[0], sorted(p[1:] for p in patterns if p.startswith("!"))) == (
         "*",
-        ["app/", "checkpoints/", "model/", "pyproject.toml", "training/"],
+        ["app/", "checkpoints/", "model/", "requirements.lock", "training/"],
     )
 
 

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page, Playwright
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's package, which Playwright drives (no browser download)
+# On a fresh Debian machine: the venv, chromium (scripts/install_browser.sh: apt as root or via sudo), these tests.
+INSTALL_BROWSER = "make e2e"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",

@@ -12,11 +12,22 @@ import torch
 
 from model import Translator, save_checkpoint
 from tests.conftest import tiny_translation_config
-from tests.e2e.browser import CHROMIUM, REPO_ROOT, launch, new_page, server, show_sentiment_and_attention
+from tests.e2e.browser import (
+    CHROMIUM,
+    INSTALL_BROWSER,
+    REPO_ROOT,
+    launch,
+    new_page,
+    server,
+    show_sentiment_and_attention,
+)
 
 if not CHROMIUM.exists():
-    pytest.skip(f"{CHROMIUM} is missing (scripts/install_browser.sh)", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    pytest.skip(
+        f"{CHROMIUM} is missing: `{INSTALL_BROWSER}` installs it and runs these tests",
+        allow_module_level=True,
+    )
+sync_api = pytest.importorskip("playwright.sync_api", reason=f"playwright is missing: `{INSTALL_BROWSER}`")
 
 pytestmark = pytest.mark.slow
 ARTIFACTS = REPO_ROOT / "artifacts"

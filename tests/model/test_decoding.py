@@ -19,10 +19,23 @@ EOS, BOS, PAD = 3, 2, 0
 SRC_LENGTHS = [5, 1, 9, 3, 7]
 
 
+TRACED = False  # set per test by the `graphs` fixture: every test here runs on eager and on traced models
+
+
+@pytest.fixture(autouse=True, params=["eager", "traced"])
+def graphs(request: pytest.FixtureRequest) -> None:
+    """Run each test with models as built (eager) and with Translator.trace() graphs."""
+    global TRACED
+    TRACED = request.param == "traced"
+
+
 def make_translator(seed: int = 0, cls: type[Translator] = Translator, **overrides: object) -> Translator:
     """Untied by default: a random tied model keeps repeating one token, which makes weak parity tests."""
     torch.manual_seed(seed)
-    return cls(tiny_translation_config(V, **({"tie_embeddings": False} | overrides))).eval()
+    model = cls(tiny_translation_config(V, **({"tie_embeddings": False} | overrides))).eval()
+    if TRACED:
+        model.trace()
+    return model
 
 
 def random_seqs(lengths: list[int], seed: int = 0) -> list[list[int]]:

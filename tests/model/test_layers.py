@@ -214,13 +214,16 @@ def test_decoder_step_cache_matches_teacher_forcing(norm_first: bool) -> None:
         torch.testing.assert_close(y[:, 0], full[:, t], atol=1e-5, rtol=1e-5)
 
 
-def test_layer_cache_select_reorders_rows() -> None:
+def test_layer_cache_select_reorders_rows_and_examples() -> None:
     t = [torch.arange(4.0).view(4, 1, 1, 1).expand(4, H, n, 3).clone() for n in (2, 2, 5, 5)]
     cache = LayerCache(*t)
-    picked = cache.select(torch.tensor([3, 3, 0]))
-    for field in (picked.self_k, picked.self_v, picked.cross_k, picked.cross_v):
-        assert field.size(0) == 3
-        assert field[:, 0, 0, 0].tolist() == [3.0, 3.0, 0.0]
+    beams = cache.select(torch.tensor([3, 3, 0]))  # rows reorder; the per-example memory K/V stay as they are
+    assert [f[:, 0, 0, 0].tolist() for f in (beams.self_k, beams.self_v)] == [[3.0, 3.0, 0.0]] * 2
+    assert beams.cross_k is cache.cross_k
+    assert beams.cross_v is cache.cross_v
+    dropped = cache.select(torch.tensor([3, 0]), examples=torch.tensor([2]))
+    assert [f[:, 0, 0, 0].tolist() for f in (dropped.self_k, dropped.self_v)] == [[3.0, 0.0]] * 2
+    assert [f[:, 0, 0, 0].tolist() for f in (dropped.cross_k, dropped.cross_v)] == [[2.0]] * 2
 
 
 def test_init_weights() -> None:

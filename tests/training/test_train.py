@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ import torch
 from model import build_model, load_checkpoint
 from model.inference import classify_texts
 from training.__main__ import main
-from training.config import parse_overrides
+from training.config import TrainConfig, parse_overrides
 from training.data import load_split
 from training.distill import CACHE, sample_texts
 from training.prepare import prepare
@@ -48,7 +49,7 @@ def tiny(data_dir: Path, out_dir: Path, **extra: object) -> list[str]:
         "lr": 3e-3,
         **extra,
     }
-    return [f"--{k}={v}" for k, v in args.items()]
+    return [a for k, v in args.items() for a in (f"--{k.replace('_', '-')}", str(v))]
 
 
 def last_json(out: str) -> dict:
@@ -175,7 +176,7 @@ def test_resume_continues_exactly(synthetic_data_dir: Path, tmp_path: Path) -> N
     full = parse_overrides(["--dataset=tatoeba-fr-en", "--name=full", *common], {"task": "translation"})
     train(full)
     part = parse_overrides(["--dataset=tatoeba-fr-en", "--name=part", *common], {"task": "translation"})
-    train(part, stop_at_step=5)  # mid-epoch: the data position and RNG must be restored
+    train(replace(part, stop_at_step=5))  # mid-epoch: the data position and RNG must be restored
     assert max(r["step"] for r in records(tmp_path / "part")) == 5
     train(part)
     losses_full = [(r["step"], r["loss"]) for r in records(tmp_path / "full") if "loss" in r]
@@ -235,15 +236,57 @@ def test_a_finished_run_continues_on_a_longer_schedule(synthetic_data_dir: Path,
     assert second["step"] > first["step"]
 
 
+def test_a_run_paused_at_a_step_goes_on_under_the_next_command(
+    synthetic_data_dir: Path, tmp_path: Path
+) -> None:
+    """--stop-at-step pauses a run where a recipe switches schedules; once passed, that command does nothing."""
+    args = ["--dataset=tatoeba-fr-en", "--name=p", *tiny(synthetic_data_dir, tmp_path, epochs=3)]
+    first = parse_overrides([*args, "--stop-at-step=4"], {"task": "translation"})
+    state = tmp_path / "p" / "state.pt"
+    train(first)
+    paused = torch.load(state, weights_only=True)["progress"]
+    assert (paused["step"], paused["done"]) == (4, False)
+    train(replace(first, epochs=2, stop_at_step=0))  # the shorter schedule from step 4 on, to its end
+    done = torch.load(state, weights_only=True)["progress"]
+    assert (done["epoch"], done["done"]) == (2, True)
+    assert done["step"] > 4
+    train(first)  # re-running the chain: the pausing command must not extend the finished run
+    assert torch.load(state, weights_only=True)["progress"] == done
+
+
 def test_unknown_config_key_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["translate", "--dataset=tatoeba-fr-en", "--bogus=1"]) == 2
-    assert "Unknown config key: 'bogus'" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="expected a boolean"):
+    assert "Unknown config key: --bogus" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"Unknown config key: --d_model \(did you mean --d-model\?\)"):
+        parse_overrides(["--dataset", "x", "--d_model", "64"], {"task": "translation"})
+    with pytest.raises(ValueError, match="expected --key value or --key=value, got '64'"):
+        parse_overrides(["--dataset", "x", "--d-model", "64", "64"], {"task": "translation"})
+    with pytest.raises(ValueError, match="--epochs needs a value"):
+        parse_overrides(["--dataset", "x", "--epochs"], {"task": "translation"})
+    with pytest.raises(ValueError, match="--bf16: expected a boolean"):
         parse_overrides(["--dataset=x", "--bf16=maybe"], {"task": "translation"})
-    cfg = parse_overrides(["--preset=translate-fr-en", "--epochs=3"], {"task": "translation"})
-    assert cfg.dataset == "tatoeba-fr-en"
-    assert cfg.epochs == 3
-    assert cfg.name == "translate-fr-en"
+
+
+def test_options_take_a_space_or_an_equals_sign() -> None:
+    spaced = ["--preset", "translate-fr-en", "--d-model", "128", "--betas", "0.9,0.99", "--dry-run"]
+    equals = ["--preset=translate-fr-en", "--d-model=128", "--betas=0.9,0.99", "--dry-run=true"]
+    for args in (spaced, equals):
+        cfg = parse_overrides(args, {"task": "translation"})
+        assert (cfg.dataset, cfg.name) == ("tatoeba-fr-en", "translate-fr-en")
+        assert (cfg.d_model, cfg.betas, cfg.dry_run) == (128, (0.9, 0.99), True)
+    # a boolean option alone is true, and takes its value from the next argument if that is not an option
+    cfg = parse_overrides(
+        ["--dataset", "x", "--norm-first", "false", "--bf16", "--lr", "-1"], {"task": "translation"}
+    )
+    assert (cfg.norm_first, cfg.bf16, cfg.lr) == (False, True, -1.0)
+
+
+def test_train_help_lists_every_field(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["translate", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--d-model" in out
+    assert "--dataset                  (required)" in out
+    assert all(f"--{f.replace('_', '-')} " in out for f in TrainConfig.__dataclass_fields__)
 
 
 @pytest.mark.slow
@@ -285,8 +328,8 @@ def test_preset_decides_the_task(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_resume_refuses_changed_settings(synthetic_data_dir: Path, tmp_path: Path) -> None:
     base = ["--dataset=tatoeba-fr-en", "--name=r", *tiny(synthetic_data_dir, tmp_path)]
-    train(parse_overrides(base, {"task": "translation"}), stop_at_step=2)
-    changed = parse_overrides([*base, "--d_model=64"], {"task": "translation"})
+    train(parse_overrides([*base, "--stop-at-step", "2"], {"task": "translation"}))
+    changed = parse_overrides([*base, "--d-model=64"], {"task": "translation"})
     with pytest.raises(ValueError, match="cannot resume with different settings.*d_model"):
         train(changed)
 
@@ -306,31 +349,25 @@ def test_ship_writes_card_and_selects_on_validation(
         == 0
     )
     dest = tmp_path / "shipped"
-    argv = [
-        "ship",
-        "--run",
-        str(tmp_path / "fr"),
-        "--name",
-        "translate-fr-en",
-        "--dest",
-        str(dest),
-        "--data-dir",
-        str(synthetic_data_dir),
-    ]
-    extra = ["--note", "resumed once with --epochs=2", "--continued=--epochs=2", "--requires=--preset=base"]
-    assert main([*argv, *extra]) == 0
-    shipped = dest / "translate-fr-en"
+    argv = ["ship", "--run", str(tmp_path / "fr"), "--dest", str(dest), "--data-dir", str(synthetic_data_dir)]
+    assert main([*argv, "--name", "translate-fr-en"]) == 2  # not the run recipe translate-fr-en makes
+    assert "the run is not recipe 'translate-fr-en'" in capsys.readouterr().out
+    assert not dest.exists()
+    argv += ["--name", "toy-fr-en"]
+    assert main(argv) == 0
+    shipped = dest / "toy-fr-en"
     metrics = json.loads((shipped / "metrics.json").read_text())
     assert metrics["test"]["n"] == 40
     assert "metric" in metrics["valid"]
+    assert metrics["shipped"] == datetime.now(UTC).date().isoformat()
+    floats = [v for part in ("test", "valid") for v in metrics[part].values() if isinstance(v, float)]
+    assert all(round(v, 4) == v for v in floats)
     card = (shipped / "README.md").read_text()
     assert f"| bleu | {metrics['test']['bleu']} |" in card
-    assert "python -m training translate --preset=translate-fr-en" in card
-    assert "- **Notes**: resumed once with --epochs=2" in card
-    assert "python -m training translate --preset=translate-fr-en --epochs=2  # continues the run" in card
-    first, second = card.split("## Reproduce")[1].split("```")[1].strip().splitlines()[:2]
-    assert first.startswith("python -m training translate --preset=base  # a run that")
-    assert second.startswith("python -m training translate --preset=translate-fr-en")
+    assert "No recipe in training/recipes.py" in card
+    (shipped / "README.md").write_text("edited by hand")
+    assert main(["card", "--checkpoint", str(shipped)]) == 0  # the card is regenerated from the files
+    assert (shipped / "README.md").read_text() == card
     assert load_checkpoint(shipped).config.task == "translation"
     capsys.readouterr()
     assert main(argv) == 1  # same validation metric: not an improvement, the shipped one stays
@@ -348,7 +385,7 @@ def test_masked_lm_phase_runs_pretrain_steps_past_the_fine_tuning_epochs(
     assert mlm[-1]["epoch"] >= 2
     assert [r["epoch"] for r in records(tmp_path / "ko") if "eval" in r] == [1]  # fine-tuning: its 1 epoch
     # pretrain_epochs caps the phase at that many epochs of its text (the schedule still spans 5 steps)
-    capped = mlm_then_fine_tune(synthetic_data_dir, tmp_path, "capped", "--pretrain_epochs=1", **phase)
+    capped = mlm_then_fine_tune(synthetic_data_dir, tmp_path, "capped", "--pretrain-epochs=1", **phase)
     assert 1 <= len(capped) < 5
     assert {r["epoch"] for r in capped} == {0}
     assert capped[0]["lr"] == mlm[0]["lr"]
@@ -401,12 +438,3 @@ def test_sample_texts_leaves_out_valid_and_duplicates() -> None:
     got = sample_texts(pool, {"c"}, 0, seed=1)
     assert sorted(got) == ["a", "b", "d", "e"]
     assert sample_texts(pool, {"c"}, 2, seed=1) == got[:2]
-
-
-def test_presets_name_other_runs_below_out_dir() -> None:
-    cfg = parse_overrides(
-        ["--out_dir=/x/runs", "--teachers={out_dir}/a/best,{out_dir}/b/best", "--init_from={out_dir}/b/best"],
-        {"task": "sentiment", "dataset": "nsmc"},
-    )
-    assert cfg.teachers == "/x/runs/a/best,/x/runs/b/best"
-    assert cfg.init_from == "/x/runs/b/best"

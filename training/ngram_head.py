@@ -28,7 +28,7 @@ from model.ngram import NgramSpec
 from model.preprocess import classifier_ids
 from training.data import LabeledText, load_split, resolve_data_dir
 from training.metrics import accuracy_f1
-from training.ngram import Bags, fit, logits
+from training.ngram_fit import Bags, fit, logits
 
 log = logging.getLogger(__name__)
 ALPHAS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.2, 1.5)
@@ -76,8 +76,8 @@ def add_head(
         "buckets": buckets,
         "alpha": alpha,
         "valid_accuracy_by_alpha": {str(a): round(s, 4) for a, s in scores.items()},
-        "head_valid_accuracy": (wide.argmax(-1) == vlabels).float().mean().item(),
-        "encoder_valid_accuracy": (encoder.argmax(-1) == vlabels).float().mean().item(),
+        "head_valid_accuracy": round((wide.argmax(-1) == vlabels).float().mean().item(), 4),
+        "encoder_valid_accuracy": round((encoder.argmax(-1) == vlabels).float().mean().item(), 4),
     }
     return out.eval(), report
 

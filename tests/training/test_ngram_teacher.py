@@ -12,7 +12,7 @@ from model.ngram import NgramSpec
 from training.config import parse_overrides
 from training.data import LabeledText
 from training.distill import teacher_probs
-from training.ngram import ngram_probs, teacher_spec
+from training.ngram_teacher import ngram_probs, teacher_spec
 from training.prepare import prepare
 
 from .test_train import tiny

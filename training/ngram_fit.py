@@ -1,36 +1,22 @@
-"""Fitting hashed n-gram linear models (model.ngram): k-fold distillation teachers and a classifier's head.
+"""Fitting a hashed n-gram linear model (model.ngram.NgramHead) on labeled texts, and its logits.
 
 A linear model over hashed word and character n-grams (fastText / NBSVM family) scores about what the small
 Transformers score and errs on other examples, so the two together are ~1.5 points better than either on
-NSMC valid. It is used twice: as a distillation teacher (here) and as the n-gram head of a shipped classifier
-(training/wide.py fits one with `fit`).
-
-Teacher names (in ``teachers``): ``ngram-w3c4`` = word 1..3-grams and character 1..4-grams; ``ngram-w3c0`` =
-words only. Texts that are also in the labeled set get out-of-fold probabilities (k-fold cross-fitting), so a
-teacher never labels a text it was fit on; other texts get the mean of the fold models.
+NSMC valid. It is used twice: as a distillation teacher (training/ngram_teacher.py) and as the n-gram head of
+a shipped classifier (training/ngram_head.py, `python -m training ngram-head`).
 """
 
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
 from model.ngram import CHUNK, NgramHead, NgramSpec, hash_texts
-from training.data import LabeledText
 
 log = logging.getLogger(__name__)
 BUCKETS = 1 << 22
-_SPEC = re.compile(r"ngram-(w\dc\d)")
-
-
-def teacher_spec(teacher: str) -> NgramSpec | None:
-    """NgramSpec for a teacher named 'ngram-wWcC', None for anything else (a checkpoint directory)."""
-    m = _SPEC.fullmatch(teacher)
-    return NgramSpec.parse(m[1]) if m else None
 
 
 class Bags:
@@ -60,7 +46,8 @@ def logits(model: NgramHead, bags: Bags, rows: torch.Tensor, batch_size: int = 4
         )
 
 
-def _predict(model: NgramHead, bags: Bags, rows: torch.Tensor) -> torch.Tensor:
+def predict(model: NgramHead, bags: Bags, rows: torch.Tensor) -> torch.Tensor:
+    """(len(rows), C) class probabilities of the given rows."""
     return logits(model, bags, rows).softmax(-1)
 
 
@@ -90,42 +77,9 @@ def fit(
             loss.backward()
             opt.step()
             opt_bias.step()
-        acc = (_predict(model, valid[0], vrows).argmax(-1) == valid[1]).float().mean().item()
+        acc = (predict(model, valid[0], vrows).argmax(-1) == valid[1]).float().mean().item()
         log.info("n-gram model epoch %d: valid accuracy %.4f", epoch, acc)
         if acc >= best_acc:  # ties: the later, better-fit epoch
             best, best_acc = {k: v.clone() for k, v in model.state_dict().items()}, acc
     model.load_state_dict(best)
     return model
-
-
-def ngram_probs(
-    spec: NgramSpec,
-    train: Sequence[LabeledText],
-    valid: Sequence[LabeledText],
-    texts: list[str],
-    classes: int,
-    folds: int = 5,
-    epochs: int = 4,
-    seed: int = 0,
-) -> torch.Tensor:
-    """Class probabilities (N, C) of k-fold n-gram models on `texts`: out-of-fold for texts in `train`."""
-    bags = Bags([x.text for x in train], spec)
-    labels = torch.tensor([x.label for x in train])
-    vbags, vlabels = Bags([x.text for x in valid], spec), torch.tensor([x.label for x in valid])
-    # folds by distinct text, so a duplicated review never sits on both sides of a fold
-    distinct = list(dict.fromkeys(x.text for x in train))
-    order = torch.randperm(len(distinct), generator=torch.Generator().manual_seed(seed)).tolist()
-    fold = {distinct[j]: i % folds for i, j in enumerate(order)}
-    fold_of = torch.tensor([fold[x.text] for x in train])
-    targets = Bags(texts, spec)
-    own = torch.tensor([fold.get(t, -1) for t in texts])
-    out = torch.zeros(len(texts), classes)
-    for k in range(folds):
-        log.info("n-gram teacher %s: fold %d of %d", spec, k + 1, folds)
-        model = fit(
-            bags, labels, (fold_of != k).nonzero().squeeze(1), (vbags, vlabels), classes, epochs, seed + k
-        )
-        held_out, unseen = (own == k).nonzero().squeeze(1), (own == -1).nonzero().squeeze(1)
-        out[held_out] = _predict(model, targets, held_out)  # held out of this fold's fit
-        out[unseen] += _predict(model, targets, unseen) / folds  # not in train: the mean of all folds
-    return out

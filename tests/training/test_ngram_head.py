@@ -10,7 +10,7 @@ import torch
 
 from model import load_checkpoint
 from training.__main__ import main
-from training.wide import ALPHAS
+from training.ngram_head import ALPHAS
 
 from .test_train import evaluate_nsmc, last_json, tiny
 
@@ -62,13 +62,12 @@ def test_ngram_head_is_fit_shipped_and_evaluated(
     assert json.loads((best / "metrics.json").read_text())["encoder_valid"] == valid_before
 
     dest = tmp_path / "shipped"
-    ship = ["ship", "--run", str(run), "--name", "sentiment-ko", "--dest", str(dest)]
+    ship = ["ship", "--run", str(run), "--name", "toy-ko", "--dest", str(dest)]
     assert main([*ship, "--data-dir", str(synthetic_data_dir)]) == 0
-    card = (dest / "sentiment-ko" / "README.md").read_text()
-    assert "hashed n-gram head (`w1c2`" in card
-    assert "python -m training ngram-head --run runs/sentiment-ko --spec w1c2 --buckets 4096" in card
-    metrics = json.loads((dest / "sentiment-ko" / "metrics.json").read_text())
-    res = evaluate_nsmc(dest / "sentiment-ko", synthetic_data_dir, capsys)
+    card = (dest / "toy-ko" / "README.md").read_text()
+    assert "hashed n-gram head (`w1c2`: word 1..1-grams and character 1..2-grams in 4,096 buckets)" in card
+    metrics = json.loads((dest / "toy-ko" / "metrics.json").read_text())
+    res = evaluate_nsmc(dest / "toy-ko", synthetic_data_dir, capsys)
     assert res["accuracy"] == metrics["test"]["accuracy"]  # the card's number, reproduced
 
 

@@ -1,0 +1,146 @@
+"""CTranslate2 export: the converted shipped translator decodes exactly as ours (float32), and the CLI round trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from model import DecodeOptions, LoadedModel, Translator, load_checkpoint, save_checkpoint
+from model.inference import translate_ids
+from model.preprocess import source_ids
+from tests.conftest import tiny_translation_config
+from training.__main__ import main
+from training.export import ctranslate2_options, export_ctranslate2, translate_ids_ctranslate2
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+SHIPPED = Path(__file__).resolve().parents[2] / "checkpoints" / "translate-fr-en"
+FRENCH = [
+    "Je ne sais pas où il est allé.",
+    "Bonjour.",
+    "Il fait très froid ce matin, alors je vais rester à la maison avec mes enfants.",
+    "Je ne saurais en être certain.",  # our stopping rule and CTranslate2's early exit differ here (beam 4)
+    "Je vais laver les plats.",  # idem
+    "Où est la gare ?",
+    "Elle lui a demandé de l'aider, mais il a refusé.",
+    "Tom n'aime pas les chats.",
+    "Nous avons mangé des pommes.",
+    "Pourquoi ?",
+    "Le livre que tu m'as prêté était passionnant, je l'ai lu en deux jours.",
+    "Ça ne fait rien.",
+]
+
+
+@pytest.fixture(scope="module")
+def shipped() -> LoadedModel:
+    return load_checkpoint(SHIPPED)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> ctranslate2.Translator:
+    out = export_ctranslate2(SHIPPED, tmp_path_factory.mktemp("ct2") / "translate-fr-en")
+    return ctranslate2.Translator(str(out), compute_type="float32", intra_threads=1)
+
+
+def _ours(loaded: LoadedModel, seqs: list[list[int]], opts: DecodeOptions, batch: int) -> list[list[int]]:
+    assert isinstance(loaded.model, Translator)
+    return [hyps[0].tokens for hyps in translate_ids(loaded.model, seqs, opts, None, batch)]
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+@pytest.mark.parametrize("batch_size", [1, 5])
+def test_export_decodes_the_same_tokens(
+    shipped: LoadedModel, exported: ctranslate2.Translator, beam_size: int, batch_size: int
+) -> None:
+    seqs = [source_ids(shipped.tokenizer, t, shipped.config) for t in FRENCH]
+    opts = DecodeOptions(beam_size=beam_size, length_penalty=0.0)
+    ours = _ours(shipped, seqs, opts, batch_size)
+    theirs = translate_ids_ctranslate2(
+        exported, shipped.tokenizer, shipped.config, seqs, opts, None, batch_size
+    )
+    assert theirs == ours
+    assert min(map(len, ours)) >= 2  # real translations, not a trivial match
+    assert max(map(len, ours)) >= 15
+
+
+def test_export_scores_like_teacher_forcing(shipped: LoadedModel, exported: ctranslate2.Translator) -> None:
+    """Per-token log-probabilities of a forced target, and the banned tokens' -inf (here BOS)."""
+    model, tok, cfg = shipped.model, shipped.tokenizer, shipped.config
+    assert isinstance(model, Translator)
+    src = source_ids(tok, FRENCH[0], cfg)
+    target = tok.encode("I don't know where he went.") + [cfg.bos_id]
+    with torch.no_grad():
+        logits = model(torch.tensor([src]), torch.tensor([[cfg.bos_id, *target]]))[0].float()
+    logits[:, model.banned] = float("-inf")
+    ours = logits.log_softmax(-1).gather(1, torch.tensor(target + [cfg.eos_id])[:, None])[:, 0]
+    res = exported.score_batch([tok.pieces(src[:-1])], [tok.pieces(target)], max_input_length=0)[0]
+    theirs = torch.tensor(res.log_probs)
+    assert theirs[-2] == ours[-2] == float("-inf")  # BOS is never emitted
+    torch.testing.assert_close(theirs[:-2], ours[:-2], rtol=0, atol=1e-4)
+    torch.testing.assert_close(theirs[-1], ours[-1], rtol=0, atol=1e-4)  # EOS after BOS
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        pytest.param({"norm_first": False}, id="post-norm"),
+        pytest.param(
+            {"target_lang_ids": {"en": 4, "de": 5}, "target_langs": ("en", "de")}, id="multilingual"
+        ),
+    ],
+)
+def test_tiny_variants_decode_the_same_tokens(
+    tmp_path: Path, tiny_tokenizer_path: Path, tiny_vocab_size: int, overrides: dict[str, object]
+) -> None:
+    """Untied random models (varied outputs) of the other layouts. They run to the length limit: greedy at
+    batch 1 agrees even then (in a batch, CTranslate2 has one limit for all)."""
+    torch.manual_seed(0)
+    cfg = tiny_translation_config(tiny_vocab_size, tie_embeddings=False, max_len=40, **overrides)
+    save_checkpoint(tmp_path / "ckpt", Translator(cfg).eval(), tiny_tokenizer_path, dtype=torch.float32)
+    loaded = load_checkpoint(tmp_path / "ckpt")
+    translator = ctranslate2.Translator(str(export_ctranslate2(tmp_path / "ckpt", tmp_path / "ct2")))
+    seqs = [source_ids(loaded.tokenizer, t, cfg) for t in ("le chat aime la musique", "elle", "mon ami voit")]
+    opts = DecodeOptions(beam_size=1)
+    for lang in cfg.target_langs:
+        assert isinstance(loaded.model, Translator)
+        ours = [h[0].tokens for h in translate_ids(loaded.model, seqs, opts, lang, 1)]
+        theirs = translate_ids_ctranslate2(translator, loaded.tokenizer, cfg, seqs, opts, lang, 1)
+        assert theirs == ours
+        assert len({tuple(t) for t in ours}) == len(seqs)
+
+
+def test_gnmt_length_penalty_has_no_ctranslate2_equivalent(shipped: LoadedModel) -> None:
+    with pytest.raises(ValueError, match="length_penalty=0.6"):
+        ctranslate2_options(DecodeOptions(beam_size=4, length_penalty=0.6), [5], shipped.config)
+    greedy = ctranslate2_options(DecodeOptions(beam_size=1, length_penalty=0.6), [5], shipped.config)
+    assert greedy["max_decoding_length"] == 19  # ceil(2 * 5 + 10) - 1: EOS is not counted
+
+
+def test_cli_round_trip(
+    tmp_path: Path, shipped: LoadedModel, tiny_sentiment_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "fr-en"
+    argv = ["export", "--format", "ctranslate2", "--checkpoint", str(SHIPPED), "--out", str(out)]
+    assert main(argv) == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json",
+        "model.bin",
+        "shared_vocabulary.json",
+        "tokenizer.model",
+    ]
+    translator = ctranslate2.Translator(str(out))
+    seqs = [source_ids(shipped.tokenizer, FRENCH[0], shipped.config)]
+    opts = DecodeOptions(beam_size=4, length_penalty=0.0)
+    got = translate_ids_ctranslate2(translator, shipped.tokenizer, shipped.config, seqs, opts)
+    assert shipped.tokenizer.decode(got[0]) == "I don't know where he went."
+    capsys.readouterr()
+
+    assert main(argv) == 2
+    assert "already exists (--force replaces it)" in capsys.readouterr().err
+    assert main([*argv, "--force"]) == 0
+    argv[4] = str(tiny_sentiment_checkpoint)
+    assert main([*argv[:-1], str(tmp_path / "sentiment")]) == 2
+    assert "only translators export to CTranslate2" in capsys.readouterr().err
+    assert not (tmp_path / "sentiment").exists()
