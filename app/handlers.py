@@ -134,9 +134,13 @@ class TextLayout:
 class TranslationHandler:
     """Text -> sentences -> source ids -> n-best hypotheses -> text joined back."""
 
-    def __init__(self, loaded: LoadedModel) -> None:
+    def __init__(self, loaded: LoadedModel, torchscript: bool = True) -> None:
+        """torchscript: decode with the model's traced encoder and step graphs (Translator.trace); /attention
+        keeps the eager path, which returns every attention map."""
         assert isinstance(loaded.model, Translator)
         self.name, self.model, self.tokenizer = loaded.name, loaded.model, loaded.tokenizer
+        if torchscript:
+            self.model.trace()
         self.max_len = loaded.config.max_len
 
     def encode_source(self, text: str, loc: Sequence[str | int]) -> list[int]:

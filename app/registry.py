@@ -70,9 +70,15 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 class Registry:
-    def __init__(self, entries: list[ModelEntry], device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        entries: list[ModelEntry],
+        device: torch.device,
+        dtype: torch.dtype,
+        quantize: str | None = None,
+    ) -> None:
         self.entries = {e.name: e for e in entries}
-        self.device, self.dtype = device, dtype
+        self.device, self.dtype, self.quantize = device, dtype, quantize
         self.sentiment_by_lang: dict[str, str] = {}
         self.pairs: dict[tuple[str, str], str] = {}
         for e in sorted(entries, key=lambda e: e.name):
@@ -90,7 +96,9 @@ class Registry:
                             self.pairs[(src, tgt)] = e.name
 
     @classmethod
-    def discover(cls, root: Path, device: torch.device, dtype: torch.dtype) -> Registry:
+    def discover(
+        cls, root: Path, device: torch.device, dtype: torch.dtype, quantize: str | None = None
+    ) -> Registry:
         """Read every `root/*/config.json` (cheap: no weights); bad configs fail start-up."""
         if not root.is_dir():
             raise SettingsError(f"{ENV_PREFIX}CHECKPOINT_DIR={root}: directory does not exist")
@@ -107,19 +115,19 @@ class Registry:
             raise SettingsError(
                 f"{ENV_PREFIX}CHECKPOINT_DIR={root}: no checkpoints (subdirectories holding a {CONFIG})"
             )
-        return cls(entries, device, dtype)
+        return cls(entries, device, dtype, quantize)
 
     def load(self, name: str) -> LoadedModel:
         """Load one checkpoint's weights (blocking: run it in the inference thread)."""
         entry = self.entries[name]
         start = time.perf_counter()
-        entry.loaded = load_checkpoint(entry.path, self.device, self.dtype)
+        entry.loaded = load_checkpoint(entry.path, self.device, self.dtype, self.quantize)
         log.info(
             "loaded %s (%s, %s parameters, %s on %s) in %.2fs",
             name,
             entry.task,
             f"{entry.loaded.num_parameters:,}",
-            str(self.dtype).removeprefix("torch."),
+            self.quantize or str(self.dtype).removeprefix("torch."),
             self.device,
             time.perf_counter() - start,
         )

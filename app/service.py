@@ -56,7 +56,8 @@ class Service:
         dtype = self.settings.torch_dtype(device)
         if warning := self.settings.dtype_warning(device, dtype):
             log.warning(warning)
-        self.registry = Registry.discover(self.settings.check_checkpoint_dir(), device, dtype)
+        quantize = self.settings.quantize_mode(device, dtype)
+        self.registry = Registry.discover(self.settings.check_checkpoint_dir(), device, dtype, quantize)
         self.model_status = dict.fromkeys(self.registry.entries, "loading")
         self.worker = InferenceWorkers(  # forward passes off the event loop
             self.settings.inference_workers_count(), self.settings.inference_threads()
@@ -100,7 +101,9 @@ class Service:
                 SentimentHandler, loaded, self.settings.torchscript
             )
         else:
-            handler = self.translation[name] = TranslationHandler(loaded)
+            handler = self.translation[name] = await self.worker.run(
+                TranslationHandler, loaded, self.settings.torchscript
+            )
         self.attention_handlers[name] = AttentionHandler(loaded)
         if self.settings.warmup:
             self.model_status[name] = "warming_up"

@@ -26,6 +26,7 @@ class Settings(BaseSettings):
     checkpoint_dir: Path = REPO_ROOT / "checkpoints"  # every subdirectory holding a config.json is served
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    quantize: Literal["none", "int8"] = "none"  # int8: dynamic int8 Linear layers (model.quantize; CPU, float32)
     max_batch_size: int = Field(
         default=32, ge=1, le=1024
     )  # items (texts/sentences) per forward; 1 = no batching
@@ -51,9 +52,9 @@ class Settings(BaseSettings):
     # the workers (at least 1 each); on CUDA torch's default
     torch_threads: int = Field(default=0, ge=0)
     fast_path: bool = True  # JSON POST routes skip FastAPI's per-request machinery (app/fastpath.py)
-    torchscript: bool = (
-        True  # classifier batches run as one TorchScript graph (model.inference.compile_classifier)
-    )
+    # classifier batches run as one TorchScript graph (model.inference.compile_classifier), translators'
+    # encoder and decoder step as traced graphs (Translator.trace)
+    torchscript: bool = True
     # sys.setswitchinterval: how long a thread waiting for the GIL waits before it asks for it. Python's
     # 5 ms default makes an inference worker wait up to 5 ms for the event loop after every batch
     gil_switch_interval_ms: float = Field(default=0.2, gt=0, le=100)
@@ -119,6 +120,18 @@ class Settings(BaseSettings):
         if self.dtype == "auto":
             return torch.float16 if device.type == "cuda" else torch.float32
         return getattr(torch, self.dtype)  # type: ignore[no-any-return]
+
+    def quantize_mode(self, device: torch.device, dtype: torch.dtype) -> str | None:
+        """The load_checkpoint quantize mode, or None; SettingsError where it cannot run."""
+        if self.quantize == "none":
+            return None
+        if device.type != "cpu" or dtype != torch.float32:
+            raise SettingsError(
+                f"{ENV_PREFIX}QUANTIZE={self.quantize} runs on a CPU in float32, not {device.type} with "
+                f"{ENV_PREFIX}DTYPE={str(dtype).removeprefix('torch.')} (set {ENV_PREFIX}DEVICE=cpu and "
+                f"{ENV_PREFIX}DTYPE=float32 or auto)"
+            )
+        return self.quantize
 
     def dtype_warning(self, device: torch.device, dtype: torch.dtype) -> str | None:
         """Why `dtype` will be slow on this CPU, if it will (start-up logs it; serving goes on)."""
