@@ -26,7 +26,7 @@ class Settings(BaseSettings):
     checkpoint_dir: Path = REPO_ROOT / "checkpoints"  # every subdirectory holding a config.json is served
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    quantize: Literal["none", "int8"] = "none"  # int8: dynamic int8 Linear layers (model.quantize; CPU, float32)
+    quantize: Literal["none", "int8"] = "none"  # int8: dynamic int8 Linear layers (CPU, float32)
     max_batch_size: int = Field(
         default=32, ge=1, le=1024
     )  # items (texts/sentences) per forward; 1 = no batching
