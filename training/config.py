@@ -67,7 +67,7 @@ class TrainConfig:
         ""  # e.g. nsmc-unlabeled; runs first, in runs/<name>/mlm, then fine-tuning starts from it
     )
     pretrain_steps: int = 0
-    pretrain_epochs: int = 0  # >0: that phase also stops after this many epochs (as before session 5)
+    pretrain_epochs: int = 0  # >0: that phase also stops after this many epochs (else pretrain_steps alone)
     pretrain_batch_tokens: int = 16384
     objective: Literal["supervised", "mlm"] = "supervised"  # set internally for the pretraining phase
     mask_prob: float = 0.15

@@ -48,7 +48,7 @@ class Progress:
     best: float = -math.inf
     bad_evals: int = 0
     done: bool = False
-    seconds: float = 0.0  # training wall time over all sessions
+    seconds: float = 0.0  # training wall time summed over every resume
 
 
 def setup_distributed() -> tuple[int, int]:
