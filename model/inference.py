@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -11,6 +10,7 @@ from torch import nn
 
 from model.classifier import SentimentClassifier
 from model.decoding import DecodeOptions, Hypothesis, decode, pad_ids
+from model.jit import WARNINGS_LOCK
 from model.ngram import CHUNK, SALTS, NgramSpec, hash_units, offsets, text_units
 from model.preprocess import classifier_ids, source_ids
 from model.tokenizer import Tokenizer
@@ -98,9 +98,6 @@ class ClassifierGraph(nn.Module):
         return out.cpu()
 
 
-_COMPILE_LOCK = threading.Lock()
-
-
 def compile_classifier(model: SentimentClassifier) -> ClassifierGraph:
     """ClassifierGraph scripted around a trace of the encoder's predict() (same outputs, any batch size and
     length; checked against the eager graph here).
@@ -119,7 +116,7 @@ def compile_classifier(model: SentimentClassifier) -> ClassifierGraph:
     example[1, 4:] = model.cfg.pad_id
     # one compile at a time: warnings.catch_warnings() swaps process-wide filters, and torch.jit.script's
     # type cache is shared (a server loads its models on several threads)
-    with _COMPILE_LOCK, warnings.catch_warnings(), torch.no_grad():
+    with WARNINGS_LOCK, warnings.catch_warnings(), torch.no_grad():
         # expected: the deprecation notices and the max_len check's TracerWarning (see above); any other
         # TracerWarning (a new data-dependent branch) is raised, and the trace must match the eager model
         warnings.filterwarnings("error", category=torch.jit.TracerWarning)  # the later filters come first
