@@ -189,10 +189,6 @@ def test_loading_never_unpickles(monkeypatch: pytest.MonkeyPatch, tiny_translato
 # --- errors name the file --------------------------------------------------------------------------------
 
 
-def test_checkpoint_error_is_a_value_error() -> None:
-    assert issubclass(CheckpointError, ValueError)
-
-
 def test_missing_directory(tmp_path: Path) -> None:
     assert "directory does not exist" in load_error(tmp_path / "nope", tmp_path / "nope")
 
