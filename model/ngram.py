@@ -156,15 +156,26 @@ def bags(
 
 
 class NgramHead(nn.Module):
-    """Linear model over hashed n-grams: (ids, offsets) -> logits (B, C)."""
+    """Linear model over hashed n-grams: (ids, offsets) -> logits (B, C); with its spec, also from the texts'
+    text_units (text_logits)."""
 
-    def __init__(self, buckets: int, classes: int, sparse: bool = False) -> None:
+    def __init__(
+        self, buckets: int, classes: int, spec: NgramSpec | None = None, sparse: bool = False
+    ) -> None:
         super().__init__()
         # zeros given as the weight: the layer's own random init of buckets x classes rows is skipped
         self.table = nn.EmbeddingBag(
             buckets, classes, mode="sum", sparse=sparse, _weight=torch.zeros(buckets, classes)
         )
         self.bias = nn.Parameter(torch.zeros(classes))
+        self.buckets, self.spec = buckets, spec
+        self.register_buffer("salts", SALTS.clone(), persistent=False)  # follows the head's device
 
     def forward(self, ids: Tensor, offsets: Tensor) -> Tensor:
         return self.table(ids, offsets) + self.bias
+
+    def text_logits(self, units: list[Tensor]) -> Tensor:
+        """text_units of B texts -> logits (B, C)."""
+        assert self.spec is not None, "text_logits needs the head's n-gram spec"
+        ids, lengths = hash_units(units, self.spec.words, self.spec.chars, self.buckets, self.salts)
+        return self(ids, offsets(lengths))

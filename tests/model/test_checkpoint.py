@@ -24,6 +24,7 @@ from model import (
     load_checkpoint,
     save_checkpoint,
 )
+from model.ngram import text_units
 from tests.conftest import make_corpus, tiny_sentiment_config, tiny_translation_config
 
 SRC = torch.tensor([[5, 9, 14, 30, 7], [8, 21, 6, 0, 0]])
@@ -32,7 +33,10 @@ TGT_IN = torch.tensor([[2, 11, 12, 13], [2, 40, 41, 0]])
 
 def outputs(model: SentimentClassifier | Translator) -> torch.Tensor:
     with torch.no_grad():
-        return model(SRC) if isinstance(model, SentimentClassifier) else model(SRC, TGT_IN)
+        if isinstance(model, Translator):
+            return model(SRC, TGT_IN)
+        units = text_units(["a text", "another"]) if model.ngram is not None else None  # the head's input
+        return model(SRC, units)
 
 
 def make_model(task: str, vocab_size: int, seed: int = 0) -> SentimentClassifier | Translator:

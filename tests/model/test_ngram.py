@@ -13,7 +13,7 @@ import torch
 
 from model import SentimentClassifier, Tokenizer, load_checkpoint, save_checkpoint
 from model.inference import classify_ids, classify_texts, compile_classifier
-from model.ngram import NgramSpec, bags, features, hash_texts
+from model.ngram import NgramSpec, bags, features, hash_texts, text_units
 from model.preprocess import classifier_ids
 from tests.conftest import tiny_sentiment_config
 
@@ -140,14 +140,17 @@ def test_head_adds_its_logits_to_the_encoders(tiny_tokenizer_path: Path, tiny_vo
     model, tok = _wide(tiny_vocab_size), Tokenizer(tiny_tokenizer_path)
     texts = ["a good film .", "bad", "le chat dort sur le canapé ."]
     got = classify_texts(model, tok, texts)
+    bare = model.encoder_only()
+    assert bare.ngram is None
     for i, text in enumerate(texts):  # one at a time, by hand: softmax(encoder logits + head logits)
         ids = torch.tensor([classifier_ids(tok, text, model.cfg)])
         assert model.ngram is not None
         wide = model.ngram(*bags([text], NgramSpec(2, 3), 4096))
-        want = (model(ids) + wide).softmax(-1)[0]
+        want = (bare(ids) + wide).softmax(-1)[0]
         torch.testing.assert_close(got[i], want, atol=1e-5, rtol=0)
-    bare = model.encoder_only()
-    assert bare.ngram is None
+        torch.testing.assert_close(model.predict(ids, text_units([text]))[0], want, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="needs the texts"):
+        model(ids)  # the model's own output includes its head: no silent encoder-only answer
     assert not torch.allclose(classify_texts(bare, tok, texts), got)  # the head changes the answer
     ids = [classifier_ids(tok, t, model.cfg) for t in texts]
     with pytest.raises(ValueError, match="needs the text"):
@@ -180,9 +183,16 @@ def test_head_round_trips_through_a_checkpoint(
         classify_texts(model, tok, texts),  # type: ignore[arg-type]
     )
     # the head-less view shares the encoder's tensors in their dtype (bf16 here, not copied into fp32)
-    bare = half.model.encoder_only()  # type: ignore[union-attr]
+    full = half.model
+    assert isinstance(full, SentimentClassifier)
+    assert full.ngram is not None
+    bare = full.encoder_only()
     assert bare.ngram is None
     assert {p.dtype for p in bare.parameters()} == {torch.bfloat16}
-    assert bare.embed.token.weight.data_ptr() == half.model.embed.token.weight.data_ptr()  # type: ignore[union-attr]
-    ids = torch.tensor([classifier_ids(tok, "a good film .", model.cfg)])
-    assert torch.equal(bare.predict(ids), half.model.predict(ids))  # type: ignore[union-attr]
+    assert bare.embed.token.weight.data_ptr() == full.embed.token.weight.data_ptr()
+    ids, units = (
+        torch.tensor([classifier_ids(tok, "a good film .", model.cfg)]),
+        text_units(["a good film ."]),
+    )
+    wide = full.ngram.text_logits(units)
+    torch.testing.assert_close(bare.logits(ids) + wide, full.logits(ids, units), atol=1e-6, rtol=0)
