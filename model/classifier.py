@@ -1,7 +1,7 @@
 """Sentiment classifier: Transformer encoder + masked-mean (or [CLS]) pooling + linear head.
 
 With cfg.ngram set, it also holds a hashed n-gram head (model.ngram, "wide & deep"): its logits, computed
-from the raw text (model.ngram.text_units), add to the encoder's.
+from the text's hashed n-grams (a second input beside the token ids), add to the encoder's.
 """
 
 from __future__ import annotations
@@ -45,18 +45,18 @@ class SentimentClassifier(nn.Module):
         keep = mask[:, 0, 0, :, None].to(hidden.dtype)  # (B, S, 1)
         return (hidden * keep).sum(1) / keep.sum(1).clamp_min(1.0)
 
-    def logits(self, ids: Tensor, units: list[Tensor] | None = None) -> Tensor:
-        """ids (B, S) -> logits (B, C) float32: the encoder's, plus with an n-gram head the head's on `units`,
-        the same B texts' model.ngram.text_units."""
+    def logits(self, ids: Tensor, ngrams: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """ids (B, S) -> logits (B, C) float32: the encoder's, plus with an n-gram head the head's on `ngrams`,
+        the same B texts' hashed n-grams as EmbeddingBag input (ids, offsets): see the function model.ngram.bags."""
         hidden, mask, _ = self.encode(ids)
         logits = self.head(self.dropout(self.pool(hidden, mask))).float()
         if self.ngram is None:
             return logits
-        if units is None:
-            raise ValueError(f"a classifier with a {self.cfg.ngram} n-gram head needs the texts' text_units")
-        return logits + self.ngram.text_logits(units)
+        if ngrams is None:
+            raise ValueError(f"a classifier with a {self.cfg.ngram} n-gram head needs the texts' n-grams")
+        return logits + self.ngram(*ngrams)
 
-    forward = logits  # model(ids, units): training (DDP) and torch.jit.trace call forward
+    forward = logits  # model(ids, ngrams): training (DDP) and torch.jit.trace call forward
 
     def mlm_logits(self, hidden: Tensor) -> Tensor:
         """Masked-LM pretraining head tied to the token embedding: (..., D) -> (..., V)."""
@@ -71,6 +71,6 @@ class SentimentClassifier(nn.Module):
         return bare.to(weight.device, weight.dtype).eval()
 
     @torch.inference_mode()
-    def predict(self, ids: Tensor, units: list[Tensor] | None = None) -> Tensor:
-        """ids (B, S) (and the texts' text_units with an n-gram head) -> class probabilities (B, C) float32."""
-        return self.logits(ids, units).softmax(-1)
+    def predict(self, ids: Tensor, ngrams: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """ids (B, S) (and the texts' n-grams with an n-gram head) -> class probabilities (B, C) float32."""
+        return self.logits(ids, ngrams).softmax(-1)

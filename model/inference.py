@@ -11,7 +11,7 @@ from torch import nn
 
 from model.classifier import SentimentClassifier
 from model.decoding import DecodeOptions, Hypothesis, decode, pad_ids
-from model.ngram import CHUNK, text_units
+from model.ngram import CHUNK, NgramSpec, bags, text_units
 from model.preprocess import classifier_ids, source_ids
 from model.tokenizer import Tokenizer
 from model.translator import Translator
@@ -53,8 +53,8 @@ def length_sorted_chunks(lengths: Sequence[int], batch_size: int, forward_cost: 
 
 
 class ClassifierGraph(nn.Module):
-    """One batch of a classifier as one module: the model's logits on each length bucket (encoder, and with an
-    n-gram head its hashing and logits) -> logits (N, C) float32 on CPU, in input order.
+    """One batch of a classifier as one module: the texts' n-grams hashed at once (with an n-gram head), then
+    the model's logits on each length bucket -> logits (N, C) float32 on CPU, in input order.
 
     Scripted (compile_classifier), a whole batch runs in C++ and releases the GIL once. Called op by op from
     Python, every op releases the GIL and waits to get it back while another thread (the server's event
@@ -65,25 +65,36 @@ class ClassifierGraph(nn.Module):
     __constants__ = ["has_ngram"]  # TorchScript compiles only the branch taken
 
     def __init__(self, model: SentimentClassifier, logits: nn.Module | None = None) -> None:
-        """logits: (ids (B, S)[, units]) -> logits (B, C), e.g. a trace of model.logits (default: the model)."""
+        """logits: (ids (B, S)[, ngrams]) -> logits (B, C), e.g. a trace of model.logits (default: the model)."""
         super().__init__()
         self.logits = logits if logits is not None else model
         self.classes = len(model.cfg.labels)
         self.has_ngram = model.ngram is not None
+        if model.ngram is not None:
+            self.ngram = model.ngram  # for its hashing; its logits are part of model.logits
 
     def forward(
-        self, chunks: list[torch.Tensor], rows: list[torch.Tensor], units: list[list[torch.Tensor]]
+        self, chunks: list[torch.Tensor], rows: list[torch.Tensor], units: list[torch.Tensor]
     ) -> torch.Tensor:
         """chunks: padded ids (b, S) per length bucket; rows: each bucket's row indices (b,) in the output;
-        units: each bucket's text_units (with an n-gram head, else empty)."""
+        units: text_units of the texts in bucket order (needed with an n-gram head)."""
         n = 0
         for r in rows:
             n += r.numel()
         out = torch.empty(n, self.classes, device=rows[0].device)
-        for i in range(len(rows)):  # (TorchScript has no zip(strict=True))
-            if self.has_ngram:
-                out.index_copy_(0, rows[i], self.logits(chunks[i], units[i]))
-            else:
+        if self.has_ngram:
+            # all texts hashed in one call (a call per bucket costs ~100 more small ops each), then each
+            # bucket's texts, contiguous in bucket order, take their slice of the n-gram ids
+            ids, lengths = self.ngram.hash(units)
+            offsets = torch.cumsum(lengths, 0) - lengths  # (N,) where each text's n-grams start
+            end = 0
+            for i in range(len(rows)):  # (TorchScript has no zip(strict=True))
+                start, end = end, end + rows[i].numel()
+                lo, hi = int(offsets[start]), int(offsets[end]) if end < n else ids.numel()
+                ngrams = (ids[lo:hi], offsets[start:end] - lo)
+                out.index_copy_(0, rows[i], self.logits(chunks[i], ngrams))
+        else:
+            for i in range(len(rows)):
                 out.index_copy_(0, rows[i], self.logits(chunks[i]))
         return out.cpu()
 
@@ -98,14 +109,16 @@ def compile_classifier(model: SentimentClassifier) -> ClassifierGraph:
     Why the trace: an eager forward releases and re-takes the GIL around each of its ~100 ops, and every re-take
     waits while another Python thread runs (the server's event loop): see README, "The classifier graph". The
     trace records no data-dependent branch: the only one, the max_len check, holds for every input (inputs are
-    truncated to max_len before they get here); the n-gram hashing, whose shapes depend on the texts, is a
-    scripted function that the trace calls.
+    truncated to max_len before they get here). The n-gram hashing, whose shapes depend on the texts, is a
+    scripted function.
     """
     model.eval()
     dev = _device(model)
     example = torch.full((2, 8), model.cfg.unk_id, dtype=torch.long, device=dev)
     example[1, 4:] = model.cfg.pad_id
-    inputs = (example, text_units(["a b", "c"], dev)) if model.ngram is not None else (example,)
+    inputs: tuple = (example,)
+    if model.ngram is not None:
+        inputs = (example, bags(["a b", "c"], NgramSpec.parse(model.cfg.ngram), model.cfg.ngram_buckets, dev))
     # one compile at a time: warnings.catch_warnings() swaps process-wide filters, and torch.jit.script's
     # type cache is shared (a server loads its models on several threads)
     with _COMPILE_LOCK, warnings.catch_warnings(), torch.no_grad():
@@ -157,7 +170,7 @@ def classifier_logits(
         chunks = length_sorted_chunks([len(s) for s in group], batch_size, FORWARD_COST_TOKENS)
         units = []
         if texts is not None and graph.has_ngram:
-            units = [text_units([texts[start + i] for i in c], dev) for c in chunks]
+            units = text_units([texts[start + i] for c in chunks for i in c], dev)  # in bucket order
         parts.append(
             graph(
                 [pad_ids([group[i] for i in c], model.cfg.pad_id, dev) for c in chunks],

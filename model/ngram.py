@@ -181,8 +181,8 @@ def bags(
 
 
 class NgramHead(nn.Module):
-    """Linear model over hashed n-grams: (ids, offsets) -> logits (B, C); with its spec, also from the texts'
-    text_units (text_logits)."""
+    """Linear model over hashed n-grams: bags (ids, offsets) -> logits (B, C). With its spec it also hashes
+    text_units into the (ids, lengths) the bags are made of (`hash`)."""
 
     def __init__(
         self, buckets: int, classes: int, spec: NgramSpec | None = None, sparse: bool = False
@@ -193,14 +193,14 @@ class NgramHead(nn.Module):
             buckets, classes, mode="sum", sparse=sparse, _weight=torch.zeros(buckets, classes)
         )
         self.bias = nn.Parameter(torch.zeros(classes))
-        self.buckets, self.spec = buckets, spec
+        self.buckets = buckets
+        self.words, self.chars = (spec.words, spec.chars) if spec is not None else (0, 0)
         self.register_buffer("salts", SALTS.clone(), persistent=False)  # follows the head's device
 
     def forward(self, ids: Tensor, offsets: Tensor) -> Tensor:
         return self.table(ids, offsets) + self.bias
 
-    def text_logits(self, units: list[Tensor]) -> Tensor:
-        """text_units of B texts -> logits (B, C)."""
-        assert self.spec is not None, "text_logits needs the head's n-gram spec"
-        ids, lengths = hash_units(units, self.spec.words, self.spec.chars, self.buckets, self.salts)
-        return self(ids, offsets(lengths))
+    def hash(self, units: list[Tensor]) -> tuple[Tensor, Tensor]:
+        """text_units of B texts -> (ids, lengths) as hash_units, with this head's spec and buckets."""
+        assert self.words > 0, "hashing needs the head's n-gram spec"
+        return hash_units(units, self.words, self.chars, self.buckets, self.salts)

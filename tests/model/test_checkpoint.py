@@ -24,7 +24,7 @@ from model import (
     load_checkpoint,
     save_checkpoint,
 )
-from model.ngram import text_units
+from model.ngram import NgramSpec, bags
 from tests.conftest import make_corpus, tiny_sentiment_config, tiny_translation_config
 
 SRC = torch.tensor([[5, 9, 14, 30, 7], [8, 21, 6, 0, 0]])
@@ -35,8 +35,11 @@ def outputs(model: SentimentClassifier | Translator) -> torch.Tensor:
     with torch.no_grad():
         if isinstance(model, Translator):
             return model(SRC, TGT_IN)
-        units = text_units(["a text", "another"]) if model.ngram is not None else None  # the head's input
-        return model(SRC, units)
+        if model.ngram is None:
+            return model(SRC)
+        return model(
+            SRC, bags(["a text", "another"], NgramSpec.parse(model.cfg.ngram), model.cfg.ngram_buckets)
+        )
 
 
 def make_model(task: str, vocab_size: int, seed: int = 0) -> SentimentClassifier | Translator:

@@ -13,7 +13,7 @@ import torch
 
 from model import SentimentClassifier, Tokenizer, load_checkpoint, save_checkpoint
 from model.inference import classify_ids, classify_texts, compile_classifier
-from model.ngram import NgramSpec, bags, features, hash_texts, text_units
+from model.ngram import NgramSpec, bags, features, hash_texts
 from model.preprocess import classifier_ids
 from tests.conftest import tiny_sentiment_config
 
@@ -128,9 +128,9 @@ def test_config_rejects_a_bad_head() -> None:
         tiny_sentiment_config(100, ngram="w1c0")
 
 
-def _wide(vocab_size: int) -> SentimentClassifier:
+def _wide(vocab_size: int, spec: str = "w2c3") -> SentimentClassifier:
     torch.manual_seed(0)
-    model = SentimentClassifier(tiny_sentiment_config(vocab_size, ngram="w2c3", ngram_buckets=4096)).eval()
+    model = SentimentClassifier(tiny_sentiment_config(vocab_size, ngram=spec, ngram_buckets=4096)).eval()
     assert model.ngram is not None
     torch.nn.init.normal_(model.ngram.table.weight, std=0.5)
     return model
@@ -148,7 +148,7 @@ def test_head_adds_its_logits_to_the_encoders(tiny_tokenizer_path: Path, tiny_vo
         wide = model.ngram(*bags([text], NgramSpec(2, 3), 4096))
         want = (bare(ids) + wide).softmax(-1)[0]
         torch.testing.assert_close(got[i], want, atol=1e-5, rtol=0)
-        torch.testing.assert_close(model.predict(ids, text_units([text]))[0], want, atol=1e-6, rtol=0)
+        torch.testing.assert_close(model.predict(ids, bags([text], NgramSpec(2, 3), 4096))[0], want)
     with pytest.raises(ValueError, match="needs the texts"):
         model(ids)  # the model's own output includes its head: no silent encoder-only answer
     assert not torch.allclose(classify_texts(bare, tok, texts), got)  # the head changes the answer
@@ -157,6 +157,28 @@ def test_head_adds_its_logits_to_the_encoders(tiny_tokenizer_path: Path, tiny_vo
         classify_ids(model, ids)  # a head without its inputs is an error, not a silent encoder-only answer
     compiled = classify_ids(model, ids, 2, compile_classifier(model), texts)
     torch.testing.assert_close(compiled, got, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("spec", ["w2c3", "w2c0"])
+def test_batched_head_matches_one_text_at_a_time(
+    tiny_tokenizer_path: Path, tiny_vocab_size: int, spec: str
+) -> None:
+    """In length buckets, eager and compiled, each text gets its own n-grams: blank texts (no n-gram at all
+    with w2c0) first, last and in between, and batches cut into several buckets."""
+    model, tok = _wide(tiny_vocab_size, spec), Tokenizer(tiny_tokenizer_path)
+    rng = random.Random(0)
+    words = ["good", "bad", "film", "le", "chat", "재밌다", "!", "not"]
+    texts = ["", *(" ".join(rng.choices(words, k=rng.randint(0, 30))) for _ in range(40)), " "]
+    ids = [classifier_ids(tok, t, model.cfg) for t in texts]
+    alone = torch.cat([classify_ids(model, [i], 1, None, [t]) for i, t in zip(ids, texts, strict=True)])
+    graph = compile_classifier(model)
+    for batch_size in (1, 7, 64):
+        torch.testing.assert_close(
+            classify_ids(model, ids, batch_size, None, texts), alone, atol=1e-5, rtol=0
+        )
+        torch.testing.assert_close(
+            classify_ids(model, ids, batch_size, graph, texts), alone, atol=1e-5, rtol=0
+        )
 
 
 def test_head_round_trips_through_a_checkpoint(
@@ -190,9 +212,6 @@ def test_head_round_trips_through_a_checkpoint(
     assert bare.ngram is None
     assert {p.dtype for p in bare.parameters()} == {torch.bfloat16}
     assert bare.embed.token.weight.data_ptr() == full.embed.token.weight.data_ptr()
-    ids, units = (
-        torch.tensor([classifier_ids(tok, "a good film .", model.cfg)]),
-        text_units(["a good film ."]),
-    )
-    wide = full.ngram.text_logits(units)
-    torch.testing.assert_close(bare.logits(ids) + wide, full.logits(ids, units), atol=1e-6, rtol=0)
+    ids = torch.tensor([classifier_ids(tok, "a good film .", model.cfg)])
+    ngrams = bags(["a good film ."], NgramSpec(2, 3), 4096)
+    torch.testing.assert_close(bare.logits(ids) + full.ngram(*ngrams), full.logits(ids, ngrams))
