@@ -59,9 +59,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--format", choices=("imdb", "nsmc"), default="imdb")
     p.add_argument("--runs", type=int, default=30, help="timed calls per path, batch and condition")
     p.add_argument("--paths", default="eager,compile,compile-cpp,script", help="comma-separated subset")
+    p.add_argument(
+        "--inductor-cache",
+        type=Path,
+        help="torch.compile's cache, kept (default: an empty one, then removed)",
+    )
     args = p.parse_args(argv)
-    # an empty inductor cache: torch.compile's build time as a fresh container pays it (a warm one is faster)
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
+    # by default an empty inductor cache: torch.compile's build time as a fresh container pays it
+    cache = str(args.inductor_cache or tempfile.mkdtemp(prefix="inductor-"))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
     torch.set_num_threads(1)
     sys.setswitchinterval(0.0002)  # the server's APP_GIL_SWITCH_INTERVAL_MS
     loaded = load_checkpoint(args.checkpoint)
@@ -125,7 +131,8 @@ def main(argv: list[str] | None = None) -> None:
     for path in graphs:
         print(f"| {path} | " + " | ".join(cells[path]) + " |")
     print(f"(1-minute load average {load:.1f} before the timed runs, {os.getloadavg()[0]:.1f} after)")
-    shutil.rmtree(os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
+    if args.inductor_cache is None:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 if __name__ == "__main__":
