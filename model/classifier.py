@@ -1,7 +1,7 @@
 """Sentiment classifier: Transformer encoder + masked-mean (or [CLS]) pooling + linear head.
 
 With cfg.ngram set, it also holds a hashed n-gram head (model.ngram, "wide & deep"): its logits, computed
-from the raw text, add to the encoder's (see model.inference.classify_ids).
+from the text's hashed n-grams (a second input beside the token ids), add to the encoder's.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from model.config import ModelConfig
 from model.layers import Embeddings, Encoder, init_weights, make_padding_mask
-from model.ngram import NgramHead
+from model.ngram import NgramHead, NgramSpec
 
 
 class SentimentClassifier(nn.Module):
@@ -28,7 +28,9 @@ class SentimentClassifier(nn.Module):
         self.head = nn.Linear(cfg.d_model, len(cfg.labels))
         if init:
             init_weights(self, cfg.d_model)
-        self.ngram = NgramHead(cfg.ngram_buckets, len(cfg.labels)) if cfg.ngram else None
+        self.ngram = (
+            NgramHead(cfg.ngram_buckets, len(cfg.labels), NgramSpec.parse(cfg.ngram)) if cfg.ngram else None
+        )
 
     def encode(self, ids: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor, list[Tensor]]:
         """ids (B, S) -> hidden (B, S, D), mask (B, 1, 1, S), per-layer attention (B, H, S, S) if asked."""
@@ -43,12 +45,18 @@ class SentimentClassifier(nn.Module):
         keep = mask[:, 0, 0, :, None].to(hidden.dtype)  # (B, S, 1)
         return (hidden * keep).sum(1) / keep.sum(1).clamp_min(1.0)
 
-    def forward(self, ids: Tensor, mlm_positions: Tensor | None = None) -> Tensor:
-        """ids (B, S) -> logits (B, C); with a (B, S) bool mask, masked-LM logits (N, V) at its N positions."""
+    def logits(self, ids: Tensor, ngrams: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """ids (B, S) -> logits (B, C) float32: the encoder's, plus with an n-gram head the head's on `ngrams`,
+        the same B texts' hashed n-grams as EmbeddingBag input (ids, offsets): see the function model.ngram.bags."""
         hidden, mask, _ = self.encode(ids)
-        if mlm_positions is not None:
-            return self.mlm_logits(hidden[mlm_positions])
-        return self.head(self.dropout(self.pool(hidden, mask)))
+        logits = self.head(self.dropout(self.pool(hidden, mask))).float()
+        if self.ngram is None:
+            return logits
+        if ngrams is None:
+            raise ValueError(f"a classifier with a {self.cfg.ngram} n-gram head needs the texts' n-grams")
+        return logits + self.ngram(*ngrams)
+
+    forward = logits  # model(ids, ngrams): training (DDP) and torch.jit.trace call forward
 
     def mlm_logits(self, hidden: Tensor) -> Tensor:
         """Masked-LM pretraining head tied to the token embedding: (..., D) -> (..., V)."""
@@ -63,6 +71,6 @@ class SentimentClassifier(nn.Module):
         return bare.to(weight.device, weight.dtype).eval()
 
     @torch.inference_mode()
-    def predict(self, ids: Tensor) -> Tensor:
-        """ids (B, S) -> class probabilities (B, C) in float32."""
-        return self(ids).float().softmax(-1)
+    def predict(self, ids: Tensor, ngrams: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """ids (B, S) (and the texts' n-grams with an n-gram head) -> class probabilities (B, C) float32."""
+        return self.logits(ids, ngrams).softmax(-1)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -11,7 +11,7 @@ from torch import nn
 from model.classifier import SentimentClassifier
 from model.decoding import DecodeOptions, Hypothesis, decode, pad_ids
 from model.jit import WARNINGS_LOCK
-from model.ngram import CHUNK, SALTS, NgramSpec, hash_units, offsets, text_units
+from model.ngram import CHUNK, NgramSpec, bags, text_units
 from model.preprocess import classifier_ids, source_ids
 from model.tokenizer import Tokenizer
 from model.translator import Translator
@@ -52,68 +52,70 @@ def length_sorted_chunks(lengths: Sequence[int], batch_size: int, forward_cost: 
     return chunks
 
 
-Predict = Callable[[torch.Tensor], torch.Tensor]  # ids (B, S) -> class probabilities (B, C)
-
-
 class ClassifierGraph(nn.Module):
-    """One batch of a classifier as one module: the encoder on each length bucket, the n-gram head's hashing
-    and logits, and their combination -> class probabilities (N, C) float32 on CPU, in input order.
+    """One batch of a classifier as one module: the texts' n-grams hashed at once (with an n-gram head), then
+    the model's logits on each length bucket -> logits (N, C) float32 on CPU, in input order.
 
     Scripted (compile_classifier), a whole batch runs in C++ and releases the GIL once. Called op by op from
     Python, every op releases the GIL and waits to get it back while another thread (the server's event
-    loop) runs Python. Measured on the 2-core CPU (sentiment-en, one intra-op thread, a batch of 26 short
-    reviews beside a thread busy running Python): 26-30 ms op by op, 14-15 ms as one graph (11-14 ms alone
-    either way). Unscripted, the same code runs eagerly: the reference the compiled graph is checked
+    loop) runs Python. Unscripted, the same code runs eagerly: the reference the compiled graph is checked
     against.
     """
 
     __constants__ = ["has_ngram"]  # TorchScript compiles only the branch taken
 
-    def __init__(self, model: SentimentClassifier, encoder: nn.Module | None = None) -> None:
-        """encoder: ids (B, S) -> probabilities (B, C), e.g. a trace of the model's predict (default: predict)."""
+    def __init__(self, model: SentimentClassifier, logits: nn.Module | None = None) -> None:
+        """logits: (ids (B, S)[, ngrams]) -> logits (B, C), e.g. a trace of model.logits (default: the model)."""
         super().__init__()
-        self.encoder = encoder if encoder is not None else _Predict(model)
+        self.logits = logits if logits is not None else model
         self.classes = len(model.cfg.labels)
         self.has_ngram = model.ngram is not None
         if model.ngram is not None:
-            spec = NgramSpec.parse(model.cfg.ngram)
-            self.ngram, self.words, self.chars = model.ngram, spec.words, spec.chars
-            self.buckets = model.cfg.ngram_buckets
-            self.register_buffer("salts", SALTS.to(_device(model)), persistent=False)
+            self.ngram = model.ngram  # for its hashing; its logits are part of model.logits
 
     def forward(
         self, chunks: list[torch.Tensor], rows: list[torch.Tensor], units: list[torch.Tensor]
     ) -> torch.Tensor:
         """chunks: padded ids (b, S) per length bucket; rows: each bucket's row indices (b,) in the output;
-        units: the texts' text_units (needed with an n-gram head)."""
+        units: text_units of the texts in bucket order (needed with an n-gram head)."""
         n = 0
         for r in rows:
             n += r.numel()
         out = torch.empty(n, self.classes, device=rows[0].device)
-        for i in range(len(rows)):  # (TorchScript has no zip(strict=True))
-            out.index_copy_(0, rows[i], self.encoder(chunks[i]).float())
         if self.has_ngram:
-            ids, lengths = hash_units(units, self.words, self.chars, self.buckets, self.salts)
-            out = add_logits(out, self.ngram(ids, offsets(lengths)).float())
+            # all texts hashed in one call (a call per bucket costs ~100 more small ops each), then each
+            # bucket's texts, contiguous in bucket order, take their slice of the n-gram ids
+            ids, lengths = self.ngram.hash(units)
+            offsets = torch.cumsum(lengths, 0) - lengths  # (N,) where each text's n-grams start
+            end = 0
+            for i in range(len(rows)):  # (TorchScript has no zip(strict=True))
+                start, end = end, end + rows[i].numel()
+                lo, hi = int(offsets[start]), int(offsets[end]) if end < n else ids.numel()
+                ngrams = (ids[lo:hi], offsets[start:end] - lo)
+                out.index_copy_(0, rows[i], self.logits(chunks[i], ngrams))
+        else:
+            for i in range(len(rows)):
+                out.index_copy_(0, rows[i], self.logits(chunks[i]))
         return out.cpu()
 
 
 def compile_classifier(model: SentimentClassifier) -> ClassifierGraph:
-    """ClassifierGraph scripted around a trace of the encoder's predict() (same outputs, any batch size and
-    length; checked against the eager graph here).
+    """ClassifierGraph scripted around a trace of model.logits (same outputs, any batch size and length;
+    checked against the eager graph here).
 
     Why the trace: an eager forward releases and re-takes the GIL around each of its ~100 ops, and every re-take
-    waits while another Python thread runs (the server's event loop). Measured on the 2-core CPU (one
-    intra-op thread, a batch of 32 reviews): eager 20 ms alone, 310 ms beside a thread busy running Python;
-    traced 17 ms alone, 27 ms beside it. The trace records no data-dependent branch: the only one, the
-    max_len check, holds for every input (inputs are truncated to max_len before they get here). torch.jit
-    is deprecated in favour of torch.export/compile, which do not (yet) run a whole forward without the
-    interpreter on CPU.
+    waits while another Python thread runs (the server's event loop): see README, "The classifier graph". The
+    trace records no data-dependent branch: the only one, the max_len check, holds for every input (inputs are
+    truncated to max_len before they get here). The n-gram hashing, whose shapes depend on the texts, is a
+    scripted function.
     """
     model.eval()
     dev = _device(model)
     example = torch.full((2, 8), model.cfg.unk_id, dtype=torch.long, device=dev)
     example[1, 4:] = model.cfg.pad_id
+    inputs: tuple = (example,)
+    if model.ngram is not None:
+        inputs = (example, bags(["a b", "c"], NgramSpec.parse(model.cfg.ngram), model.cfg.ngram_buckets, dev))
     # one compile at a time: warnings.catch_warnings() swaps process-wide filters, and torch.jit.script's
     # type cache is shared (a server loads its models on several threads)
     with WARNINGS_LOCK, warnings.catch_warnings(), torch.no_grad():
@@ -122,7 +124,7 @@ def compile_classifier(model: SentimentClassifier) -> ClassifierGraph:
         warnings.filterwarnings("error", category=torch.jit.TracerWarning)  # the later filters come first
         warnings.filterwarnings("ignore", message=r".*torch\.jit\.(trace|script).* is deprecated")
         warnings.filterwarnings("ignore", message="Converting a tensor to a Python boolean")
-        traced = torch.jit.trace(_Predict(model), example, check_trace=False)
+        traced = torch.jit.trace(model, inputs, check_trace=False)
         graph: ClassifierGraph = torch.jit.script(ClassifierGraph(model, traced))  # type: ignore[assignment]
     rng = torch.Generator().manual_seed(0)
     atol = 1e-4 if next(model.parameters()).dtype == torch.float32 else 2e-2
@@ -141,29 +143,19 @@ def compile_classifier(model: SentimentClassifier) -> ClassifierGraph:
     return graph
 
 
-class _Predict(torch.nn.Module):
-    def __init__(self, model: SentimentClassifier) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.model.predict(ids)
-
-
 @torch.inference_mode()
-def classify_ids(
+def classifier_logits(
     model: SentimentClassifier,
     seqs: list[list[int]],
     batch_size: int = 64,
     graph: ClassifierGraph | None = None,
     texts: Sequence[str] | None = None,
 ) -> torch.Tensor:
-    """Token id lists -> class probabilities (N, C), float32 on CPU, in input order.
+    """Token id lists -> logits (N, C), float32 on CPU, in input order.
 
     `graph`: the model's ClassifierGraph (e.g. compile_classifier(model); default: the eager one). A model
-    with an n-gram head also needs the `texts` the ids came from: the head's logits (hashed from the whole
-    text) add to the encoder's, i.e. to its log-probabilities (softmax ignores the per-row constant between
-    the two). CHUNK texts at a time (bounded memory on whole test sets), each one graph call.
+    with an n-gram head also needs the `texts` the ids came from (the head hashes the whole text). CHUNK texts
+    at a time (bounded memory on whole test sets), each one graph call.
     """
     if model.ngram is not None and (texts is None or len(texts) != len(seqs)):
         raise ValueError(f"a classifier with a {model.cfg.ngram} n-gram head needs the text of every id list")
@@ -173,7 +165,9 @@ def classify_ids(
     for start in range(0, len(seqs), CHUNK):
         group = seqs[start : start + CHUNK]
         chunks = length_sorted_chunks([len(s) for s in group], batch_size, FORWARD_COST_TOKENS)
-        units = text_units(texts[start : start + CHUNK], dev) if texts is not None and graph.has_ngram else []
+        units = []
+        if texts is not None and graph.has_ngram:
+            units = text_units([texts[start + i] for c in chunks for i in c], dev)  # in bucket order
         parts.append(
             graph(
                 [pad_ids([group[i] for i in c], model.cfg.pad_id, dev) for c in chunks],
@@ -186,10 +180,16 @@ def classify_ids(
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-def add_logits(probs: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-    """softmax(encoder logits + logits) from the encoder's probabilities (B, C): softmax ignores the per-row
-    constant between log-probabilities and logits."""
-    return (probs.clamp_min(1.1754943508222875e-38).log() + logits).softmax(-1)  # float32's tiny
+@torch.inference_mode()
+def classify_ids(
+    model: SentimentClassifier,
+    seqs: list[list[int]],
+    batch_size: int = 64,
+    graph: ClassifierGraph | None = None,
+    texts: Sequence[str] | None = None,
+) -> torch.Tensor:
+    """Token id lists -> class probabilities (N, C), float32 on CPU, in input order (see classifier_logits)."""
+    return classifier_logits(model, seqs, batch_size, graph, texts).softmax(-1)
 
 
 def classify_texts(

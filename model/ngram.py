@@ -4,8 +4,8 @@ Word 1..W-grams and character 1..C-grams of a text are hashed into `buckets` row
 table and summed (fastText / NBSVM family; Wide & Deep, Cheng et al. 2016). It errs on other texts than the
 Transformer, so adding its logits to the Transformer's is ~1 point better than either alone on NSMC and
 IMDb valid. Per text, Python only splits words and takes one crc32 per word (`text_units`); the n-gram
-hashing is tensor arithmetic over all texts of a batch at once (`hash_units`, TorchScript: the server runs
-it inside the classifier's one graph call, without the GIL).
+hashing is tensor arithmetic over many texts at once (`hash_units`, TorchScript: the server runs it inside
+the classifier's one graph call, without the GIL).
 """
 
 from __future__ import annotations
@@ -25,16 +25,24 @@ _SPEC = re.compile(r"w(\d)c(\d)")
 _WORD = re.compile(r"\w+|[^\w\s]")
 
 
+# The hash is defined on uint64 values (tests/model/test_ngram.py spells it out in Python ints). Torch has no
+# uint64 arithmetic on CPU, so it runs on int64 tensors holding the same 64 bits: two's-complement + and *
+# wrap mod 2^64 exactly as uint64's do, bit for bit. Only the operations that read the sign bit differ, and
+# are rewritten: a right shift masks off the copies of the sign bit (_shr), and a modulo takes the uint64
+# value as 2 * (h >>> 1) + (h & 1) (_mod).
+
+
 def _int64(u: int) -> int:
-    """The int64 with the bits of uint64 u: int64 tensor arithmetic then wraps exactly as uint64's."""
+    """The int64 with the bits of uint64 u."""
     u &= (1 << 64) - 1
     return u - (1 << 64) if u >= 1 << 63 else u
 
 
-# salt of (kind, order): word n-grams and character n-grams of each order hash apart
-SALTS = torch.tensor([[_int64((k * 10 + n + 1) * 0xD6E8FEB86659FD93) for n in range(10)] for k in range(2)])
-# TorchScript takes int literals: the multipliers below are uint64 constants written as the int64s with the
-# same bits (_int64); tests/model/test_ngram.py checks the whole hash against its uint64 definition
+ROLL = _int64(0x9E3779B97F4A7C15)  # rolling-hash multiplier: odd, 2^64 / golden ratio
+SALT = 0xD6E8FEB86659FD93  # n-grams of (kind, order n) are salted by (kind * 10 + n + 1) * SALT
+MIX1, MIX2 = _int64(0xBF58476D1CE4E5B9), _int64(0x94D049BB133111EB)  # splitmix64's finalizer multipliers
+# (kind, n) -> salt for kind 0 (word n-grams) and 1 (character n-grams), orders n = 1..9 (the spec's digits)
+SALTS = torch.tensor([[_int64((kind * 10 + n + 1) * SALT) for n in range(10)] for kind in range(2)])
 
 
 @dataclass(frozen=True)
@@ -79,15 +87,38 @@ def _script(fn: Callable) -> Callable:
         return torch.jit.script(fn)
 
 
+# TorchScript reads no global ints: the scripted functions below take the constants as default arguments.
+
+
 @_script
 def _shr(h: Tensor, k: int) -> Tensor:
-    """Logical (uint64) right shift of int64 bits, 1 <= k < 64."""
-    return (h >> k) & (9223372036854775807 >> (k - 1))
+    """Logical (uint64) right shift of int64 bits, 1 <= k < 64: the low 64 - k bits of the arithmetic shift."""
+    return (h >> k) & (9223372036854775807 >> (k - 1))  # (2^63 - 1) >> (k - 1)
+
+
+@_script
+def _mod(h: Tensor, m: int) -> Tensor:
+    """The uint64 value of int64 bits h, mod m (1 <= m < 2^62)."""
+    return (_shr(h, 1) % m * 2 + (h & 1)) % m
+
+
+@_script
+def _mix(h: Tensor, mix1: int = MIX1, mix2: int = MIX2) -> Tensor:
+    """splitmix64's finalizer: every input bit reaches every output bit."""
+    h = (h ^ _shr(h, 30)) * mix1
+    h = (h ^ _shr(h, 27)) * mix2
+    return h ^ _shr(h, 31)
 
 
 @_script
 def _orders(
-    units: Tensor, counts: Tensor, max_order: int, salts: Tensor, hashes: list[Tensor], rows: list[Tensor]
+    units: Tensor,
+    counts: Tensor,
+    max_order: int,
+    salts: Tensor,
+    hashes: list[Tensor],
+    rows: list[Tensor],
+    roll: int = ROLL,
 ) -> None:
     """Append (hashes, rows) of all 1..max_order-grams of the texts' units (back to back, `counts` per text),
     salted per order: an n-gram is a rolling hash over n consecutive units of one text."""
@@ -97,8 +128,8 @@ def _orders(
     h = units
     for n in range(1, max_order + 1):
         if n > 1:
-            h = h[:-1] * -7046029254386353131 + units[n - 1 :]  # * 0x9E3779B97F4A7C15 (odd, 2^64 / phi)
-        inside = start[: h.numel()] + n <= ends[: h.numel()]
+            h = h[:-1] * roll + units[n - 1 :]  # (U - n + 1,) the n-grams starting at each unit
+        inside = start[: h.numel()] + n <= ends[: h.numel()]  # within one text
         hashes.append(h[inside] + salts[n])
         rows.append(row[: h.numel()][inside])
 
@@ -115,13 +146,7 @@ def hash_units(
     _orders(units[0], units[1], words, salts[0], hashes, rows)
     if chars > 0:
         _orders(units[2], units[3], chars, salts[1], hashes, rows)
-    h = torch.cat(hashes)
-    h = h ^ _shr(h, 30)  # splitmix64 finalizer: every input bit reaches every bucket bit
-    h = h * -4658895280553007687  # * 0xBF58476D1CE4E5B9
-    h = h ^ _shr(h, 27)
-    h = h * -7723592293110705685  # * 0x94D049BB133111EB
-    h = h ^ _shr(h, 31)
-    h = (_shr(h, 1) % buckets * 2 + (h & 1)) % buckets  # the uint64 value mod buckets
+    h = _mod(_mix(torch.cat(hashes)), buckets)
     keys = torch.sort(torch.cat(rows) * buckets + h).values  # by text, then bucket
     keep = torch.ones_like(keys, dtype=torch.bool)
     keep[1:] = keys[1:] != keys[:-1]
@@ -156,15 +181,26 @@ def bags(
 
 
 class NgramHead(nn.Module):
-    """Linear model over hashed n-grams: (ids, offsets) -> logits (B, C)."""
+    """Linear model over hashed n-grams: bags (ids, offsets) -> logits (B, C). With its spec it also hashes
+    text_units into the (ids, lengths) the bags are made of (`hash`)."""
 
-    def __init__(self, buckets: int, classes: int, sparse: bool = False) -> None:
+    def __init__(
+        self, buckets: int, classes: int, spec: NgramSpec | None = None, sparse: bool = False
+    ) -> None:
         super().__init__()
         # zeros given as the weight: the layer's own random init of buckets x classes rows is skipped
         self.table = nn.EmbeddingBag(
             buckets, classes, mode="sum", sparse=sparse, _weight=torch.zeros(buckets, classes)
         )
         self.bias = nn.Parameter(torch.zeros(classes))
+        self.buckets = buckets
+        self.words, self.chars = (spec.words, spec.chars) if spec is not None else (0, 0)
+        self.register_buffer("salts", SALTS.clone(), persistent=False)  # follows the head's device
 
     def forward(self, ids: Tensor, offsets: Tensor) -> Tensor:
         return self.table(ids, offsets) + self.bias
+
+    def hash(self, units: list[Tensor]) -> tuple[Tensor, Tensor]:
+        """text_units of B texts -> (ids, lengths) as hash_units, with this head's spec and buckets."""
+        assert self.words > 0, "hashing needs the head's n-gram spec"
+        return hash_units(units, self.words, self.chars, self.buckets, self.salts)

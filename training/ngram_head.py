@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from model import SentimentClassifier, load_checkpoint, save_checkpoint
-from model.inference import add_logits, classify_ids, classify_texts, compile_classifier
+from model.inference import classifier_logits, classify_texts, compile_classifier
 from model.ngram import NgramSpec
 from model.preprocess import classifier_ids
 from training.data import LabeledText, load_split, resolve_data_dir
@@ -48,7 +48,7 @@ def add_head(
     """The classifier with a fitted, alpha-scaled n-gram head, and what was measured on valid."""
     bare = model.encoder_only()
     ids = [classifier_ids(tokenizer, x.text, bare.cfg) for x in valid]
-    encoder = classify_ids(bare, ids, 128, compile_classifier(bare))  # (V, C) probabilities
+    encoder = classifier_logits(bare, ids, 128, compile_classifier(bare))  # (V, C) logits
     bags, vbags = Bags([x.text for x in train], spec, buckets), Bags([x.text for x in valid], spec, buckets)
     labels, vlabels = torch.tensor([x.label for x in train]), torch.tensor([x.label for x in valid])
     head = fit(
@@ -63,7 +63,7 @@ def add_head(
         lr,
     )
     wide = logits(head, vbags, torch.arange(len(valid)))  # (V, C)
-    scores = {a: (add_logits(encoder, a * wide).argmax(-1) == vlabels).float().mean().item() for a in ALPHAS}
+    scores = {a: ((encoder + a * wide).argmax(-1) == vlabels).float().mean().item() for a in ALPHAS}
     alpha = max(ALPHAS, key=lambda a: (scores[a], -a))  # ties: the smaller weight
     out = SentimentClassifier(replace(bare.cfg, ngram=str(spec), ngram_buckets=buckets))
     state = bare.state_dict() | {

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from model import DecodeOptions, Hypothesis, Translator, beam_search, decode, greedy_decode, pad_ids
+from model import DecodeOptions, Translator, beam_search, decode, greedy_decode, pad_ids
 from model.decoding import length_penalty
 from model.translator import DecoderState
 from tests.conftest import tiny_translation_config
@@ -396,8 +396,3 @@ def test_pad_ids() -> None:
     out = pad_ids([[5, 6, 7], [8]], pad_id=0)
     assert out.dtype == torch.long
     assert out.tolist() == [[5, 6, 7], [8, 0, 0]]
-
-
-def test_hypothesis_fields() -> None:
-    h = Hypothesis(tokens=[5, 6], score=-1.0, log_prob=-1.5)
-    assert (h.tokens, h.score, h.log_prob) == ([5, 6], -1.0, -1.5)

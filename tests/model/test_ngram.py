@@ -128,9 +128,9 @@ def test_config_rejects_a_bad_head() -> None:
         tiny_sentiment_config(100, ngram="w1c0")
 
 
-def _wide(vocab_size: int) -> SentimentClassifier:
+def _wide(vocab_size: int, spec: str = "w2c3") -> SentimentClassifier:
     torch.manual_seed(0)
-    model = SentimentClassifier(tiny_sentiment_config(vocab_size, ngram="w2c3", ngram_buckets=4096)).eval()
+    model = SentimentClassifier(tiny_sentiment_config(vocab_size, ngram=spec, ngram_buckets=4096)).eval()
     assert model.ngram is not None
     torch.nn.init.normal_(model.ngram.table.weight, std=0.5)
     return model
@@ -140,20 +140,45 @@ def test_head_adds_its_logits_to_the_encoders(tiny_tokenizer_path: Path, tiny_vo
     model, tok = _wide(tiny_vocab_size), Tokenizer(tiny_tokenizer_path)
     texts = ["a good film .", "bad", "le chat dort sur le canapé ."]
     got = classify_texts(model, tok, texts)
+    bare = model.encoder_only()
+    assert bare.ngram is None
     for i, text in enumerate(texts):  # one at a time, by hand: softmax(encoder logits + head logits)
         ids = torch.tensor([classifier_ids(tok, text, model.cfg)])
         assert model.ngram is not None
         wide = model.ngram(*bags([text], NgramSpec(2, 3), 4096))
-        want = (model(ids) + wide).softmax(-1)[0]
+        want = (bare(ids) + wide).softmax(-1)[0]
         torch.testing.assert_close(got[i], want, atol=1e-5, rtol=0)
-    bare = model.encoder_only()
-    assert bare.ngram is None
+        torch.testing.assert_close(model.predict(ids, bags([text], NgramSpec(2, 3), 4096))[0], want)
+    with pytest.raises(ValueError, match="needs the texts"):
+        model(ids)  # the model's own output includes its head: no silent encoder-only answer
     assert not torch.allclose(classify_texts(bare, tok, texts), got)  # the head changes the answer
     ids = [classifier_ids(tok, t, model.cfg) for t in texts]
     with pytest.raises(ValueError, match="needs the text"):
         classify_ids(model, ids)  # a head without its inputs is an error, not a silent encoder-only answer
     compiled = classify_ids(model, ids, 2, compile_classifier(model), texts)
     torch.testing.assert_close(compiled, got, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("spec", ["w2c3", "w2c0"])
+def test_batched_head_matches_one_text_at_a_time(
+    tiny_tokenizer_path: Path, tiny_vocab_size: int, spec: str
+) -> None:
+    """In length buckets, eager and compiled, each text gets its own n-grams: blank texts (no n-gram at all
+    with w2c0) first, last and in between, and batches cut into several buckets."""
+    model, tok = _wide(tiny_vocab_size, spec), Tokenizer(tiny_tokenizer_path)
+    rng = random.Random(0)
+    words = ["good", "bad", "film", "le", "chat", "재밌다", "!", "not"]
+    texts = ["", *(" ".join(rng.choices(words, k=rng.randint(0, 30))) for _ in range(40)), " "]
+    ids = [classifier_ids(tok, t, model.cfg) for t in texts]
+    alone = torch.cat([classify_ids(model, [i], 1, None, [t]) for i, t in zip(ids, texts, strict=True)])
+    graph = compile_classifier(model)
+    for batch_size in (1, 7, 64):
+        torch.testing.assert_close(
+            classify_ids(model, ids, batch_size, None, texts), alone, atol=1e-5, rtol=0
+        )
+        torch.testing.assert_close(
+            classify_ids(model, ids, batch_size, graph, texts), alone, atol=1e-5, rtol=0
+        )
 
 
 def test_head_round_trips_through_a_checkpoint(
@@ -180,9 +205,13 @@ def test_head_round_trips_through_a_checkpoint(
         classify_texts(model, tok, texts),  # type: ignore[arg-type]
     )
     # the head-less view shares the encoder's tensors in their dtype (bf16 here, not copied into fp32)
-    bare = half.model.encoder_only()  # type: ignore[union-attr]
+    full = half.model
+    assert isinstance(full, SentimentClassifier)
+    assert full.ngram is not None
+    bare = full.encoder_only()
     assert bare.ngram is None
     assert {p.dtype for p in bare.parameters()} == {torch.bfloat16}
-    assert bare.embed.token.weight.data_ptr() == half.model.embed.token.weight.data_ptr()  # type: ignore[union-attr]
+    assert bare.embed.token.weight.data_ptr() == full.embed.token.weight.data_ptr()
     ids = torch.tensor([classifier_ids(tok, "a good film .", model.cfg)])
-    assert torch.equal(bare.predict(ids), half.model.predict(ids))  # type: ignore[union-attr]
+    ngrams = bags(["a good film ."], NgramSpec(2, 3), 4096)
+    torch.testing.assert_close(bare.logits(ids) + full.ngram(*ngrams), full.logits(ids, ngrams))
