@@ -3,7 +3,8 @@
 from model.checkpoint import CheckpointError, LoadedModel, build_model, load_checkpoint, save_checkpoint
 from model.classifier import SentimentClassifier
 from model.config import ModelConfig
-from model.decoding import DecodeOptions, Hypothesis, beam_search, decode, greedy_decode, pad_ids
+from model.decoding import DecodeOptions, Hypothesis, beam_search, decode, greedy_decode
+from model.preprocess import pad_ids
 from model.tokenizer import Tokenizer
 from model.translator import AttentionMaps, Translator
 

@@ -57,13 +57,6 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def pad_ids(seqs: list[list[int]], pad_id: int, device: torch.device | str = "cpu") -> Tensor:
-    """Right-pad token id lists into a (B, S) long tensor."""
-    width = max(len(s) for s in seqs)
-    # padded in Python, then one tensor op: per-row tensor ops would each release and re-take the GIL
-    return torch.tensor([s + [pad_id] * (width - len(s)) for s in seqs], dtype=torch.long, device=device)
-
-
 def _start(
     model: Translator, src: Tensor, start_ids: Tensor | None
 ) -> tuple[DecoderState, Tensor, list[int]]:

@@ -9,10 +9,10 @@ import torch
 from torch import nn
 
 from model.classifier import SentimentClassifier
-from model.decoding import DecodeOptions, Hypothesis, decode, pad_ids
+from model.decoding import DecodeOptions, Hypothesis, decode
 from model.jit import WARNINGS_LOCK
 from model.ngram import CHUNK, NgramSpec, bags, text_units
-from model.preprocess import classifier_ids, source_ids
+from model.preprocess import classifier_ids, pad_ids, source_ids
 from model.tokenizer import Tokenizer
 from model.translator import Translator
 

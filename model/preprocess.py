@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import torch
+from torch import Tensor
+
 from model.config import ModelConfig
 from model.tokenizer import Tokenizer
 
@@ -33,3 +36,10 @@ def target_ids(
 ) -> list[int]:
     """Translator target with its start token: [start] + pieces + [EOS] (decoder input = [:-1], labels = [1:])."""
     return [cfg.start_id(target_lang)] + tokenizer.encode(text)[: cfg.max_len - 2] + [cfg.eos_id]
+
+
+def pad_ids(seqs: list[list[int]], pad_id: int, device: torch.device | str = "cpu") -> Tensor:
+    """Right-pad token id lists into a (B, S) long tensor."""
+    width = max(len(s) for s in seqs)
+    # padded in Python, then one tensor op: per-row tensor ops would each release and re-take the GIL
+    return torch.tensor([s + [pad_id] * (width - len(s)) for s in seqs], dtype=torch.long, device=device)
