@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from bench.serve_load import EN_WORDS, WORDS, texts
+from bench.load import EN_WORDS, WORDS, texts
 from model import SentimentClassifier, load_checkpoint
 from model.inference import ClassifierGraph, classify_ids, compile_classifier
 from model.preprocess import classifier_ids
