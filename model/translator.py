@@ -54,6 +54,20 @@ class TracedGraphs:
     step: torch.jit.ScriptModule
 
 
+def _step_inputs(tokens: Tensor, state: DecoderState) -> tuple[Any, ...]:
+    """Translator.step's arguments for the last tokens (R,) and `state`."""
+    caches = state.caches
+    return (
+        tokens,
+        torch.tensor([state.step], device=tokens.device),
+        state.memory_mask,
+        [c.self_k for c in caches],
+        [c.self_v for c in caches],
+        [c.cross_k for c in caches],
+        [c.cross_v for c in caches],
+    )
+
+
 class _Encode(nn.Module):
     def __init__(self, model: Translator) -> None:
         super().__init__()
@@ -132,16 +146,7 @@ class Translator(nn.Module):
     def decode_step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Last tokens (R,) -> log-probabilities (R, V) in float32 and the advanced state."""
         step = self.graphs.step if self.graphs is not None and not self.training else self.step
-        position = torch.tensor([state.step], device=tokens.device)
-        log_probs, self_k, self_v = step(
-            tokens,
-            position,
-            state.memory_mask,
-            [c.self_k for c in state.caches],
-            [c.self_v for c in state.caches],
-            [c.cross_k for c in state.caches],
-            [c.cross_v for c in state.caches],
-        )
+        log_probs, self_k, self_v = step(*_step_inputs(tokens, state))
         caches = [
             LayerCache(k, v, c.cross_k, c.cross_v)
             for k, v, c in zip(self_k, self_v, state.caches, strict=True)
@@ -188,16 +193,7 @@ class Translator(nn.Module):
             tokens = torch.full((6,), self.cfg.eos_id, dtype=torch.long, device=dev)
             for _ in range(2):
                 _, state = self.decode_step(tokens, state)
-            inputs = (
-                tokens,
-                torch.tensor([state.step], device=dev),
-                state.memory_mask,
-                [c.self_k for c in state.caches],
-                [c.self_v for c in state.caches],
-                [c.cross_k for c in state.caches],
-                [c.cross_v for c in state.caches],
-            )
-            step = torch.jit.trace(_Step(self), inputs, check_trace=False)
+            step = torch.jit.trace(_Step(self), _step_inputs(tokens, state), check_trace=False)
         self.graphs = TracedGraphs(encode, cross, step)
 
     @torch.inference_mode()
