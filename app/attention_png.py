@@ -1,19 +1,65 @@
 """Attention heatmaps as one PNG: a grid of the selected layers (rows) x heads (columns).
 
 Encoder self-attention for classifiers, cross-attention (target x source) for translators. Uses matplotlib's
-object API with the Agg canvas (no pyplot global state), so it is safe to run in a worker thread.
+object API with the Agg canvas (no pyplot global state), so it is safe to run in a worker thread. A PNG takes
+~1 s of CPU: PngRenderer renders one at a time on a thread of its own, for a bounded number of requests.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
+import math
+import time
 import warnings
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import torch
 
 from app.attention_maps import AttentionHandler, AttentionItem, LayerSelection, TextMaps, pick
+from app.errors import QueueFull
 
 MAX_LABELED_TOKENS = 48  # beyond this, tick labels are unreadable: leave them out
+MAX_PNG_REQUESTS = 4  # PNG requests in progress at once (their maps computing, waiting, or rendering)
+
+
+class PngRenderer:
+    """One render thread (never the inference workers or the default pool) and a bound on the PNG
+    requests in progress: beyond `limit`, 429 with Retry-After from the recent render time."""
+
+    def __init__(self, limit: int = MAX_PNG_REQUESTS) -> None:
+        self.limit, self.active = limit, 0
+        self.seconds_ewma = 1.0
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="png")
+
+    @contextmanager
+    def admit(self) -> Iterator[None]:
+        """Hold one of the `limit` places for a PNG request (QueueFull when none is left)."""
+        if self.active >= self.limit:
+            raise QueueFull(
+                f"{self.active} PNG attention requests are in progress, the limit; retry later, or ask for "
+                "JSON (format=json)",
+                max(1, math.ceil(self.active * self.seconds_ewma)),
+            )
+        self.active += 1
+        try:
+            yield
+        finally:
+            self.active -= 1
+
+    async def render(
+        self, handler: AttentionHandler, item: AttentionItem, maps: TextMaps, sel: LayerSelection
+    ) -> bytes:
+        start = time.monotonic()
+        loop = asyncio.get_running_loop()
+        png = await loop.run_in_executor(self._executor, render_attention, handler, item, maps, sel)
+        self.seconds_ewma = 0.8 * self.seconds_ewma + 0.2 * (time.monotonic() - start)
+        return png
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True)
 
 
 def render_attention(

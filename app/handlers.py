@@ -17,6 +17,7 @@ import torch
 from app.errors import invalid
 from app.schemas import ScoredTranslation, SentimentResult, TranslationResult
 from model import DecodeOptions, LoadedModel, ModelConfig, SentimentClassifier, Tokenizer, Translator
+from model.decoding import StopCheck
 from model.inference import classify_ids, compile_classifier, translate_ids
 from model.preprocess import classifier_ids, source_ids
 
@@ -161,13 +162,16 @@ class TranslationHandler:
             layouts.append(TextLayout(lines))
         return items, layouts
 
-    def run(self, items: list[Sentence], key: DecodeKey) -> list[list[SentenceTranslation]]:
+    def run(
+        self, items: list[Sentence], key: DecodeKey, should_stop: StopCheck = None
+    ) -> list[list[SentenceTranslation]]:
         """Per item its own n-best, detokenized: the batch decodes with the largest n and each item keeps
-        its first num_hypotheses (translate_ids sorts by length and pads per chunk)."""
+        its first num_hypotheses (translate_ids sorts by length and pads per chunk). should_stop: checked
+        between decoder steps (True raises model.DecodingStopped)."""
         opts = key.options(max(s.num_hypotheses for s in items), self.max_len)
         with torch.inference_mode():
             output = translate_ids(
-                self.model, [s.ids for s in items], opts, key.target_lang, batch_size=max(1, len(items))
+                self.model, [s.ids for s in items], opts, key.target_lang, max(1, len(items)), should_stop
             )
         decode = self.tokenizer.decode
         return [

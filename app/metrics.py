@@ -41,9 +41,25 @@ class Metrics:
         # per model, summed over its queues (one per decoding mode): read when scraped (watch_queues), so the
         # series stay one per model whatever decoding options clients send, and enqueueing costs nothing here
         self.queue_depth = Gauge(
-            "queue_depth", "Items waiting in a model's queues (all its decoding modes)", ["model"], registry=r
+            "queue_depth",
+            "Items waiting for a model: in its queues (all its decoding modes) or in batches waiting for a worker",
+            ["model"],
+            registry=r,
         )
         self.models_loaded = Gauge("models_loaded", "Models loaded and warmed up", registry=r)
+        # work for nobody: computed for a request that had left, or a decoding stopped because all had left
+        self.abandoned = Counter(
+            "abandoned_items",
+            "Items computed after their request had left (timed out or disconnected), per model",
+            ["model"],
+            registry=r,
+        )
+        self.stopped = Counter(
+            "stopped_items",
+            "Items whose decoding stopped between two steps because every request of the batch had left",
+            ["model"],
+            registry=r,
+        )
         # labels() costs a lock and a tuple build per call: the children are cached per label values
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._batch_children: dict[str, tuple[Any, Any]] = {}
@@ -69,6 +85,12 @@ class Metrics:
             )
         children[0].observe(size)
         children[1].observe(seconds)
+
+    def observe_dropped(self, model: str, *, abandoned: int = 0, stopped: int = 0) -> None:
+        if abandoned:
+            self.abandoned.labels(model=model).inc(abandoned)
+        if stopped:
+            self.stopped.labels(model=model).inc(stopped)
 
     def watch_queues(self, model: str, depth: Callable[[], int]) -> None:
         """queue_depth{model} is depth() at each scrape (called on the event loop, by GET /metrics)."""

@@ -11,9 +11,11 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+from app.admission import ModelQueue, sentence_work, token_work
 from app.attention_maps import AttentionHandler, AttentionItem
+from app.attention_png import PngRenderer
 from app.batching import Batcher, BatcherPool, InferenceWorkers, OnIdle
-from app.errors import DeadlineExceeded, Unavailable, invalid
+from app.errors import DeadlineExceeded, QueueFull, Unavailable, invalid
 from app.handlers import DecodeKey, Sentence, SentimentHandler, TranslationHandler
 from app.metrics import Metrics
 from app.registry import Registry
@@ -40,6 +42,8 @@ class Service:
         self.registry: Registry | None = None
         self.worker: InferenceWorkers | None = None
         self.pool = BatcherPool()
+        self.queues: dict[str, ModelQueue] = {}  # per model: the admission limits all its batchers share
+        self.png = PngRenderer()
         self.sentiment: dict[str, SentimentHandler] = {}
         self.translation: dict[str, TranslationHandler] = {}
         self.attention_handlers: dict[str, AttentionHandler] = {}
@@ -120,6 +124,7 @@ class Service:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loader
         await self.pool.close()
+        await asyncio.to_thread(self.png.shutdown)
         if self.worker is not None:
             try:
                 await asyncio.to_thread(self.worker.shutdown)
@@ -172,6 +177,14 @@ class Service:
         self, req: AttentionRequest, png: bool, disconnected: Disconnected = None
     ) -> tuple[bytes, str]:
         """The JSON body (AttentionResponse) or a PNG, with its media type."""
+        if not png:
+            return await self._attention(req, False, disconnected)
+        with self.png.admit():  # 429 beyond a few PNG requests at once: each renders for ~1 s of CPU
+            return await self._attention(req, True, disconnected)
+
+    async def _attention(
+        self, req: AttentionRequest, png: bool, disconnected: Disconnected
+    ) -> tuple[bytes, str]:
         entry = self._registry().get_any(req.model)
         self._check_texts([req.text], "text")
         if req.target is not None:
@@ -207,9 +220,7 @@ class Service:
         # megabytes of JSON (or a rendered PNG) for a long text: built off the event loop, and still
         # answered 504 past the deadline
         if png:
-            from app.attention_png import render_attention
-
-            body, media = await asyncio.to_thread(render_attention, handler, item, maps, sel), "image/png"
+            body, media = await self.png.render(handler, item, maps, sel), "image/png"
         else:
             body = await asyncio.to_thread(handler.encode_json, item, maps, sel, translation)
             media = "application/json"
@@ -263,8 +274,15 @@ class Service:
         return lang
 
     def _queue_depth(self, name: str) -> int:
-        """Items waiting in every queue of model `name` (pool keys: (kind, model, ...))."""
-        return sum(len(b) for key, b in self.pool.items() if isinstance(key, tuple) and key[1] == name)
+        """Items waiting for model `name`: in any of its queues, or in a batch waiting for a worker."""
+        return self._model_queue(name).waiting()[0]
+
+    def _model_queue(self, name: str) -> ModelQueue:
+        queue = self.queues.get(name)
+        if queue is None:
+            s = self.settings
+            queue = self.queues[name] = ModelQueue(name, s.max_queue, s.max_queue_work)
+        return queue
 
     def _deadline(self) -> float:
         return asyncio.get_running_loop().time() + self.settings.request_timeout_s
@@ -272,13 +290,20 @@ class Service:
     def _new_batcher(
         self,
         name: str,
-        run: Callable[[list[Any]], list[Any]],
+        run: Callable[..., list[Any]],
+        model: str,
+        cost: Callable[[Any], int],
         *,
-        model: str | None = None,
+        label: str | None = None,
+        expensive: bool = False,
+        stoppable: bool = False,
         max_batch_size: int | None = None,
         idle_timeout_s: float | None = None,
         on_idle: OnIdle | None = None,
     ) -> Batcher[Any, Any]:
+        """A batcher of `model` (sharing its queue limits); expensive ones (decoding, attention maps) run in
+        the workers' expensive lane, in batches of at most APP_MAX_BATCH_WORK work units; stoppable: run
+        takes should_stop= (decoding stops between steps once every request of the batch has left)."""
         assert self.worker is not None
         s = self.settings
         return Batcher(
@@ -287,31 +312,58 @@ class Service:
             self.worker,
             max_batch_size=max_batch_size or s.max_batch_size,
             max_delay_s=0.0 if max_batch_size == 1 else s.max_batch_delay_ms / 1000,
-            max_queue=s.max_queue,
+            queue=self._model_queue(model),
+            cost=cost,
+            max_batch_work=s.max_batch_work if expensive else None,
+            expensive=expensive,
+            stoppable=stoppable,
             metrics=self.metrics,
-            model=model or name,
+            model=label or model,
             idle_timeout_s=idle_timeout_s,
             on_idle=on_idle,
         )
 
     def _sentiment_batcher(self, name: str) -> Batcher[Any, Any]:
-        return self.pool.get(("sentiment", name), lambda _: self._new_batcher(name, self.sentiment[name].run))
+        return self.pool.get(
+            ("sentiment", name), lambda _: self._new_batcher(name, self.sentiment[name].run, name, token_work)
+        )
 
     def _attention_batcher(self, name: str) -> Batcher[Any, Any]:
         """Attention maps are rare and take the weights path: their own queue, one item per forward."""
-        run = self.attention_handlers[name].run
+        run, label = self.attention_handlers[name].run, f"{name}/attention"
         return self.pool.get(
-            ("attention", name), lambda _: self._new_batcher(f"{name}/attention", run, max_batch_size=1)
+            ("attention", name),
+            lambda _: self._new_batcher(
+                label, run, name, token_work, label=label, expensive=True, max_batch_size=1
+            ),
         )
 
     def _translation_batcher(self, name: str, key: DecodeKey) -> Batcher[Any, Any]:
-        """The queue of one model and decoding mode (created on first use, retired when idle)."""
-        run = partial(self.translation[name].run, key=key)
+        """The queue of one model and decoding mode (created on first use, retired when idle). At most
+        APP_MAX_DECODE_QUEUES live at once: a new mode retires an idle one, or gets 429."""
+        pool_key = ("translation", name, key)
+        limit = self.settings.max_decode_queues
+        full = pool_key not in self.pool and self.pool.count("translation") >= limit
+        if full and not self.pool.retire_idle("translation"):
+            raise QueueFull(
+                f"{limit} distinct decoding modes (target_lang, beam_size, length_penalty, max_length) "
+                "are in use, the limit (APP_MAX_DECODE_QUEUES); retry later or use one of theirs",
+                1,
+            )
+        handler = self.translation[name]
+        run = partial(handler.run, key=key)
         label = f"{name}:{key.target_lang}:beam{key.beam_size}:lp{key.length_penalty:g}:max{key.max_length or 'auto'}"
         return self.pool.get(
-            ("translation", name, key),
+            pool_key,
             lambda on_idle: self._new_batcher(
-                label, run, model=name, idle_timeout_s=IDLE_BATCHER_S, on_idle=on_idle
+                label,
+                run,
+                name,
+                sentence_work(key, handler.max_len),
+                expensive=True,
+                stoppable=True,
+                idle_timeout_s=IDLE_BATCHER_S,
+                on_idle=on_idle,
             ),
         )
 
@@ -322,8 +374,18 @@ class Service:
         disconnected: Disconnected,
         field: str = "text",
     ) -> list[list[Any]]:
-        """Enqueue each (batcher, items) job and wait for all results, the deadline, or the client leaving."""
+        """Enqueue each (batcher, items) job and wait for all results, the deadline, or the client leaving.
+        422 when the request's work exceeds APP_MAX_WORK or a model's queue could never hold it."""
         futures: list[asyncio.Future[list[Any]]] = []
+        work = sum(batcher.work(items) for batcher, items in jobs)
+        if work > self.settings.max_work:
+            raise invalid(
+                (field,),
+                f"this request costs {work:,} work units, more than APP_MAX_WORK ({self.settings.max_work:,}); "
+                "a translated sentence costs its source tokens + beam_size x its output length limit: send "
+                "fewer texts or sentences, or a smaller beam_size or max_length",
+                "too_long",
+            )
         for batcher, items in jobs:  # a 429 could never clear for these: nothing is queued yet
             if len(items) > batcher.max_queue:
                 raise invalid(

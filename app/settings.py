@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import torch
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.schemas import MAX_TEXTS
@@ -33,7 +33,14 @@ class Settings(BaseSettings):
     max_batch_delay_ms: float = Field(
         default=5.0, ge=0, le=10_000
     )  # while a batch of its key runs or every worker is busy: the longest a partial batch waits for more
-    max_queue: int = Field(default=1024, ge=1)  # queued items per batcher before 429
+    max_queue: int = Field(default=1024, ge=1)  # items waiting per model (all its queues) before 429
+    # work units (app/admission.py: tokens through a model; a translated sentence: its source tokens +
+    # beam_size x its output length limit): one request's budget (422 above), what may wait per model
+    # (429 above), and the most one translation or attention batch takes (a bound on its duration)
+    max_work: int = Field(default=50_000, ge=1)
+    max_queue_work: int = Field(default=200_000, ge=1)
+    max_batch_work: int = Field(default=8_192, ge=1)
+    max_decode_queues: int = Field(default=64, ge=1)  # live translation queues (distinct decoding options)
     request_timeout_s: float = Field(default=30.0, gt=0)  # 504 past this deadline
     max_texts: int = Field(default=64, ge=1, le=MAX_TEXTS)  # texts per request (the schema's hard cap)
     max_chars: int = Field(default=2000, ge=1)  # characters per text
@@ -78,6 +85,13 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_key_is_none(cls, v: object) -> object:
         return None if isinstance(v, str) and not v.strip() else v
+
+    @field_validator("max_queue_work")
+    @classmethod
+    def _holds_a_request(cls, v: int, info: ValidationInfo) -> int:
+        if (budget := info.data.get("max_work")) is not None and v < budget:
+            raise ValueError(f"must be at least APP_MAX_WORK ({budget}): a request within budget must fit")
+        return v
 
     @field_validator("log_level", mode="before")
     @classmethod
