@@ -18,7 +18,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -28,7 +28,7 @@ from app.metrics import Metrics
 from app.workers import InferenceWorkers
 from model.decoding import DecodingStopped
 
-__all__ = ["BatchStats", "Batcher", "BatcherPool", "InferenceWorkers", "OnIdle"]
+__all__ = ["BatchStats", "Batcher", "InferenceWorkers", "OnIdle"]
 log = logging.getLogger(__name__)
 I = TypeVar("I")  # noqa: E741 - one item in
 O = TypeVar("O")  # noqa: E741 - one result out
@@ -371,48 +371,3 @@ class Batcher(Generic[I, O]):
 
 
 OnIdle = Callable[[Batcher[Any, Any]], None]
-
-
-class BatcherPool:
-    """Batchers by key, created on first use; dynamic keys (decoding options) retire when idle."""
-
-    def __init__(self) -> None:
-        self._batchers: dict[Hashable, Batcher[Any, Any]] = {}
-
-    def get(self, key: Hashable, create: Callable[[OnIdle], Batcher[Any, Any]]) -> Batcher[Any, Any]:
-        """The batcher of `key`; `create(on_idle)` makes it on first use (on_idle retires it from the pool)."""
-        batcher = self._batchers.get(key)
-        if batcher is None:
-            batcher = self._batchers[key] = create(lambda b: self._retire(key, b))
-        return batcher
-
-    def _retire(self, key: Hashable, batcher: Batcher[Any, Any]) -> None:
-        if self._batchers.get(key) is batcher:
-            del self._batchers[key]
-
-    def count(self, kind: str) -> int:
-        """Live batchers whose key is a tuple starting with `kind` (e.g. "translation")."""
-        return sum(isinstance(k, tuple) and k[0] == kind for k in self._batchers)
-
-    def retire_idle(self, kind: str) -> bool:
-        """Retire one idle batcher of `kind` (nothing queued or running) now; False when all are busy."""
-        for key, batcher in self._batchers.items():
-            if isinstance(key, tuple) and key[0] == kind and batcher.idle:
-                del self._batchers[key]
-                batcher.stop_soon()  # its loop ends at once: nothing to drain
-                return True
-        return False
-
-    def __contains__(self, key: Hashable) -> bool:
-        return key in self._batchers
-
-    def __len__(self) -> int:
-        return len(self._batchers)
-
-    def items(self) -> list[tuple[Hashable, Batcher[Any, Any]]]:
-        return list(self._batchers.items())
-
-    async def close(self) -> None:
-        """Drain and stop every batcher (their queued items are still computed)."""
-        batchers, self._batchers = list(self._batchers.values()), {}
-        await asyncio.gather(*(b.close() for b in batchers))

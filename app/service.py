@@ -7,17 +7,17 @@ import contextlib
 import gc
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from app.admission import ModelQueue, sentence_work, token_work
 from app.attention_maps import AttentionHandler, AttentionItem
 from app.attention_png import PngRenderer
-from app.batching import Batcher, BatcherPool, InferenceWorkers, OnIdle
-from app.errors import DeadlineExceeded, QueueFull, Unavailable, invalid
+from app.batching import Batcher, InferenceWorkers
+from app.errors import DeadlineExceeded, Unavailable, invalid
 from app.handlers import DecodeKey, Sentence, SentimentHandler, TranslationHandler
 from app.metrics import Metrics
+from app.queues import Queues
 from app.registry import Registry
 from app.schemas import (
     DEFAULT_LENGTH_PENALTY,
@@ -33,7 +33,6 @@ from app.settings import Settings
 from app.wait import Disconnected, wait_all
 
 log = logging.getLogger(__name__)
-IDLE_BATCHER_S = 300.0  # a decoding-option queue unused this long is retired
 
 
 class Service:
@@ -41,8 +40,8 @@ class Service:
         self.settings, self.metrics = settings, metrics
         self.registry: Registry | None = None
         self.worker: InferenceWorkers | None = None
-        self.pool = BatcherPool()
-        self.queues: dict[str, ModelQueue] = {}  # per model: the admission limits all its batchers share
+        self.queues = Queues(settings, metrics)  # every model's batchers and admission limits
+        self.pool = self.queues.pool
         self.png = PngRenderer()
         self.sentiment: dict[str, SentimentHandler] = {}
         self.translation: dict[str, TranslationHandler] = {}
@@ -66,6 +65,7 @@ class Service:
         self.worker = InferenceWorkers(  # forward passes off the event loop
             self.settings.inference_workers_count(), self.settings.inference_threads()
         )
+        self.queues.worker = self.worker
         self._switch_interval = sys.getswitchinterval()  # process-wide: restored by stop()
         sys.setswitchinterval(self.settings.gil_switch_interval_ms / 1000)
         self._loader = asyncio.create_task(self._load_all(), name="load-models")
@@ -114,7 +114,7 @@ class Service:
             await self.worker.run(handler.warmup)
         self.model_status[name] = "ready"
         self.metrics.models_loaded.inc()
-        self.metrics.watch_queues(name, partial(self._queue_depth, name))
+        self.metrics.watch_queues(name, partial(self.queues.depth, name))
 
     async def stop(self) -> None:
         """Stop accepting (ready -> 503), finish queued and in-flight items, stop batchers and the thread."""
@@ -152,7 +152,9 @@ class Service:
         jobs = []
         for name, idxs in groups.items():
             handler = self.sentiment[name]
-            jobs.append((self._sentiment_batcher(name), [handler.tokenize(texts[i]) for i in idxs]))
+            jobs.append(
+                (self.queues.sentiment(name, handler.run), [handler.tokenize(texts[i]) for i in idxs])
+            )
         outputs = await self._submit(jobs, deadline, disconnected, req.field)
         results: list[Any] = [None] * len(texts)
         for (name, idxs), probs in zip(groups.items(), outputs, strict=True):
@@ -168,7 +170,7 @@ class Service:
         items, layouts = handler.sentences(req.items, req.field, req.num_hypotheses)
         key = DecodeKey(req.target_lang, req.beam_size, req.length_penalty, req.max_length)
         [outputs] = await self._submit(
-            [(self._translation_batcher(name, key), items)], self._deadline(), disconnected, req.field
+            [(self.queues.translation(name, handler, key), items)], self._deadline(), disconnected, req.field
         )
         results = [handler.join(lay, outputs, req.num_hypotheses, req.return_scores) for lay in layouts]
         return TranslateResponse(model=name, results=results)
@@ -204,8 +206,8 @@ class Service:
             if req.target is not None:
                 item = AttentionItem(item.source, handler.decoder_input(req.target, lang))
             else:  # greedy translation through the batcher, like /translate with beam_size=1
-                greedy = self._translation_batcher(
-                    entry.name, DecodeKey(lang, 1, DEFAULT_LENGTH_PENALTY, None)
+                greedy = self.queues.translation(
+                    entry.name, self.translation[entry.name], DecodeKey(lang, 1, DEFAULT_LENGTH_PENALTY, None)
                 )
                 [[[best]]] = await self._submit([(greedy, [Sentence(item.source)])], deadline, disconnected)
                 translation = best.text
@@ -216,7 +218,8 @@ class Service:
                 (field,), f"only translation models take a {field}; {entry.name} is a {entry.task} model"
             )
         handler.check_size(item, sel)  # the target is known now (given or translated)
-        [[maps]] = await self._submit([(self._attention_batcher(entry.name), [item])], deadline, disconnected)
+        maps_batcher = self.queues.attention(entry.name, handler.run)
+        [[maps]] = await self._submit([(maps_batcher, [item])], deadline, disconnected)
         # megabytes of JSON (or a rendered PNG) for a long text: built off the event loop, and still
         # answered 504 past the deadline
         if png:
@@ -273,99 +276,8 @@ class Service:
             )
         return lang
 
-    def _queue_depth(self, name: str) -> int:
-        """Items waiting for model `name`: in any of its queues, or in a batch waiting for a worker."""
-        return self._model_queue(name).waiting()[0]
-
-    def _model_queue(self, name: str) -> ModelQueue:
-        queue = self.queues.get(name)
-        if queue is None:
-            s = self.settings
-            queue = self.queues[name] = ModelQueue(name, s.max_queue, s.max_queue_work)
-        return queue
-
     def _deadline(self) -> float:
         return asyncio.get_running_loop().time() + self.settings.request_timeout_s
-
-    def _new_batcher(
-        self,
-        name: str,
-        run: Callable[..., list[Any]],
-        model: str,
-        cost: Callable[[Any], int],
-        *,
-        label: str | None = None,
-        expensive: bool = False,
-        stoppable: bool = False,
-        max_batch_size: int | None = None,
-        idle_timeout_s: float | None = None,
-        on_idle: OnIdle | None = None,
-    ) -> Batcher[Any, Any]:
-        """A batcher of `model` (sharing its queue limits); expensive ones (decoding, attention maps) run in
-        the workers' expensive lane, in batches of at most APP_MAX_BATCH_WORK work units; stoppable: run
-        takes should_stop= (decoding stops between steps once every request of the batch has left)."""
-        assert self.worker is not None
-        s = self.settings
-        return Batcher(
-            name,
-            run,
-            self.worker,
-            max_batch_size=max_batch_size or s.max_batch_size,
-            max_delay_s=0.0 if max_batch_size == 1 else s.max_batch_delay_ms / 1000,
-            queue=self._model_queue(model),
-            cost=cost,
-            max_batch_work=s.max_batch_work if expensive else None,
-            expensive=expensive,
-            stoppable=stoppable,
-            metrics=self.metrics,
-            model=label or model,
-            idle_timeout_s=idle_timeout_s,
-            on_idle=on_idle,
-        )
-
-    def _sentiment_batcher(self, name: str) -> Batcher[Any, Any]:
-        return self.pool.get(
-            ("sentiment", name), lambda _: self._new_batcher(name, self.sentiment[name].run, name, token_work)
-        )
-
-    def _attention_batcher(self, name: str) -> Batcher[Any, Any]:
-        """Attention maps are rare and take the weights path: their own queue, one item per forward."""
-        run, label = self.attention_handlers[name].run, f"{name}/attention"
-        return self.pool.get(
-            ("attention", name),
-            lambda _: self._new_batcher(
-                label, run, name, token_work, label=label, expensive=True, max_batch_size=1
-            ),
-        )
-
-    def _translation_batcher(self, name: str, key: DecodeKey) -> Batcher[Any, Any]:
-        """The queue of one model and decoding mode (created on first use, retired when idle). At most
-        APP_MAX_DECODE_QUEUES live at once: a new mode retires an idle one, or gets 429."""
-        pool_key = ("translation", name, key)
-        limit = self.settings.max_decode_queues
-        full = pool_key not in self.pool and self.pool.count("translation") >= limit
-        if full and not self.pool.retire_idle("translation"):
-            raise QueueFull(
-                f"{limit} distinct decoding modes (target_lang, beam_size, length_penalty, max_length) "
-                "are in use, the limit (APP_MAX_DECODE_QUEUES); retry later or use one of theirs",
-                1,
-            )
-        handler = self.translation[name]
-        run = partial(handler.run, key=key)
-        label = f"{name}:{key.target_lang}:beam{key.beam_size}:lp{key.length_penalty:g}:max{key.max_length or 'auto'}"
-        return self.pool.get(
-            pool_key,
-            lambda on_idle: self._new_batcher(
-                label,
-                run,
-                name,
-                sentence_work(key, handler.max_len),
-                expensive=True,
-                stoppable=True,
-                idle_timeout_s=IDLE_BATCHER_S,
-                on_idle=on_idle,
-            ),
-        )
 
     async def _submit(
         self,

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from app.batching import Batcher, BatcherPool, InferenceWorkers
+from app.batching import Batcher, InferenceWorkers
 from app.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
 from app.metrics import Metrics
+from app.queues import BatcherPool
 from tests.app.conftest import eventually
 
 pytestmark = pytest.mark.anyio

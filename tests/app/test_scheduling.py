@@ -143,7 +143,7 @@ async def test_distinct_length_penalties_share_the_models_queue_limit(
             )
             for lp in (0.1, 0.2)
         ]
-        await eventually(lambda: service._queue_depth("translate-fr-en") == 2)
+        await eventually(lambda: service.queues.depth("translate-fr-en") == 2)
         for lp in (0.3, 0.4, 0.5, 0.6):  # each a new decoding mode, and the same as the running one
             r = await client.post("/translate", json={"text": "le chat", "length_penalty": lp} | FR)
             assert r.status_code == 429
