@@ -52,6 +52,9 @@ class ModelQueue:
 
     def admit(self, items: int, work: int) -> None:
         """QueueFull (429 + Retry-After) unless `items` and `work` more fit under the limits."""
+        if not self._fits(items, work):  # the rare path: first drop what requests that left still queue
+            for b in self.batchers:
+                b.purge()
         queued, queued_work = self.waiting()
         if queued + items > self.max_items:
             raise QueueFull(
@@ -65,6 +68,12 @@ class ModelQueue:
                 "waiting, APP_MAX_QUEUE_WORK); retry later",
                 self.retry_after(),
             )
+
+    def _fits(self, items: int, work: int) -> bool:
+        queued, queued_work = self.waiting()
+        return queued + items <= self.max_items and (
+            self.max_work is None or queued_work + work <= self.max_work
+        )
 
     def retry_after(self) -> int:
         """Seconds until what waits has run at the recent batch rates (at least 1)."""

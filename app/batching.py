@@ -166,6 +166,13 @@ class Batcher(Generic[I, O]):
         self._wakeup.set()
         return pending.future
 
+    def purge(self) -> None:
+        """Drop the queued items of requests that are done (left, timed out): they would only be skipped."""
+        kept = deque(i for i in self._queue if not i.pending.future.done())
+        if len(kept) < len(self._queue):
+            self.stats.skipped += len(self._queue) - len(kept)
+            self._queue, self._queued_work = kept, sum(i.work for i in kept)
+
     def drain_seconds(self) -> float:
         """Seconds to run what waits here at the recent batch rate (0 when nothing waits)."""
         items, work = self.waiting()

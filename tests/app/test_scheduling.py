@@ -15,6 +15,7 @@ from torch import Tensor
 from app import attention_png
 from app.admission import sentence_work
 from app.batching import Batcher, InferenceWorkers
+from app.errors import QueueFull
 from app.handlers import DecodeKey, Sentence, TranslationHandler
 from app.service import Service
 from app.settings import Settings
@@ -311,6 +312,31 @@ async def test_items_of_a_request_that_left_mid_batch_are_counted_abandoned() ->
     gate.set()
     assert await stays == [1]
     assert (b.stats.abandoned, b.stats.stopped) == (2, 0)  # the batch went on for `stays`
+    await b.close()
+    workers.shutdown()
+
+
+async def test_items_of_a_request_that_left_do_not_hold_queue_places() -> None:
+    workers = InferenceWorkers()
+    gate, running = threading.Event(), threading.Event()
+
+    def run(items: list[int]) -> list[int]:
+        running.set()
+        assert gate.wait(10)
+        return items
+
+    b: Batcher[int, int] = Batcher("q", run, workers, max_batch_size=1, max_delay_s=0.0, max_queue=3)
+    first = b.enqueue([1], FAR)
+    await asyncio.to_thread(running.wait, 5)
+    await eventually(lambda: len(b._queue) == 0)
+    left = b.enqueue([2, 3], FAR)  # [2] waits for the worker, [3] is queued
+    with pytest.raises(QueueFull):
+        b.enqueue([4, 5], FAR)
+    left.cancel()  # its client leaves: the queued [3] is dropped at the next admission that needs room
+    later = b.enqueue([4, 5], FAR)
+    gate.set()
+    assert await first == [1]
+    assert await later == [4, 5]
     await b.close()
     workers.shutdown()
 
