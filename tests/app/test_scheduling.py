@@ -4,6 +4,7 @@ decoding that stops once its requests have left, and the bounded PNG renderer.""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from app.admission import sentence_work
 from app.batching import Batcher, InferenceWorkers
 from app.errors import QueueFull
 from app.handlers import DecodeKey, Sentence, TranslationHandler
+from app.heatmap import NICE
 from app.service import Service
 from app.settings import Settings
 from model import Translator
@@ -345,37 +347,39 @@ async def test_items_of_a_request_that_left_do_not_hold_queue_places() -> None:
 
 
 @pytest.fixture
-def held_png(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, list[str]]]:
-    release, threads = threading.Event(), []
-    original = attention_png.render_attention
+def held_png(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """PngRenderer.render waits for the event, then draws."""
+    release = threading.Event()
+    original = attention_png.PngRenderer.render
 
-    def render(*args: Any) -> bytes:
-        threads.append(threading.current_thread().name)
-        assert release.wait(10)
-        return original(*args)
+    async def render(self: attention_png.PngRenderer, *args: Any) -> bytes:
+        assert await asyncio.to_thread(release.wait, 10)
+        return await original(self, *args)
 
-    monkeypatch.setattr(attention_png, "render_attention", render)
-    yield release, threads
+    monkeypatch.setattr(attention_png.PngRenderer, "render", render)
+    yield release
     release.set()
 
 
-async def test_png_rendering_has_its_own_thread_and_a_bound(
-    two_models_dir: Path, held_png: tuple[threading.Event, list[str]]
+async def test_png_rendering_has_a_process_of_its_own_and_a_bound(
+    two_models_dir: Path, held_png: threading.Event
 ) -> None:
-    release, threads = held_png
     async with serve(Settings(checkpoint_dir=two_models_dir)) as (app, client):
         service: Service = app.state.service
         service.png.limit = 2
         body = {"model": "sentiment-en", "text": "good", "format": "png"}
         first = [asyncio.ensure_future(client.post("/attention", json=body)) for _ in range(2)]
-        await eventually(lambda: service.png.active == 2 and threads)
+        await eventually(lambda: service.png.active == 2)
         r = await client.post("/attention", json=body)
         assert r.status_code == 429
         assert "PNG attention requests are in progress" in r.json()["detail"]
         assert int(r.headers["retry-after"]) >= 1
         json_body = await client.post("/attention", json=body | {"format": "json"})
         assert json_body.status_code == 200  # JSON is not bounded by the PNG limit
-        release.set()
+        held_png.set()
         assert [(await f).headers["content-type"] for f in first] == ["image/png"] * 2
-        assert {name.split("_")[0] for name in threads} == {"png"}  # never an inference worker
         assert service.png.active == 0
+        loop = asyncio.get_running_loop()
+        executor = service.png.executor()
+        assert await loop.run_in_executor(executor, os.getpid) != os.getpid()  # drawn in another process
+        assert await loop.run_in_executor(executor, os.nice, 0) >= min(19, os.nice(0) + NICE)  # below us
