@@ -52,10 +52,11 @@ class ModelQueue:
 
     def admit(self, items: int, work: int) -> None:
         """QueueFull (429 + Retry-After) unless `items` and `work` more fit under the limits."""
-        if not self._fits(items, work):  # the rare path: first drop what requests that left still queue
+        queued, queued_work = self.waiting()
+        if not self._fits(queued + items, queued_work + work):  # first drop what requests that left queue
             for b in self.batchers:
                 b.purge()
-        queued, queued_work = self.waiting()
+            queued, queued_work = self.waiting()
         if queued + items > self.max_items:
             raise QueueFull(
                 f"the queue of {self.model} is full ({queued} of {self.max_items} items waiting, "
@@ -70,10 +71,7 @@ class ModelQueue:
             )
 
     def _fits(self, items: int, work: int) -> bool:
-        queued, queued_work = self.waiting()
-        return queued + items <= self.max_items and (
-            self.max_work is None or queued_work + work <= self.max_work
-        )
+        return items <= self.max_items and (self.max_work is None or work <= self.max_work)
 
     def retry_after(self) -> int:
         """Seconds until what waits has run at the recent batch rates (at least 1)."""

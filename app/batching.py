@@ -122,10 +122,6 @@ class Batcher(Generic[I, O]):
         self.stats = BatchStats()
         self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batcher:{name}")
 
-    @property
-    def max_queue(self) -> int:
-        return self.queue.max_items
-
     def __len__(self) -> int:
         """Items waiting: queued here, or in a submitted batch that no worker has started."""
         return self.waiting()[0]
@@ -182,10 +178,6 @@ class Batcher(Generic[I, O]):
         if self.max_batch_work:
             batches = max(batches, math.ceil(work / self.max_batch_work))
         return (batches + 1) * self.stats.seconds_ewma
-
-    def retry_after(self) -> int:
-        """Seconds until the model's queues have drained at the recent batch rates (at least 1)."""
-        return self.queue.retry_after()
 
     def stop_soon(self) -> None:
         """Stop accepting; the loop ends once what is queued has run (close() waits for that)."""

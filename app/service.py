@@ -299,11 +299,11 @@ class Service:
                 "too_long",
             )
         for batcher, items in jobs:  # a 429 could never clear for these: nothing is queued yet
-            if len(items) > batcher.max_queue:
+            if len(items) > batcher.queue.max_items:
                 raise invalid(
                     (field,),
                     f"this request makes {len(items)} items (texts or sentences) for one model, more than its "
-                    f"queue holds ({batcher.max_queue}, APP_MAX_QUEUE)",
+                    f"queue holds ({batcher.queue.max_items}, APP_MAX_QUEUE)",
                     "too_long",
                 )
         try:
