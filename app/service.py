@@ -62,8 +62,11 @@ class Service:
         quantize = self.settings.quantize_mode(device, dtype)
         self.registry = Registry.discover(self.settings.check_checkpoint_dir(), device, dtype, quantize)
         self.model_status = dict.fromkeys(self.registry.entries, "loading")
+        cheap = any(e.task == "sentiment" for e in self.registry.entries.values())
         self.worker = InferenceWorkers(  # forward passes off the event loop
-            self.settings.inference_workers_count(), self.settings.inference_threads()
+            self.settings.inference_workers_count(),
+            self.settings.inference_threads(),
+            self.settings.expensive_workers_count(cheap),
         )
         self.queues.worker = self.worker
         self._switch_interval = sys.getswitchinterval()  # process-wide: restored by stop()

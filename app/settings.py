@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     # forward passes that run at once, each in its own thread; 0 = auto: 2 on a CPU with 2+ cores (two
     # single-threaded batches side by side beat one batch on two threads), 1 on CUDA
     inference_workers: int = Field(default=0, ge=0, le=64)
+    # of those, how many may run expensive batches (decoding, attention maps) at once; 0 = auto: all but one
+    # when there are 2+ workers and a classifier is served (a lane for its cheap batches), else all
+    expensive_workers: int = Field(default=0, ge=0, le=64)
     # intra-op threads per worker; 0 = auto: on CPU the cores left after one for the event loop, shared by
     # the workers (at least 1 each); on CUDA torch's default
     torch_threads: int = Field(default=0, ge=0)
@@ -103,6 +106,14 @@ class Settings(BaseSettings):
         if self.inference_workers:
             return self.inference_workers
         return 2 if self.torch_device().type == "cpu" and torch.get_num_threads() >= 2 else 1
+
+    def expensive_workers_count(self, cheap_models: bool) -> int:
+        """APP_EXPENSIVE_WORKERS (at most the workers), or for 0: workers - 1 with 2+ workers and cheap
+        (classifier) models to serve, else every worker."""
+        workers = self.inference_workers_count()
+        if self.expensive_workers:
+            return min(self.expensive_workers, workers)
+        return workers - 1 if workers >= 2 and cheap_models else workers
 
     def inference_threads(self) -> int:
         """APP_TORCH_THREADS, or for 0: on CPU (cores - 1) // workers, at least 1; on CUDA torch's default."""

@@ -1,9 +1,9 @@
 """The inference workers: the threads that run forward passes, with a lane kept for cheap work.
 
 Each of `workers` threads runs one call at a time. Calls are cheap (a classifier batch: milliseconds) or
-expensive (decoding, attention maps: up to a second per batch). With two or more workers, expensive calls
-hold at most `workers - 1` of them, so a cheap call never waits behind more than the one running cheap call;
-otherwise they are taken oldest first. The threads pick their next call themselves, so a batch submitted
+expensive (decoding, attention maps: up to a second per batch). Expensive calls hold at most
+`expensive_slots` workers (default all but one; the service's APP_EXPENSIVE_WORKERS), so with 2+ workers a
+cheap call never waits behind more than the one running cheap call; otherwise calls are taken oldest first. The threads pick their next call themselves, so a batch submitted
 behind a running one starts the moment that one ends, without a round trip through the event loop.
 """
 
@@ -31,17 +31,19 @@ class _Call:
 
 
 class InferenceWorkers:
-    """`workers` threads with `threads` intra-op threads each (0: torch's default).
+    """`workers` threads with `threads` intra-op threads each (0: torch's default); the rest of the workers
+    beyond `expensive_slots` is the cheap lane.
 
     On a CPU, two single-threaded workers running two batches side by side use the cores better than one
     two-threaded worker: an intra-op pool stalls at each op's barrier whenever the event loop takes one of
     its cores.
     """
 
-    def __init__(self, workers: int = 1, threads: int = 0) -> None:
+    def __init__(self, workers: int = 1, threads: int = 0, expensive: int | None = None) -> None:
+        """expensive: how many workers expensive calls may hold (default: all but one, at least 1)."""
         assert workers >= 1, workers
         self.workers = workers
-        self.expensive_slots = max(1, workers - 1)  # the rest is the cheap lane
+        self.expensive_slots = max(1, min(workers, workers - 1 if expensive is None else expensive))
         self.busy = 0  # calls submitted and not finished (event loop side)
         self.busy_expensive = 0
         self._on_idle: set[Callable[[], None]] = set()

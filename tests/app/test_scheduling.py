@@ -107,6 +107,20 @@ def test_the_default_budget_takes_a_full_sentiment_batch_not_the_heavy_translati
     assert s.max_queue_work >= s.max_work
 
 
+@pytest.mark.parametrize(
+    ("workers", "expensive", "cheap_models", "want"),
+    [(2, 0, True, 1), (2, 0, False, 2), (1, 0, True, 1), (4, 0, True, 3), (4, 2, True, 2), (2, 5, True, 2)],
+)
+def test_expensive_workers_leave_a_lane_when_a_classifier_is_served(
+    workers: int, expensive: int, cheap_models: bool, want: int
+) -> None:
+    s = Settings(inference_workers=workers, expensive_workers=expensive)
+    assert s.expensive_workers_count(cheap_models) == want
+    pool = InferenceWorkers(workers, 1, s.expensive_workers_count(cheap_models))
+    assert pool.expensive_slots == want
+    pool.shutdown()
+
+
 def test_a_queue_work_limit_below_the_budget_is_refused() -> None:
     with pytest.raises(ValueError, match="must be at least APP_MAX_WORK"):
         Settings(max_work=1000, max_queue_work=999)
