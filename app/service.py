@@ -216,7 +216,8 @@ class Service:
         jobs, layouts = [], []
         for name, idxs in groups.items():
             handler = self.translation[name]
-            items, lays = handler.sentences([texts[i] for i in idxs], field, req.num_hypotheses, idxs)
+            langs = [req.source_lang if detected is None else detected[i][0].language for i in idxs]
+            items, lays = handler.sentences([texts[i] for i in idxs], langs, field, req.num_hypotheses, idxs)
             jobs.append((self._translation_batcher(name, key), items))
             layouts.append(lays)
         outputs = await self._submit(jobs, self._deadline(), disconnected, field)
