@@ -126,11 +126,20 @@ async def test_translate_auto_422_names_the_detected_and_the_served_languages(
     [error] = r.json()["detail"]
     detail = error["msg"]
     assert f"texts[1]: detected language '{lang}'" in detail
-    assert "into en from de, fr" in detail
+    assert "no model translates it into en (served sources: de, fr)" in detail
 
 
 async def test_translate_auto_with_a_model_checks_its_languages(client: httpx.AsyncClient) -> None:
     body = {"text": "Wo ist der Bahnhof?", "source_lang": "auto", "model": "translate-fr-en"}
     r = await client.post("/translate", json=body)
     assert r.status_code == 422
-    assert "translate-fr-en translates into en from fr" in r.text
+    assert "but translate-fr-en translates it into en (its source languages: fr)" in r.text
+
+
+async def test_detect_many_texts_off_the_event_loop_same_answers(client: httpx.AsyncClient) -> None:
+    """More than a few texts detect in a thread (Service.detect): the same answers as one at a time."""
+    texts = [t for lang in ("de", "en", "fr", "ko") for t in SHORT[lang]]
+    many = (await client.post("/detect", json={"texts": texts})).json()["results"]
+    assert [r["language"] for r in many] == [lang for lang in ("de", "en", "fr", "ko") for _ in SHORT[lang]]
+    for text, result in zip(texts[:3], many, strict=False):
+        assert (await client.post("/detect", json={"text": text})).json()["results"] == [result]
