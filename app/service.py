@@ -23,9 +23,6 @@ from app.schemas import (
     DEFAULT_LENGTH_PENALTY,
     AttentionRequest,
     DetectedLanguage,
-    DetectRequest,
-    DetectResponse,
-    DetectResult,
     ModelInfo,
     Readiness,
     SentimentRequest,
@@ -164,9 +161,11 @@ class Service:
                 results[i] = self.sentiment[name].result(p)
         return SentimentResponse.model_construct(model=",".join(groups), results=results)  # built here: valid
 
-    async def detect(self, texts: Sequence[str]) -> list[list[Detection]]:
+    async def detect(self, texts: Sequence[str], field: str = "texts") -> list[list[Detection]]:
         """Per text its languages, best first, among those served (the first may be an unserved language
-        the text is clearly in; empty when the text has no letters): app.langid."""
+        the text is clearly in; empty when the text has no letters): app.langid. Limits as the model routes
+        (422 naming `field`)."""
+        self._check_texts(texts, field)
         detector = self.detector
         if detector is None:
             raise Unavailable(f"not ready: {self.reason}", retry_after=1)
@@ -174,33 +173,11 @@ class Service:
             return [detector.detect(t) for t in texts]
         return await asyncio.to_thread(lambda: [detector.detect(t) for t in texts])
 
-    async def detect_response(self, req: DetectRequest) -> DetectResponse:
-        """POST /detect: 422 for a text without letters (nothing to detect)."""
-        self._check_texts(req.items, req.field)
-        results = []
-        for i, found in enumerate(await self.detect(req.items)):
-            if not found:
-                loc = (req.field,) if req.field == "text" else (req.field, i)
-                raise invalid(loc, "no letters in this text: there is no language to detect")
-            served = [d for d in found if self.detector and d.language in self.detector.languages]
-            results.append(
-                DetectResult(
-                    language=found[0].language,
-                    confidence=found[0].confidence,
-                    candidates=[
-                        DetectedLanguage(language=d.language, confidence=d.confidence) for d in served
-                    ]
-                    if req.candidates
-                    else None,
-                )
-            )
-        return DetectResponse(results=results)
-
     async def translate(self, req: TranslateRequest, disconnected: Disconnected = None) -> TranslateResponse:
         """Texts grouped by model (one group unless source_lang is auto and the texts' languages differ)."""
         registry, texts, field = self._registry(), req.items, req.field
         self._check_texts(texts, field)
-        detected = await self.detect(texts) if req.source_lang == AUTO else None
+        detected = await self.detect(texts, field) if req.source_lang == AUTO else None
         if detected is None:
             groups = {
                 registry.translator_for(req.source_lang, req.target_lang, req.model): list(range(len(texts)))
