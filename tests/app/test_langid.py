@@ -62,9 +62,12 @@ def test_restrict_renormalises_and_flags_only_a_confident_other_language() -> No
     assert restrict(weak, {"es"}, flag_unserved=True) == [Detection("es", 1.0)]
 
 
-def test_detector_needs_languages() -> None:
+def test_detector_needs_languages_and_names_those_it_cannot_detect(caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(ValueError, match="at least one language"):
         LanguageDetector([])
+    detector = LanguageDetector(["fr", "xx"])
+    assert "cannot detect xx" in caplog.text
+    assert [d.language for d in detector.detect("Où est la gare ?")] == ["fr"]
 
 
 # --- the API (tests/app/conftest.py: translate-fr-en, translate-multi de -> en/fr, sentiment-en/-ko) -------
@@ -97,7 +100,10 @@ async def test_detect_checks_limits_and_is_in_openapi(client: httpx.AsyncClient)
     r = await client.post("/detect", json={"text": "a" * 100_000})
     assert r.status_code == 422
     assert "characters per text" in r.text
-    assert "/detect" in (await client.get("/openapi.json")).json()["paths"]
+    spec = (await client.get("/openapi.json")).json()
+    assert "/detect" in spec["paths"]
+    assert spec["components"]["schemas"]["DetectRequest"]["examples"]
+    assert spec["components"]["schemas"]["DetectResponse"]["examples"]
 
 
 async def test_translate_auto_detects_and_routes_each_text(client: httpx.AsyncClient) -> None:
