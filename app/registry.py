@@ -23,6 +23,11 @@ HANGUL = re.compile("[\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\uac00-\ud7af\ud7b0
 DATASET_LANGS = {"nsmc": "ko", "imdb": "en"}  # sentiment training sets -> language, when the name has none
 
 
+def shown(name: str, limit: int = 40) -> str:
+    """A requested name as a 404 echoes it: repr, cut to `limit` characters."""
+    return repr(name if len(name) <= limit else name[:limit] + "…")
+
+
 def text_language(text: str) -> str:
     """'ko' when the text has any Hangul character, else 'en' (the two sentiment models we ship)."""
     return "ko" if HANGUL.search(text) else "en"
@@ -140,13 +145,13 @@ class Registry:
         entry = self.entries.get(name)
         if entry is None or entry.task != task:
             loaded = ", ".join(self.names(task)) or "none"
-            raise NotFound(f"model: no {task} model named {name!r} (loaded {task} models: {loaded})")
+            raise NotFound(f"model: no {task} model named {shown(name)} (loaded {task} models: {loaded})")
         return entry
 
     def get_any(self, name: str) -> ModelEntry:
         entry = self.entries.get(name)
         if entry is None:
-            raise NotFound(f"model: no model named {name!r} (loaded models: {', '.join(self.entries)})")
+            raise NotFound(f"model: no model named {shown(name)} (loaded models: {', '.join(self.entries)})")
         return entry
 
     def sentiment_for(self, text: str, requested: str | None) -> str:
