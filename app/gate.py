@@ -2,10 +2,11 @@
 
 From the outside in: request metrics (every answer counted and timed, labelled by route template), CORS (so
 that the answers given here carry its headers too), then the checks that must come before the body is read:
-a declared Content-Length over APP_MAX_BODY_BYTES is a 413, a request for a route that declares API_KEY
-without the key a 401. A chunked body is counted as it streams (BodyTooLarge once past the limit). An
-unexpected error becomes a JSON 500 inside CORS (Starlette's own 500 handler runs outside every middleware:
-a browser page would see a network error instead).
+a declared Content-Length over APP_MAX_BODY_BYTES is a 413, a body in a coding not decoded here a 415 or 501
+(app.body_limit.coded_body), a request for a route that declares API_KEY without the key a 401. A chunked
+body is counted as it streams (BodyTooLarge once past the limit). An unexpected error becomes a JSON 500
+inside CORS (Starlette's own 500 handler runs outside every middleware: a browser page would see a network
+error instead).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api_key import authorized, needs_key
-from app.body_limit import BodyTooLarge, declared_length, limited
+from app.body_limit import BodyTooLarge, coded_body, declared_length, limited
 from app.errors import Unauthorized, error_response
 from app.metrics import Metrics
 from app.settings import Settings
@@ -67,6 +68,9 @@ class Gate:
             await error_response(BodyTooLarge(self.max_body_bytes, size), "before routing")(
                 scope, receive, send
             )
+            return
+        if (refused := coded_body(scope)) is not None:
+            await error_response(refused, "before routing")(scope, receive, send)
             return
         if self.key is not None and not authorized(scope, self.key) and self._needs_key(scope):
             await error_response(Unauthorized(), "before routing")(scope, receive, send)
