@@ -2,11 +2,10 @@
 
 From the outside in: request metrics (every answer counted and timed, labelled by route template), CORS (so
 that the answers given here carry its headers too), then the checks that must come before the body is read:
-a declared Content-Length over APP_MAX_BODY_BYTES is a 413, a body in a coding not decoded here a 415 or 501
-(app.body_limit.coded_body), a request for a route that declares API_KEY without the key a 401. A chunked
-body is counted as it streams (BodyTooLarge once past the limit). An unexpected error becomes a JSON 500
-inside CORS (Starlette's own 500 handler runs outside every middleware: a browser page would see a network
-error instead).
+a declared Content-Length over APP_MAX_BODY_BYTES is a 413, a request for a route that declares API_KEY
+without the key a 401. A chunked body is counted as it streams (BodyTooLarge once past the limit). An
+unexpected error becomes a JSON 500 inside CORS (Starlette's own 500 handler runs outside every middleware:
+a browser page would see a network error instead).
 """
 
 from __future__ import annotations
@@ -69,7 +68,7 @@ class Gate:
                 scope, receive, send
             )
             return
-        if (refused := coded_body(scope)) is not None:
+        if (refused := coded_body(scope)) is not None:  # 415 or 501: a body in a coding not decoded here
             await error_response(refused, "before routing")(scope, receive, send)
             return
         if self.key is not None and not authorized(scope, self.key) and self._needs_key(scope):
