@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from app.errors import NotFound, Unavailable
+from app.schemas import MAX_MODEL_NAME
 from app.settings import ENV_PREFIX, SettingsError
 from model import LoadedModel, ModelConfig, load_checkpoint
 from model.checkpoint import CONFIG, CheckpointError, read_config
@@ -109,6 +110,10 @@ class Registry:
             raise SettingsError(f"{ENV_PREFIX}CHECKPOINT_DIR={root}: directory does not exist")
         entries = []
         for path in sorted(p for p in root.iterdir() if (p / CONFIG).is_file()):
+            if len(path.name) > MAX_MODEL_NAME:  # a request could not name it
+                raise CheckpointError(
+                    f"{path}: a model's name is its directory's, at most {MAX_MODEL_NAME} characters"
+                )
             meta = read_config(path)
             try:
                 cfg = ModelConfig.from_dict(meta["model"])

@@ -16,10 +16,13 @@ import httpx
 import jsonschema
 import pytest
 import sentencepiece as spm
+import torch
 
 from app.api_key import authorized
+from app.registry import Registry
 from app.schemas import MAX_MODEL_NAME, is_blank
 from app.settings import REPO_ROOT, Settings, SettingsError, load_settings
+from model import CheckpointError
 from tests.app.conftest import serve
 
 pytestmark = pytest.mark.anyio
@@ -133,6 +136,14 @@ async def test_a_model_name_is_capped_and_not_echoed_whole(
     assert r.status_code == 404
     assert "y" * 41 not in r.json()["detail"]  # the name is echoed cut short
     assert "'yyyy" in r.json()["detail"]
+
+
+async def test_a_checkpoint_no_request_could_name_fails_start_up(
+    tmp_path: Path, tiny_sentiment_checkpoint: Path
+) -> None:
+    (tmp_path / ("m" * (MAX_MODEL_NAME + 1))).symlink_to(tiny_sentiment_checkpoint, target_is_directory=True)
+    with pytest.raises(CheckpointError, match=f"at most {MAX_MODEL_NAME} characters"):
+        Registry.discover(tmp_path, torch.device("cpu"), torch.float32)
 
 
 # --- text that is blank once invisible characters are dropped ---------------------------------------------
