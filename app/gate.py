@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api_key import authorized, needs_key
-from app.body_limit import BodyTooLarge, declared_length, limited
+from app.body_limit import BodyTooLarge, coded_body, declared_length, limited
 from app.errors import Unauthorized, error_response
 from app.metrics import Metrics
 from app.settings import Settings
@@ -67,6 +67,9 @@ class Gate:
             await error_response(BodyTooLarge(self.max_body_bytes, size), "before routing")(
                 scope, receive, send
             )
+            return
+        if (refused := coded_body(scope)) is not None:  # 415 or 501: a body in a coding not decoded here
+            await error_response(refused, "before routing")(scope, receive, send)
             return
         if self.key is not None and not authorized(scope, self.key) and self._needs_key(scope):
             await error_response(Unauthorized(), "before routing")(scope, receive, send)

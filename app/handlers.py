@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from app.errors import invalid
-from app.schemas import ScoredTranslation, SentimentResult, TranslationResult
+from app.schemas import ScoredTranslation, SentimentResult, TranslationResult, is_blank
 from model import DecodeOptions, LoadedModel, ModelConfig, SentimentClassifier, Tokenizer, Translator
 from model.inference import classify_ids, compile_classifier, translate_ids
 from model.preprocess import classifier_ids, source_ids
@@ -47,8 +47,9 @@ def checked_source_ids(
 
 
 def split_sentences(text: str) -> list[list[str]]:
-    """Lines, each a list of sentences: split on newlines, then after .!?… followed by whitespace."""
-    return [[s for s in _SENTENCE_END.split(line.strip()) if s] for line in text.split("\n")]
+    """Lines, each a list of sentences: split on newlines, then after .!?… followed by whitespace; a blank
+    sentence (whitespace or invisible characters only, see app.schemas.is_blank) is dropped."""
+    return [[s for s in _SENTENCE_END.split(line.strip()) if not is_blank(s)] for line in text.split("\n")]
 
 
 class SentimentHandler:

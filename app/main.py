@@ -22,8 +22,9 @@ from app.settings import Settings, load_settings
 DESCRIPTION = """From-scratch Transformers (sentiment, translation) with cross-request dynamic batching.
 
 Model routes answer 503 until `/ready` is 200, 429 with `Retry-After` when a queue is full, and 504 past
-`APP_REQUEST_TIMEOUT_S`. When `APP_API_KEY` is set, every route but `/health` and `/ready` needs
-`Authorization: Bearer <key>` or `X-API-Key: <key>`.
+`APP_REQUEST_TIMEOUT_S`. When `APP_API_KEY` is set, every route but `/health`, `/ready`, the API docs
+(`/docs`, `/redoc`, `/openapi.json`: the schema, no data) and the demo page `/` needs `Authorization: Bearer
+<key>` or `X-API-Key: <key>`.
 """
 
 

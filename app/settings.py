@@ -79,6 +79,21 @@ class Settings(BaseSettings):
     def _empty_key_is_none(cls, v: object) -> object:
         return None if isinstance(v, str) and not v.strip() else v
 
+    @field_validator("api_key")
+    @classmethod
+    def _key_can_match(cls, v: SecretStr | None) -> SecretStr | None:
+        """Header values are latin-1 bytes, stripped of surrounding whitespace, without control characters:
+        a key outside printable ASCII could never match. The message never shows the key."""
+        key = "" if v is None else v.get_secret_value()
+        if key != key.strip():
+            raise ValueError("leading or trailing whitespace: no header value can carry it")
+        for i, c in enumerate(key):
+            if not c.isascii():
+                raise ValueError(f"non-ASCII character at position {i}: send keys of printable ASCII")
+            if not c.isprintable():
+                raise ValueError(f"control character at position {i}: send keys of printable ASCII")
+        return v
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _lower(cls, v: object) -> object:
@@ -166,5 +181,6 @@ def load_settings() -> Settings:
         for err in e.errors():
             field = str(err["loc"][0]) if err["loc"] else "?"
             got = "" if field == "api_key" else f" (got {err.get('input')!r})"
-            lines.append(f"{ENV_PREFIX}{field.upper()} ({field}): {err['msg']}{got}")
-        raise SettingsError("invalid settings:\n  " + "\n  ".join(lines)) from None
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            lines.append(f"{ENV_PREFIX}{field.upper()} ({field}): {msg}{got}")
+        raise SettingsError("invalid settings: " + "; ".join(lines)) from None  # one log line
