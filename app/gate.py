@@ -1,11 +1,12 @@
 """The one outer layer: every HTTP request crosses it exactly once, on its way to FastAPI's routing.
 
-From the outside in: request metrics (every answer counted and timed, labelled by route template), CORS (so
-that the answers given here carry its headers too), then the checks that must come before the body is read:
-a declared Content-Length over APP_MAX_BODY_BYTES is a 413, a request for a route that declares API_KEY
-without the key a 401. A chunked body is counted as it streams (BodyTooLarge once past the limit). An
-unexpected error becomes a JSON 500 inside CORS (Starlette's own 500 handler runs outside every middleware:
-a browser page would see a network error instead).
+From the outside in: the request id (X-Request-ID on every answer, app/request_id.py), request metrics and
+the access line (every answer counted and timed, labelled by route template), CORS (so that the answers
+given here carry its headers too), then the checks that must come before the body is read: a declared
+Content-Length over APP_MAX_BODY_BYTES is a 413, a request for a route that declares API_KEY without the key
+a 401. A chunked body is counted as it streams (BodyTooLarge once past the limit). An unexpected error
+becomes a JSON 500 inside CORS (Starlette's own 500 handler runs outside every middleware: a browser page
+would see a network error instead).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api_key import authorized, needs_key
 from app.body_limit import BodyTooLarge, declared_length, limited
 from app.errors import Unauthorized, error_response
+from app.logs import log_access
 from app.metrics import Metrics
+from app.request_id import CURRENT, HEADER, RequestInfo, incoming_id
 from app.settings import Settings
 
 
@@ -32,6 +35,7 @@ class Gate:
     ) -> None:
         self.app, self.metrics, self.routes = app, metrics, list(routes)
         self.max_body_bytes = settings.max_body_bytes
+        self.access_log = settings.access_log
         self.key = settings.api_key.get_secret_value().encode() if settings.api_key is not None else None
         self.keyed = [r for r in self.routes if needs_key(r)]
         self.checked: ASGIApp = self._checked
@@ -40,7 +44,8 @@ class Gate:
                 self._checked,
                 allow_origins=settings.cors_origins,
                 allow_methods=["GET", "POST"],
-                allow_headers=["Authorization", "X-API-Key", "Content-Type"],
+                allow_headers=["Authorization", "X-API-Key", "Content-Type", "X-Request-ID"],
+                expose_headers=["X-Request-ID", "Retry-After"],
             )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -48,19 +53,25 @@ class Gate:
             await self.app(scope, receive, send)
             return
         start, status = time.perf_counter(), 500
+        request = RequestInfo(incoming_id(scope))
+        token = CURRENT.set(request)  # this task's: the route, the service and the batch queue read it
+        request_id = (HEADER, request.id.encode())
 
         async def send_status(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                message["headers"] = [*message.get("headers", ()), request_id]
             await send(message)
 
         try:
             await self.checked(scope, receive, send_status)
         finally:
-            self.metrics.observe_request(
-                self._label(scope), scope["method"], status, time.perf_counter() - start
-            )
+            seconds, route = time.perf_counter() - start, self._label(scope)
+            self.metrics.observe_request(route, scope["method"], status, seconds)
+            if self.access_log:
+                log_access(request, route, scope["method"], status, seconds)
+            CURRENT.reset(token)
 
     async def _checked(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (size := declared_length(scope)) is not None and size > self.max_body_bytes:

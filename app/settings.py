@@ -43,7 +43,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
-    access_log: bool = False  # uvicorn's per-request access log (python -m app)
+    log_format: Literal["text", "json"] = "text"  # json: one JSON object per line (app/logs.py)
+    access_log: bool = False  # one log line per request (app.gate.Gate), with its request id and latency
     warmup: bool = True  # one inference per model before /ready turns 200
     # forward passes that run at once, each in its own thread; 0 = auto: 2 on a CPU with 2+ cores (two
     # single-threaded batches side by side beat one batch on two threads), 1 on CUDA
@@ -79,7 +80,7 @@ class Settings(BaseSettings):
     def _empty_key_is_none(cls, v: object) -> object:
         return None if isinstance(v, str) and not v.strip() else v
 
-    @field_validator("log_level", mode="before")
+    @field_validator("log_level", "log_format", mode="before")
     @classmethod
     def _lower(cls, v: object) -> object:
         return v.lower() if isinstance(v, str) else v
