@@ -1,4 +1,5 @@
-"""Operations conventions: X-Request-ID on every answer and log record, the access line in text and JSON."""
+"""Operations conventions: X-Request-ID on every answer and log record, the access line in text and JSON,
+process metrics and build_info under one prefix, and scraping /metrics with APP_API_KEY set."""
 
 from __future__ import annotations
 
@@ -11,14 +12,18 @@ import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import torch
 from fastapi import FastAPI
 
+from app import __version__
 from app.handlers import ClassifierItem, SentimentHandler
 from app.logs import JsonFormatter, RequestIdFilter
-from app.settings import REPO_ROOT, Settings
+from app.metrics import NAMESPACE
+from app.settings import REPO_ROOT, Settings, SettingsError, load_settings
 from bench.server import free_port, server_env, stop, wait_ready
 from tests.app.conftest import eventually, serve
 from tests.app.test_concurrency import SLOW, Held, queued
@@ -241,3 +246,76 @@ def test_python_m_app_logs_json_lines(sentiment_only_dir: Path) -> None:
         "request_id": "json-1", "route": "/sentiment", "method": "POST", "status": 200, "latency_ms": None,
         "model": "sentiment-en", "batch_size": 2,
     }  # fmt: skip
+
+
+# --- /metrics ----------------------------------------------------------------------------------------------
+
+
+def families(metrics: str) -> dict[str, str]:
+    """Metric family name -> type, from the # TYPE lines."""
+    return dict(re.findall(r"^# TYPE (\S+) (\S+)$", metrics, re.MULTILINE))
+
+
+async def test_process_metrics_and_one_prefix(client: httpx.AsyncClient) -> None:
+    metrics = (await client.get("/metrics")).text
+    names = families(metrics)
+    for name in (
+        "process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds", "python_info",
+        "python_gc_objects_collected_total", "python_gc_collections_total",
+    ):  # fmt: skip
+        assert name in names, name
+    assert float(re.search(r"^process_resident_memory_bytes (\S+)$", metrics, re.MULTILINE)[1]) > 1e6  # type: ignore[index]
+    ours = [n for n in names if not n.startswith(("process_", "python_"))]
+    assert len(ours) >= 7
+    assert [n for n in ours if not n.startswith(f"{NAMESPACE}_")] == []
+
+
+async def test_build_info(client: httpx.AsyncClient) -> None:
+    metrics = (await client.get("/metrics")).text
+    [(labels, value)] = re.findall(rf"^{NAMESPACE}_build_info{{(.*)}} (\S+)$", metrics, re.MULTILINE)
+    assert float(value) == 1
+    python = ".".join(map(str, sys.version_info[:3]))
+    assert dict(re.findall(r'(\w+)="([^"]*)"', labels)) == {
+        "version": __version__, "torch": torch.__version__, "python": python, "device": "cpu",
+        "dtype": "float32", "quantize": "none",
+    }  # fmt: skip
+
+
+SCRAPES: list[tuple[dict[str, Any], dict[str | None, int], dict[str | None, int]]] = [
+    # settings, /metrics status by the key sent, /models status by the key sent
+    ({"api_key": "main"}, {None: 401, "main": 200, "other": 401}, {None: 401, "main": 200}),
+    (
+        {"api_key": "main", "metrics_api_key": "scrape"},
+        {None: 401, "main": 200, "scrape": 200, "other": 401},
+        {None: 401, "main": 200, "scrape": 401},
+    ),
+    ({"api_key": "main", "metrics_public": True}, {None: 200, "other": 200}, {None: 401, "main": 200}),
+    ({"metrics_api_key": "scrape"}, {None: 401, "scrape": 200, "other": 401}, {None: 200, "scrape": 200}),
+]
+
+
+@pytest.mark.parametrize(("settings", "scrape", "models"), SCRAPES, ids=["main", "both", "public", "metrics"])
+async def test_metrics_scrape_with_a_key_set(
+    sentiment_only_dir: Path,
+    settings: dict[str, Any],
+    scrape: dict[str | None, int],
+    models: dict[str | None, int],
+) -> None:
+    async with serve(Settings(checkpoint_dir=sentiment_only_dir, **settings), ready=False) as (_, client):
+        for path, expected in (("/metrics", scrape), ("/models", models)):
+            for key, status in expected.items():
+                for headers in ({"Authorization": f"Bearer {key}"}, {"X-API-Key": str(key)}) if key else [{}]:
+                    r = await client.get(path, headers=headers)
+                    assert r.status_code == status, (path, key, headers)
+                    if status == 200 and path == "/metrics":
+                        assert f"{NAMESPACE}_http_requests_total" in r.text
+
+
+def test_metrics_key_and_public_metrics_exclude_each_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APP_METRICS_PUBLIC", "true")
+    monkeypatch.setenv("APP_METRICS_API_KEY", "sup3rsecret")
+    with pytest.raises(SettingsError, match="APP_METRICS_PUBLIC") as e:
+        load_settings()
+    assert "sup3rsecret" not in str(e.value)
+    monkeypatch.setenv("APP_METRICS_API_KEY", "")  # empty = unset
+    assert load_settings().metrics_public
