@@ -27,6 +27,21 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+class TextFormatter(logging.Formatter):
+    """TEXT_FORMAT; "-" for the request id of a record logged outside any request."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        request_id = getattr(record, "request_id", None)
+        record.request_id = request_id or "-"
+        try:
+            return super().format(record)
+        finally:
+            record.request_id = request_id
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per record: time (ISO 8601, UTC, ms), level, logger, message, request_id, the access
     line's fields when present, and the formatted exception."""
@@ -69,7 +84,7 @@ def logging_config(log_format: LogFormat, level: str) -> dict[str, Any]:
         "version": 1,
         "disable_existing_loggers": False,
         "filters": {"request_id": {"()": RequestIdFilter}},
-        "formatters": {"text": {"format": TEXT_FORMAT}, "json": {"()": JsonFormatter}},
+        "formatters": {"text": {"()": TextFormatter}, "json": {"()": JsonFormatter}},
         "handlers": {
             "stderr": {
                 "class": "logging.StreamHandler",

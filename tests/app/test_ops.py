@@ -21,7 +21,7 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.handlers import ClassifierItem, SentimentHandler
-from app.logs import JsonFormatter, RequestIdFilter
+from app.logs import JsonFormatter, RequestIdFilter, TextFormatter
 from app.metrics import NAMESPACE
 from app.settings import REPO_ROOT, Settings, SettingsError, load_settings
 from bench.server import free_port, server_env, stop, wait_ready
@@ -216,6 +216,25 @@ async def test_a_failed_batch_logs_the_ids_of_its_requests(
     assert worker.request_id == batch.request_id
     assert sorted(batch.request_id.split(",")) == ["batch-a", "batch-b"]
     assert worker.threadName.startswith("inference")
+
+
+def test_text_and_json_lines_of_records_inside_and_outside_requests() -> None:
+    try:
+        raise ValueError("bad")
+    except ValueError:
+        record = logging.LogRecord(
+            "app.x", logging.ERROR, __file__, 1, "failed %s", ("here",), sys.exc_info()
+        )
+    RequestIdFilter().filter(record)  # outside any request
+    text = TextFormatter().format(record)
+    assert text.splitlines()[0].endswith(" ERROR app.x [-]: failed here")
+    assert "ValueError: bad" in text
+    line = json.loads(JsonFormatter().format(record))
+    assert (line["request_id"], line["message"]) == (None, "failed here")
+    assert line["exception"].endswith("ValueError: bad")
+    record.request_id = "r-1"
+    assert TextFormatter().format(record).splitlines()[0].endswith(" ERROR app.x [r-1]: failed here")
+    assert json.loads(JsonFormatter().format(record))["request_id"] == "r-1"
 
 
 @pytest.mark.slow
