@@ -42,9 +42,7 @@ class _Pending(Generic[O]):
     remaining: int
     deadline: float  # loop.time() (monotonic)
     failed: bool = False  # set by the inference thread when one of its batches raised
-    request: RequestInfo | None = (
-        None  # X-Request-ID: the batch's logs name it; told its model and batch size
-    )
+    request: RequestInfo | None = None  # its X-Request-ID (batch logs name it); told its model and batch size
 
 
 @dataclass(eq=False, slots=True)
