@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.routing import Mount, Route
 
+from app import __version__
 from app.errors import install_error_handlers
 from app.fastpath import FastPath
 from app.gate import Gate
@@ -42,7 +43,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await service.stop()  # ready -> 503, drain the queues, stop the batchers and the thread
 
-    app = FastAPI(title="Transformer serving", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(
+        title="Transformer serving", version=__version__, description=DESCRIPTION, lifespan=lifespan
+    )
     app.state.service = service
     install_error_handlers(app)
     routers = (system.open_router, system.router, sentiment.router, translate.router, attention.router)

@@ -72,13 +72,13 @@ async def test_metrics_is_prometheus_text(client: httpx.AsyncClient) -> None:
     r = await client.get("/metrics")
     assert r.headers["content-type"].startswith("text/plain")
     for name in (
-        'http_requests_total{method="POST",route="/sentiment",status="200"}',
-        "http_request_duration_seconds_bucket",
-        'batch_size_bucket{le="1.0",model="sentiment-en"}',
-        'inference_duration_seconds_count{model="sentiment-en"}',
-        'queue_depth{model="sentiment-en"}',
-        'queue_depth{model="translate-fr-en"}',
-        "models_loaded 4.0",
+        'transformer_serving_http_requests_total{method="POST",route="/sentiment",status="200"}',
+        "transformer_serving_http_request_duration_seconds_bucket",
+        'transformer_serving_batch_size_bucket{le="1.0",model="sentiment-en"}',
+        'transformer_serving_inference_duration_seconds_count{model="sentiment-en"}',
+        'transformer_serving_queue_depth{model="sentiment-en"}',
+        'transformer_serving_queue_depth{model="translate-fr-en"}',
+        "transformer_serving_models_loaded 4.0",
     ):
         assert name in r.text
 
@@ -90,7 +90,9 @@ async def test_metrics_label_routes_by_template_and_everything_else_unmatched(
         await client.get(path)
     metrics = (await client.get("/metrics")).text
     for route in ("/docs", "/openapi.json", "unmatched"):
-        assert f'http_requests_total{{method="GET",route="{route}",status=' in metrics, route
+        assert f'transformer_serving_http_requests_total{{method="GET",route="{route}",status=' in metrics, (
+            route
+        )
     assert "no-such" not in metrics  # raw paths never become labels
 
 
