@@ -16,6 +16,8 @@ import re
 
 from sentencex import segment
 
+from app.schemas import is_blank
+
 _ALSO_ENDS = re.compile(r"(?<=[?!…])(?<![?!…][.])\s+(?=[\"'«„“‘¿¡(\[]?[A-ZÀ-ÖØ-ÞĀ-ſ])")  # ?! or … + capital
 _JOINS_NEXT = {  # language -> a piece ending like this does not end a sentence
     "de": re.compile(r"(?:^|\s)\d{1,3}\.$"),  # ordinal: "am 3.", "im 19.", "die 2."
@@ -38,11 +40,12 @@ def _chunks(lang: str, line: str) -> list[str]:
 
 
 def split_line(lang: str, line: str) -> list[str]:
-    """One line's sentences, stripped, none empty; a joined sentence keeps the line's own spacing."""
+    """One line's sentences, stripped; none blank (whitespace or characters the models ignore only, see
+    app.schemas.is_blank); a joined sentence keeps the line's own spacing."""
     joins = _JOINS_NEXT.get(lang)
     sentences: list[str] = []  # unstripped
     for chunk in _chunks(lang, line):
-        if not chunk.strip():
+        if is_blank(chunk):
             if sentences:
                 sentences[-1] += chunk
             continue
