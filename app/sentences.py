@@ -2,7 +2,7 @@
 abbreviation lists and fallbacks compiled in; 2 µs a sentence), plus two fixes for what its rules miss.
 
 Chosen by measurement on tests/app/data/sentence_splits.json (bench/sentences.py): sentencex alone passes 43 of the
-51 cases (the regex before it 22, pysbd 44 at 1.6 ms a text, blingfire 46 with a 100 MB wheel). What it misses,
+51 cases (the regex before it 22, pysbd 44 at ~0.5 ms a text, blingfire 46 with a 100 MB wheel). What it misses,
 and the fixes here (each has its cases in the corpus):
 - a break after "?!", "!?" or "…" before a capital ("Quoi ?! Tu plaisantes !"): split there too;
 - a break inside a sentence: a piece that ends with a German ordinal ("im 19. Jahrhundert"), the French "M."
