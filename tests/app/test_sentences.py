@@ -33,6 +33,10 @@ def test_lines_stay_lines_and_joined_sentences_keep_their_spacing() -> None:
     assert split_line("es", "Vivo en el n.º  5. Ven.") == ["Vivo en el n.º  5.", "Ven."]
 
 
+def test_lower_case_sentences_stay_apart() -> None:
+    assert split_line("fr", "le chat. le chien !") == ["le chat.", "le chien !"]
+
+
 def test_a_language_without_its_own_rules_still_splits() -> None:
     assert split_line("ko", "안녕하세요. 반가워요!") == ["안녕하세요.", "반가워요!"]
     assert split_line("xx", "Dr. Smith is here. He left.") == ["Dr. Smith is here.", "He left."]
