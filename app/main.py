@@ -16,7 +16,7 @@ from app.errors import install_error_handlers
 from app.fastpath import FastPath
 from app.gate import Gate
 from app.metrics import Metrics
-from app.routes import attention, demo, sentiment, system, translate
+from app.routes import attention, demo, detect, sentiment, system, translate
 from app.service import Service
 from app.settings import Settings, load_settings
 
@@ -48,7 +48,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.service = service
     install_error_handlers(app)
-    routers = (system.open_router, system.router, sentiment.router, translate.router, attention.router)
+    routers = (
+        system.open_router,
+        system.router,
+        sentiment.router,
+        translate.router,
+        detect.router,
+        attention.router,
+    )
     for router in routers:
         app.include_router(router)
     demo.install(app)  # GET / and /static, public: the page is where the API key is entered

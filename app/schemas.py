@@ -76,6 +76,7 @@ EXACTLY_ONE_TEXT: dict[str, Any] = {
     ]
 }
 DEFAULT_LENGTH_PENALTY = 0.6
+AUTO = "auto"  # source_lang: detect each text's language (app.langid)
 # the most APP_MAX_TEXTS may be: a longer list fails at the schema with one error (the 4,097th item stops it)
 MAX_TEXTS = 4096
 MAX_SELECTED = 256  # attention layers/heads listed in one request
@@ -138,12 +139,17 @@ class TranslateRequest(_TextsRequest):
                     "num_hypotheses": 3,
                     "return_scores": True,
                 },
+                {"texts": ["Le chat dort.", "¿Dónde está la estación?"], "source_lang": "auto"},
             ],
             **EXACTLY_ONE_TEXT,
         }
     )
 
-    source_lang: Str = Field(min_length=2, max_length=12, description="Source language code, e.g. fr.")
+    source_lang: Str = Field(
+        min_length=2,
+        max_length=12,
+        description='Source language code, e.g. fr; "auto" detects each text\'s language (mixed batches too).',
+    )
     target_lang: Str = Field("en", min_length=2, max_length=12, description="Target language code.")
     beam_size: int = Field(4, ge=1, le=16, description="1 = greedy search.")
     max_length: int | None = Field(
@@ -176,6 +182,19 @@ class TranslateRequest(_TextsRequest):
         if beam is not None and v > beam:
             raise ValueError(f"must be at most beam_size ({beam}), got {v}")
         return v
+
+
+class DetectRequest(_TextsRequest):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"text": "Je voudrais un café, s'il vous plaît."},
+                {"texts": ["Der Hund schläft.", "정말 재미있어요"], "candidates": True},
+            ]
+        }
+    )
+
+    candidates: bool = Field(False, description="Add every served language's confidence, best first.")
 
 
 class AttentionRequest(_Request):
@@ -250,10 +269,34 @@ class ScoredTranslation(BaseModel):
     score: float
 
 
+class DetectedLanguage(BaseModel):
+    language: str = Field(description="ISO 639-1 code.")
+    confidence: float = Field(ge=0.0, le=1.0)
+
+
+class DetectResult(BaseModel):
+    language: str = Field(
+        description="ISO 639-1; a language no model serves when the text is clearly in one (then 422 on "
+        '/translate with source_lang "auto"), else the most likely served one.'
+    )
+    confidence: float = Field(ge=0.0, le=1.0)
+    candidates: list[DetectedLanguage] | None = None
+
+
+class DetectResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"results": [{"language": "fr", "confidence": 0.99}]}]}
+    )
+
+    results: list[DetectResult]
+
+
 class TranslationResult(BaseModel):
     translation: str
     score: float | None = None
     hypotheses: list[ScoredTranslation] | None = None
+    model: str | None = Field(None, description='source_lang "auto": the model that translated this text.')
+    detected_language: DetectedLanguage | None = Field(None, description='source_lang "auto" only.')
 
 
 class TranslateResponse(BaseModel):
