@@ -3,7 +3,7 @@
   python -m bench.ctranslate2 [--checkpoint checkpoints/translate-fr-en] [--limit 200] [--parity-limit 0]
                               [--repeats 3]
 
-Converts the checkpoint (training/export.py), checks on the test split that CTranslate2 float32 decodes the
+Converts the checkpoint (model/ct2_convert.py), checks on the test split that CTranslate2 float32 decodes the
 tokens ours decodes (greedy and beam 4, length penalty 0: the only value both engines share), then times both
 engines in one run on the first --limit test sentences: ours fp32 and int8 (`load_checkpoint(...,
 quantize="int8")`), traced as served (`--eager`: without Translator.trace()), CTranslate2 float32 and int8 (compute_type at load), greedy and
@@ -31,11 +31,12 @@ import ctranslate2
 import torch
 
 from model import DecodeOptions, LoadedModel, Translator, load_checkpoint
+from model.ct2_convert import export_ctranslate2
+from model.ct2_decode import translate_ids_ctranslate2
 from model.inference import translate_ids
 from model.preprocess import source_ids
 from training.data import resolve_data_dir
 from training.evaluate import read_pairs
-from training.export import export_ctranslate2, translate_ids_ctranslate2
 from training.ship import TEST_SETS
 
 BEAM = 4
