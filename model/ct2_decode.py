@@ -114,7 +114,7 @@ class CT2Decoder:
         None then): CTranslate2 takes it as a one-token target prefix."""
         return self.tokenizer.pieces([self.cfg.start_id(target_lang)]) if self.cfg.target_lang_ids else []
 
-    def _hypotheses(self, pieces: list[str], log_prob: float, alpha: float) -> Hypothesis:
+    def _hypothesis(self, pieces: list[str], log_prob: float, alpha: float) -> Hypothesis:
         """A hypothesis that ended in EOS, in our convention."""
         ids = [self.tokenizer.piece_to_id(p) for p in pieces]
         assert ids[-1] == self.cfg.eos_id, ids  # only ended hypotheses get here
@@ -151,7 +151,7 @@ class CT2Decoder:
                 steps = max(map(len, res.hypotheses))  # the step its search ended at (EOS counted)
                 if steps < limits[i]:  # ended before its limit: every hypothesis ends in EOS
                     hyps = [
-                        self._hypotheses(h, s, alpha) for h, s in zip(res.hypotheses, res.scores, strict=True)
+                        self._hypothesis(h, s, alpha) for h, s in zip(res.hypotheses, res.scores, strict=True)
                     ]
                     hyps.sort(key=lambda h: h.score, reverse=True)
                     results[i] = hyps[: options.num_hypotheses]
@@ -167,7 +167,7 @@ class CT2Decoder:
             )  # the prefix (a start tag) is the decoder's first input: the log-probs start after it
             for (i, tokens), res in zip(at_limit, scored, strict=True):
                 log_prob = sum(res.log_probs)  # the tokens', then EOS's
-                results[i] = [self._hypotheses([*tokens, self._eos], log_prob, alpha)]
+                results[i] = [self._hypothesis([*tokens, self._eos], log_prob, alpha)]
         if redo:
             with self._lock:
                 self.redone += len(redo)
