@@ -150,6 +150,16 @@ BODIES = [
         },
         id="greedy-multilingual-at-the-limit",
     ),  # fmt: skip
+    pytest.param(
+        {
+            "texts": ["Hallo.", "Der Hund."],
+            "source_lang": "de",
+            "beam_size": 1,
+            "max_length": 1,
+            "return_scores": True,
+        },
+        id="greedy-multilingual-max_length1",
+    ),  # fmt: skip
 ]
 
 
