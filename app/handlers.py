@@ -16,7 +16,15 @@ import torch
 from app.errors import invalid
 from app.schemas import ScoredTranslation, SentimentResult, TranslationResult
 from app.sentences import split_sentences
-from model import DecodeOptions, LoadedModel, ModelConfig, SentimentClassifier, Tokenizer, Translator
+from model import (
+    DecodeOptions,
+    Hypothesis,
+    LoadedModel,
+    ModelConfig,
+    SentimentClassifier,
+    Tokenizer,
+    Translator,
+)
 from model.inference import classify_ids, compile_classifier, translate_ids
 from model.preprocess import classifier_ids, source_ids
 
@@ -165,15 +173,17 @@ class TranslationHandler:
         """Per item its own n-best, detokenized: the batch decodes with the largest n and each item keeps
         its first num_hypotheses (translate_ids sorts by length and pads per chunk)."""
         opts = key.options(max(s.num_hypotheses for s in items), self.max_len)
-        with torch.inference_mode():
-            output = translate_ids(
-                self.model, [s.ids for s in items], opts, key.target_lang, batch_size=max(1, len(items))
-            )
+        output = self.decode([s.ids for s in items], opts, key.target_lang)
         decode = self.tokenizer.decode
         return [
             [SentenceTranslation(decode(h.tokens), h.score, h.tokens) for h in hyps[: s.num_hypotheses]]
             for hyps, s in zip(output, items, strict=True)
         ]
+
+    def decode(self, seqs: list[list[int]], opts: DecodeOptions, target_lang: str) -> list[list[Hypothesis]]:
+        """One dynamic batch of source ids -> n-best hypotheses per item (the engine's part of `run`)."""
+        with torch.inference_mode():
+            return translate_ids(self.model, seqs, opts, target_lang, batch_size=max(1, len(seqs)))
 
     def join(
         self, layout: TextLayout, outputs: list[list[SentenceTranslation]], n: int, return_scores: bool

@@ -14,6 +14,7 @@ from typing import Any
 from app import __version__
 from app.attention_maps import AttentionHandler, AttentionItem
 from app.batching import Batcher, BatcherPool, InferenceWorkers, OnIdle
+from app.ct2_engine import CT2TranslationHandler
 from app.errors import DeadlineExceeded, Unavailable, invalid
 from app.handlers import DecodeKey, Sentence, SentimentHandler, TranslationHandler
 from app.langid import Detection, LanguageDetector
@@ -53,6 +54,7 @@ class Service:
         self.reason: str | None = "starting"
         self.model_status: dict[str, str] = {}
         self._loader: asyncio.Task[None] | None = None
+        self._ct2_kwargs: dict[str, Any] | None = None
 
     # --- life cycle -----------------------------------------------------------------------------------
 
@@ -66,6 +68,7 @@ class Service:
         self.metrics.set_build_info(
             __version__, str(device), str(dtype).removeprefix("torch."), self.settings.quantize
         )
+        self._ct2_kwargs = self.settings.ctranslate2_kwargs(device, dtype)  # None: the torch engine
         self.registry = Registry.discover(self.settings.check_checkpoint_dir(), device, dtype, quantize)
         self.model_status = dict.fromkeys(self.registry.entries, "loading")
         self.detector = await asyncio.to_thread(LanguageDetector, self.registry.languages)  # 0.1 s
@@ -109,6 +112,10 @@ class Service:
         if loaded.config.task == "sentiment":
             handler = self.sentiment[name] = await self.worker.run(
                 SentimentHandler, loaded, self.settings.torchscript
+            )
+        elif self._ct2_kwargs is not None:
+            handler = self.translation[name] = await self.worker.run(
+                CT2TranslationHandler, loaded, self.settings.torchscript, self._ct2_kwargs
             )
         else:
             handler = self.translation[name] = await self.worker.run(

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
@@ -60,6 +61,9 @@ class Settings(BaseSettings):
     # classifier batches run as one TorchScript graph (model.inference.compile_classifier), translators'
     # encoder and decoder step as traced graphs (Translator.trace)
     torchscript: bool = True
+    # /translate decodes with this engine; ctranslate2: the checkpoint converted at load (the optional
+    # `ctranslate2` extra); /attention stays on torch either way
+    translation_engine: Literal["torch", "ctranslate2"] = "torch"
     # sys.setswitchinterval: how long a thread waiting for the GIL waits before it asks for it. Python's
     # 5 ms default makes an inference worker wait up to 5 ms for the event loop after every batch
     gil_switch_interval_ms: float = Field(default=0.2, gt=0, le=100)
@@ -159,6 +163,41 @@ class Settings(BaseSettings):
                 f"{ENV_PREFIX}DTYPE=float32 or auto)"
             )
         return self.quantize
+
+    def ctranslate2_kwargs(self, device: torch.device, dtype: torch.dtype) -> dict[str, Any] | None:
+        """ctranslate2.Translator keyword arguments for APP_TRANSLATION_ENGINE=ctranslate2 (None for torch):
+        the server's device and dtype (APP_QUANTIZE=int8: compute_type int8), one replica per inference worker
+        (inter_threads) so the workers decode side by side, each with the workers' intra-op threads.
+        SettingsError when ctranslate2 is missing or cannot run this device and compute type."""
+        if self.translation_engine != "ctranslate2":
+            return None
+        engine = f"{ENV_PREFIX}TRANSLATION_ENGINE=ctranslate2"
+        if importlib.util.find_spec("ctranslate2") is None:
+            raise SettingsError(
+                f"{engine}: the ctranslate2 package is not installed (pip install ctranslate2, or the "
+                "extra: pip install 'transformer-serving[ctranslate2]')"
+            )
+        import ctranslate2
+
+        compute_type = "int8" if self.quantize == "int8" else str(dtype).removeprefix("torch.")
+        supported = ctranslate2.get_supported_compute_types(device.type, device.index or 0)
+        if compute_type not in supported:
+            setting = (
+                f"{ENV_PREFIX}QUANTIZE=int8"
+                if self.quantize == "int8"
+                else f"{ENV_PREFIX}DTYPE={compute_type}"
+            )
+            raise SettingsError(
+                f"{engine} with {setting}: CTranslate2 runs {', '.join(sorted(supported))} on this {device.type}, "
+                f"not {compute_type}"
+            )
+        return {
+            "device": device.type,
+            "device_index": device.index or 0,
+            "compute_type": compute_type,
+            "inter_threads": self.inference_workers_count(),
+            "intra_threads": self.inference_threads(),
+        }
 
     def dtype_warning(self, device: torch.device, dtype: torch.dtype) -> str | None:
         """Why `dtype` will be slow on this CPU, if it will (start-up logs it; serving goes on)."""

@@ -333,9 +333,15 @@ def _third_party_imports(*packages: str) -> dict[str, set[str]]:
     return found
 
 
+# Optional engines: module -> the pyproject extra that installs it. Imported only when selected (a setting), so
+# the image without them serves; test_serving_code_imports_without_the_optional_engines checks that.
+OPTIONAL_MODULES = {"ctranslate2": "ctranslate2"}
+
+
 def test_image_dependencies_cover_the_serving_code_imports() -> None:
     """The image installs only [project].dependencies: every module app/ and model/ import (lazily too) must come
-    from them, or the image fails where this dev venv (with the train/test extras) does not."""
+    from them, or the image fails where this dev venv (with the train/test extras) does not. Optional engines
+    come from their extra."""
     distributions = importlib.metadata.packages_distributions()
     runtime = _runtime_distributions()
     missing = {
@@ -343,7 +349,28 @@ def test_image_dependencies_cover_the_serving_code_imports() -> None:
         for module, files in _third_party_imports("app", "model").items()
         if not {canonicalize_name(d) for d in distributions.get(module, [module])} & runtime
     }
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for module, extra in OPTIONAL_MODULES.items():
+        assert any(Requirement(r).name == module for r in extras[extra]), (module, extras[extra])
+        missing.pop(module, None)
     assert missing == {}, f"imported but not in pyproject's [project].dependencies: {missing}"
+
+
+def test_serving_code_imports_without_the_optional_engines() -> None:
+    """Every app/ and model/ module imports with the optional engines missing (as in the image)."""
+    modules = sorted(
+        ".".join(p.relative_to(REPO).with_suffix("").parts)
+        for package in ("app", "model")
+        for p in (REPO / package).rglob("*.py")
+        if p.name != "__main__.py"
+    )
+    code = "; ".join(
+        [*(f"sys.modules[{m!r}] = None" for m in OPTIONAL_MODULES), *(f"import {m}" for m in modules)]
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", f"import sys; {code}"], cwd=REPO, capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
