@@ -2,10 +2,10 @@
 
 From the outside in: request metrics (every answer counted and timed, labelled by route template), CORS (so
 that the answers given here carry its headers too), then the checks that must come before the body is read:
-a declared Content-Length over APP_MAX_BODY_BYTES is a 413, a request for a route that declares API_KEY
-without the key a 401. A chunked body is counted as it streams (BodyTooLarge once past the limit). An
-unexpected error becomes a JSON 500 inside CORS (Starlette's own 500 handler runs outside every middleware:
-a browser page would see a network error instead).
+a declared Content-Length over APP_MAX_BODY_BYTES is a 413 (as {"error": ...} under the LibreTranslate API's
+prefix), a request for a route that declares API_KEY without the key a 401. A chunked body is counted as it
+streams (BodyTooLarge once past the limit). An unexpected error becomes a JSON 500 inside CORS (Starlette's
+own 500 handler runs outside every middleware: a browser page would see a network error instead).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 
 from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -32,6 +33,7 @@ class Gate:
     ) -> None:
         self.app, self.metrics, self.routes = app, metrics, list(routes)
         self.max_body_bytes = settings.max_body_bytes
+        self.lt_prefix = settings.libretranslate_prefix
         self.key = settings.api_key.get_secret_value().encode() if settings.api_key is not None else None
         self.keyed = [r for r in self.routes if needs_key(r)]
         self.checked: ASGIApp = self._checked
@@ -64,9 +66,12 @@ class Gate:
 
     async def _checked(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (size := declared_length(scope)) is not None and size > self.max_body_bytes:
-            await error_response(BodyTooLarge(self.max_body_bytes, size), "before routing")(
-                scope, receive, send
-            )
+            too_large = BodyTooLarge(self.max_body_bytes, size)
+            if self.lt_prefix and scope["path"].startswith(self.lt_prefix + "/"):  # LibreTranslate's shape
+                answer: Response = JSONResponse({"error": too_large.detail}, 413, too_large.headers)
+            else:
+                answer = error_response(too_large, "before routing")
+            await answer(scope, receive, send)
             return
         if self.key is not None and not authorized(scope, self.key) and self._needs_key(scope):
             await error_response(Unauthorized(), "before routing")(scope, receive, send)

@@ -155,9 +155,13 @@ class Service:
                 results[i] = self.sentiment[name].result(p)
         return SentimentResponse.model_construct(model=",".join(groups), results=results)  # built here: valid
 
-    async def translate(self, req: TranslateRequest, disconnected: Disconnected = None) -> TranslateResponse:
+    async def translate(
+        self, req: TranslateRequest, disconnected: Disconnected = None, *, max_texts: int | None = None
+    ) -> TranslateResponse:
+        """max_texts: instead of APP_MAX_TEXTS (the LibreTranslate API sends the text nodes of HTML documents
+        whose count it has checked)."""
         registry = self._registry()
-        self._check_texts(req.items, req.field)
+        self._check_texts(req.items, req.field, max_texts)
         name = registry.translator_for(req.source_lang, req.target_lang, req.model)
         handler = self.translation[name]
         items, layouts = handler.sentences(req.items, req.field, req.num_hypotheses)
@@ -243,11 +247,11 @@ class Service:
 
     # --- helpers --------------------------------------------------------------------------------------
 
-    def _check_texts(self, texts: Sequence[str], field: str) -> None:
+    def _check_texts(self, texts: Sequence[str], field: str, max_texts: int | None = None) -> None:
         """Limits from settings (422 naming the field, the limit and the value)."""
         s = self.settings
-        if len(texts) > s.max_texts:
-            raise invalid((field,), f"at most {s.max_texts} texts per request (got {len(texts)})", "too_long")
+        if len(texts) > (limit := max_texts or s.max_texts):
+            raise invalid((field,), f"at most {limit} texts per request (got {len(texts)})", "too_long")
         for i, text in enumerate(texts):
             if len(text) > s.max_chars:
                 loc = (field,) if field != "texts" else (field, i)
