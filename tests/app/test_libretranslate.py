@@ -280,6 +280,46 @@ async def test_queue_full_is_429_with_slowdown(
         assert [(await f).status_code for f in (first, second)] == [200, 200]
 
 
+async def test_libretranslate_and_native_requests_share_batches(
+    monkeypatch: pytest.MonkeyPatch, make_settings: Callable[..., Settings]
+) -> None:
+    """Requests of different clients and kinds (native JSON, LibreTranslate JSON, form and HTML) that wait
+    together are decoded in one batch, each answered as when alone."""
+    texts = ["Le chat dort.", "Il lit un livre.", "Je mange.", "Le chien"]
+    running, release = threading.Event(), threading.Event()
+    batches: list[int] = []
+    original = TranslationHandler.run
+
+    def held(handler: TranslationHandler, items: list[Any], key: Any) -> Any:
+        batches.append(len(items))
+        if [s.ids for s in items] == [handler.encode_source("Un.", ("q",))]:  # the batch to hold
+            running.set()
+            assert release.wait(10)
+        return original(handler, items, key)
+
+    async with serve(make_settings(inference_workers=1, max_batch_delay_ms=0)) as (app, client):
+        monkeypatch.setattr(TranslationHandler, "run", held)  # after the warm-up, before the first batcher
+        alone = [r["translation"] for r in await native(client, texts)]
+        first = asyncio.ensure_future(native(client, ["Un."]))
+        await asyncio.to_thread(running.wait, 5)
+        fields = {"source": "fr", "target": "en"}
+        rest = [
+            asyncio.ensure_future(native(client, [texts[0]])),
+            asyncio.ensure_future(client.post(f"{LT}/translate", json=fields | {"q": texts[1]})),
+            asyncio.ensure_future(client.post(f"{LT}/translate", data=fields | {"q": texts[2]})),
+            asyncio.ensure_future(
+                client.post(f"{LT}/translate", json=fields | {"q": f"<i>{texts[3]}</i>", "format": "html"})
+            ),
+        ]
+        await eventually(lambda: app.state.service._queue_depth("translate-fr-en") == 4)
+        release.set()
+        await first
+        answers = await asyncio.gather(*rest)
+    assert batches == [4, 1, 4]  # the texts alone, the held one, then the four waiting requests at once
+    assert answers[0][0]["translation"] == alone[0]
+    assert [r.json()["translatedText"] for r in answers[1:]] == [alone[1], alone[2], f"<i>{alone[3]}</i>"]
+
+
 async def test_prefix_setting(make_settings: Callable[..., Settings]) -> None:
     async with serve(make_settings(libretranslate_prefix="")) as (_, client):
         assert (await client.get(f"{LT}/languages")).status_code == 404
