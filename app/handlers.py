@@ -147,12 +147,13 @@ class TranslationHandler:
         return checked_source_ids(self.name, self.tokenizer, self.model.cfg, text, loc)
 
     def sentences(
-        self, texts: Sequence[str], field: str, num_hypotheses: int
+        self, texts: Sequence[str], field: str, num_hypotheses: int, indices: Sequence[int] | None = None
     ) -> tuple[list[Sentence], list[TextLayout]]:
-        """Every sentence of every text as one item, plus the layouts to put the texts back together."""
+        """Every sentence of every text as one item, plus the layouts to put the texts back together;
+        `indices`: the texts' places in the request (for error locations), default 0, 1, ..."""
         items: list[Sentence] = []
         layouts = []
-        for t, text in enumerate(texts):
+        for t, text in zip(indices or range(len(texts)), texts, strict=True):
             loc: tuple[str | int, ...] = (field,) if field == "text" else (field, t)
             lines = []
             for sentences in split_sentences(text):

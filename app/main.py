@@ -15,7 +15,7 @@ from app.errors import install_error_handlers
 from app.fastpath import FastPath
 from app.gate import Gate
 from app.metrics import Metrics
-from app.routes import attention, demo, libretranslate, sentiment, system, translate
+from app.routes import attention, demo, detect, libretranslate, sentiment, system, translate
 from app.service import Service
 from app.settings import Settings, load_settings
 
@@ -46,7 +46,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="Transformer serving", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
     app.state.service = service
     install_error_handlers(app)
-    routers = (system.open_router, system.router, sentiment.router, translate.router, attention.router)
+    routers = (
+        system.open_router,
+        system.router,
+        sentiment.router,
+        translate.router,
+        detect.router,
+        attention.router,
+    )
     if settings.libretranslate_prefix:  # the LibreTranslate API, e.g. /libretranslate/translate
         routers += (libretranslate.router(settings.libretranslate_prefix),)
     for router in routers:

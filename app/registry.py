@@ -6,13 +6,15 @@ import json
 import logging
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from app.errors import NotFound, Unavailable
+from app.errors import NotFound, Unavailable, invalid
+from app.langid import Detection
 from app.settings import ENV_PREFIX, SettingsError
 from model import LoadedModel, ModelConfig, load_checkpoint
 from model.checkpoint import CONFIG, CheckpointError, read_config
@@ -133,6 +135,14 @@ class Registry:
         )
         return entry.loaded
 
+    @property
+    def languages(self) -> list[str]:
+        """Every language a text may be in: translator sources and sentiment languages (what /detect ranks)."""
+        return sorted({src for src, _ in self.pairs} | set(self.sentiment_by_lang))
+
+    def sources_for(self, target_lang: str) -> list[str]:
+        return sorted(src for src, tgt in self.pairs if tgt == target_lang)
+
     def names(self, task: str) -> list[str]:
         return [n for n, e in self.entries.items() if e.task == task]
 
@@ -181,3 +191,22 @@ class Registry:
                 f"(available pairs: {available})"
             )
         return name
+
+    def auto_translator(
+        self, detections: list[Detection], target_lang: str, requested: str | None, loc: Sequence[str | int]
+    ) -> str:
+        """The model for a text's detected language; 422 naming it and the served source languages when none."""
+        if not detections:
+            raise invalid(loc, 'cannot detect the language of a text without letters: give "source_lang"')
+        best = detections[0]
+        try:
+            return self.translator_for(best.language, target_lang, requested)
+        except NotFound:
+            entry = self.entries.get(requested) if requested else None
+            served = list(entry.config.source_langs) if entry else self.sources_for(target_lang)
+            raise invalid(
+                loc,
+                f"detected language {best.language!r} (confidence {best.confidence:.2f}) is not served: "
+                f"{requested or 'no model'} translates into {target_lang} from {', '.join(served) or 'none'}",
+                "unsupported_language",
+            ) from None

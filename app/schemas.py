@@ -36,6 +36,7 @@ def _not_blank(text: str) -> str:
 Str = Annotated[str, AfterValidator(_unicode)]
 Text = Annotated[str, AfterValidator(_not_blank)]
 DEFAULT_LENGTH_PENALTY = 0.6
+AUTO = "auto"  # source_lang: detect each text's language (app.langid)
 # the most APP_MAX_TEXTS may be: a longer list fails at the schema with one error (the 4,097th item stops it)
 MAX_TEXTS = 4096
 MAX_SELECTED = 256  # attention layers/heads listed in one request
@@ -101,7 +102,11 @@ class TranslateRequest(_TextsRequest):
         }
     )
 
-    source_lang: Str = Field(min_length=2, max_length=12, description="Source language code, e.g. fr.")
+    source_lang: Str = Field(
+        min_length=2,
+        max_length=12,
+        description='Source language code, e.g. fr; "auto" detects each text\'s language (mixed batches too).',
+    )
     target_lang: Str = Field("en", min_length=2, max_length=12, description="Target language code.")
     beam_size: int = Field(4, ge=1, le=16, description="1 = greedy search.")
     max_length: int | None = Field(
@@ -132,6 +137,19 @@ class TranslateRequest(_TextsRequest):
         if beam is not None and v > beam:
             raise ValueError(f"must be at most beam_size ({beam}), got {v}")
         return v
+
+
+class DetectRequest(_TextsRequest):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"text": "Je voudrais un café, s'il vous plaît."},
+                {"texts": ["Der Hund schläft.", "정말 재미있어요"], "candidates": True},
+            ]
+        }
+    )
+
+    candidates: bool = Field(False, description="Add every served language's confidence, best first.")
 
 
 class AttentionRequest(_Request):
@@ -198,10 +216,34 @@ class ScoredTranslation(BaseModel):
     score: float
 
 
+class DetectedLanguage(BaseModel):
+    language: str = Field(description="ISO 639-1 code.")
+    confidence: float = Field(ge=0.0, le=1.0)
+
+
+class DetectResult(BaseModel):
+    language: str = Field(
+        description="ISO 639-1; a language no model serves when the text is clearly in one (then 422 on "
+        '/translate with source_lang "auto"), else the most likely served one.'
+    )
+    confidence: float = Field(ge=0.0, le=1.0)
+    candidates: list[DetectedLanguage] | None = None
+
+
+class DetectResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"results": [{"language": "fr", "confidence": 0.99}]}]}
+    )
+
+    results: list[DetectResult]
+
+
 class TranslationResult(BaseModel):
     translation: str
     score: float | None = None
     hypotheses: list[ScoredTranslation] | None = None
+    model: str | None = Field(None, description='source_lang "auto": the model that translated this text.')
+    detected_language: DetectedLanguage | None = Field(None, description='source_lang "auto" only.')
 
 
 class TranslateResponse(BaseModel):

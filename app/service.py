@@ -15,11 +15,17 @@ from app.attention_maps import AttentionHandler, AttentionItem
 from app.batching import Batcher, BatcherPool, InferenceWorkers, OnIdle
 from app.errors import DeadlineExceeded, Unavailable, invalid
 from app.handlers import DecodeKey, Sentence, SentimentHandler, TranslationHandler
+from app.langid import Detection, LanguageDetector
 from app.metrics import Metrics
 from app.registry import Registry
 from app.schemas import (
+    AUTO,
     DEFAULT_LENGTH_PENALTY,
     AttentionRequest,
+    DetectedLanguage,
+    DetectRequest,
+    DetectResponse,
+    DetectResult,
     ModelInfo,
     Readiness,
     SentimentRequest,
@@ -32,6 +38,7 @@ from app.wait import Disconnected, wait_all
 
 log = logging.getLogger(__name__)
 IDLE_BATCHER_S = 300.0  # a decoding-option queue unused this long is retired
+INLINE_DETECT_CHARS = 2000  # ~0.05 ms per short text: up to this many characters detect on the event loop
 
 
 class Service:
@@ -43,6 +50,7 @@ class Service:
         self.sentiment: dict[str, SentimentHandler] = {}
         self.translation: dict[str, TranslationHandler] = {}
         self.attention_handlers: dict[str, AttentionHandler] = {}
+        self.detector: LanguageDetector | None = None
         self.status: str = "loading"
         self.reason: str | None = "starting"
         self.model_status: dict[str, str] = {}
@@ -59,6 +67,7 @@ class Service:
         quantize = self.settings.quantize_mode(device, dtype)
         self.registry = Registry.discover(self.settings.check_checkpoint_dir(), device, dtype, quantize)
         self.model_status = dict.fromkeys(self.registry.entries, "loading")
+        self.detector = await asyncio.to_thread(LanguageDetector, self.registry.languages)  # 0.1 s
         self.worker = InferenceWorkers(  # forward passes off the event loop
             self.settings.inference_workers_count(), self.settings.inference_threads()
         )
@@ -155,22 +164,77 @@ class Service:
                 results[i] = self.sentiment[name].result(p)
         return SentimentResponse.model_construct(model=",".join(groups), results=results)  # built here: valid
 
+    async def detect(self, texts: Sequence[str]) -> list[list[Detection]]:
+        """Per text its languages, best first, among those served (the first may be an unserved language
+        the text is clearly in; empty when the text has no letters): app.langid."""
+        detector = self.detector
+        if detector is None:
+            raise Unavailable(f"not ready: {self.reason}", retry_after=1)
+        if sum(map(len, texts)) <= INLINE_DETECT_CHARS:
+            return [detector.detect(t) for t in texts]
+        return await asyncio.to_thread(lambda: [detector.detect(t) for t in texts])
+
+    async def detect_response(self, req: DetectRequest) -> DetectResponse:
+        """POST /detect: 422 for a text without letters (nothing to detect)."""
+        self._check_texts(req.items, req.field)
+        results = []
+        for i, found in enumerate(await self.detect(req.items)):
+            if not found:
+                loc = (req.field,) if req.field == "text" else (req.field, i)
+                raise invalid(loc, "no letters in this text: there is no language to detect")
+            served = [d for d in found if self.detector and d.language in self.detector.languages]
+            results.append(
+                DetectResult(
+                    language=found[0].language,
+                    confidence=found[0].confidence,
+                    candidates=[
+                        DetectedLanguage(language=d.language, confidence=d.confidence) for d in served
+                    ]
+                    if req.candidates
+                    else None,
+                )
+            )
+        return DetectResponse(results=results)
+
     async def translate(
         self, req: TranslateRequest, disconnected: Disconnected = None, *, max_texts: int | None = None
     ) -> TranslateResponse:
-        """max_texts: instead of APP_MAX_TEXTS (the LibreTranslate API sends the text nodes of HTML documents
+        """Texts grouped by model (one group unless source_lang is auto and the texts' languages differ).
+        max_texts: instead of APP_MAX_TEXTS (the LibreTranslate API sends the text nodes of HTML documents
         whose count it has checked)."""
-        registry = self._registry()
-        self._check_texts(req.items, req.field, max_texts)
-        name = registry.translator_for(req.source_lang, req.target_lang, req.model)
-        handler = self.translation[name]
-        items, layouts = handler.sentences(req.items, req.field, req.num_hypotheses)
+        registry, texts, field = self._registry(), req.items, req.field
+        self._check_texts(texts, field, max_texts)
+        detected = await self.detect(texts) if req.source_lang == AUTO else None
+        if detected is None:
+            groups = {
+                registry.translator_for(req.source_lang, req.target_lang, req.model): list(range(len(texts)))
+            }
+        else:  # model -> text indices, in first-appearance order
+            groups = {}
+            for i, found in enumerate(detected):
+                loc = (field,) if field == "text" else (field, i)
+                groups.setdefault(
+                    registry.auto_translator(found, req.target_lang, req.model, loc), []
+                ).append(i)
         key = DecodeKey(req.target_lang, req.beam_size, req.length_penalty, req.max_length)
-        [outputs] = await self._submit(
-            [(self._translation_batcher(name, key), items)], self._deadline(), disconnected, req.field
-        )
-        results = [handler.join(lay, outputs, req.num_hypotheses, req.return_scores) for lay in layouts]
-        return TranslateResponse(model=name, results=results)
+        jobs, layouts = [], []
+        for name, idxs in groups.items():
+            handler = self.translation[name]
+            items, lays = handler.sentences([texts[i] for i in idxs], field, req.num_hypotheses, idxs)
+            jobs.append((self._translation_batcher(name, key), items))
+            layouts.append(lays)
+        outputs = await self._submit(jobs, self._deadline(), disconnected, field)
+        results: list[Any] = [None] * len(texts)
+        for (name, idxs), lays, out in zip(groups.items(), layouts, outputs, strict=True):
+            for i, lay in zip(idxs, lays, strict=True):
+                results[i] = r = self.translation[name].join(lay, out, req.num_hypotheses, req.return_scores)
+                if detected is not None:  # additive fields: only when the language was detected
+                    best = detected[i][0]
+                    r.model, r.detected_language = (
+                        name,
+                        DetectedLanguage(language=best.language, confidence=best.confidence),
+                    )
+        return TranslateResponse(model=",".join(groups), results=results)
 
     async def attention(
         self, req: AttentionRequest, png: bool, disconnected: Disconnected = None
