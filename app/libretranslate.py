@@ -8,6 +8,7 @@ of a request go in that one call. Errors are LibreTranslate's: {"error": message
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
 
@@ -16,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from app.errors import NotFound, ServiceError
 from app.html_text import HtmlDocument
-from app.schemas import MAX_TEXTS, TranslateRequest, TranslateResponse
+from app.schemas import AUTO, MAX_TEXTS, TranslateRequest, TranslateResponse, TranslationResult
 from app.service import Service
 from app.wait import Disconnected
 
@@ -25,7 +26,10 @@ MAX_ALTERNATIVES = (
     next(m.le for m in TranslateRequest.model_fields["num_hypotheses"].metadata if hasattr(m, "le")) - 1
 )
 DEFAULT_BEAM = TranslateRequest.model_fields["beam_size"].default
-AUTO = "auto"
+NOTHING_DETECTED = {
+    "confidence": 0.0,
+    "language": "en",
+}  # LibreTranslate's answer for a text without language
 FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's default: how long its page waits after typing before it asks
 LANGUAGE_NAMES = {
     "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish", "de": "German",
@@ -101,11 +105,10 @@ def parse(model: type[P], fields: dict[str, Any]) -> P:
 
 
 async def translate(service: Service, p: TranslateParams, disconnected: Disconnected) -> dict[str, Any]:
-    """LibreTranslate's /translate answer for `p` (one service call)."""
-    texts, settings = p.texts, service.settings
+    """LibreTranslate's /translate answer for `p`: one service call (one per detected language for HTML
+    documents in different languages)."""
+    texts, settings, single = p.texts, service.settings, isinstance(p.q, str)
     _check_limits(texts, settings.max_texts, settings.max_chars)
-    if p.source == AUTO:
-        raise LtError(400, "auto is not supported yet")  # TODO(langid)
     n = 1 if p.format == "html" else p.alternatives + 1  # LibreTranslate gives no alternatives for HTML
     docs = [HtmlDocument(t) for t in texts] if p.format == "html" else None
     # what is translated, and which q each came from (blank texts and HTML without text are not sent)
@@ -118,24 +121,66 @@ async def translate(service: Service, p: TranslateParams, disconnected: Disconne
     else:
         origin = [i for i, t in enumerate(texts) if t.strip()]
         sources = [texts[i] for i in origin]
-    results = await _translate(service, sources, origin, p.source, p.target, n, disconnected, len(texts) > 1)
-    translations = [r.translation for r in results]
+    # source language -> indices into sources. "auto": the service detects each text; an HTML document is
+    # detected here as a whole (its text nodes alone are too short to tell)
+    detected: list[dict[str, Any]] = [dict(NOTHING_DETECTED) for _ in texts]
+    groups = {p.source: list(range(len(sources)))}
+    if p.source == AUTO and docs is not None:
+        groups = {}
+        for i, lang, detection in await _detect_documents(service, docs, p.target, single):
+            detected[i] = detection
+            groups.setdefault(lang, []).extend(j for j, o in enumerate(origin) if o == i)
+    calls = [
+        _translate(service, [sources[j] for j in idxs], [origin[j] for j in idxs], src, p.target, n,
+                   disconnected, not single)
+        for src, idxs in groups.items()
+    ]  # fmt: skip
+    results: list[Any] = [None] * len(sources)
+    for idxs, part in zip(groups.values(), await asyncio.gather(*calls), strict=True):
+        for j, r in zip(idxs, part, strict=True):
+            results[j] = r
+    out, alternatives = [""] * len(texts), [[] for _ in texts]
     if docs is not None:
-        out, at = [], 0
-        for d in docs:
-            out.append(d.render(translations[at : at + len(d.texts)]))
+        at = 0
+        for i, d in enumerate(docs):
+            out[i] = d.render([r.translation for r in results[at : at + len(d.texts)]])
             at += len(d.texts)
-        alternatives: list[list[str]] = [[] for _ in texts]
     else:
-        out, alternatives = [""] * len(texts), [[] for _ in texts]
         for i, r in zip(origin, results, strict=True):
             out[i] = r.translation
             alternatives[i] = [h.translation for h in (r.hypotheses or [])[1:] if h.translation]
-    single = isinstance(p.q, str)
+            if r.detected_language is not None:
+                detected[i] = _detection(r.detected_language.language, r.detected_language.confidence)
     answer: dict[str, Any] = {"translatedText": out[0] if single else out}
+    if p.source == AUTO:
+        answer["detectedLanguage"] = detected[0] if single else detected
     if p.alternatives > 0:
         answer["alternatives"] = alternatives[0] if single else alternatives
     return answer
+
+
+async def _detect_documents(
+    service: Service, docs: list[HtmlDocument], target: str, single: bool
+) -> list[tuple[int, str, dict[str, Any]]]:
+    """(q index, language, detectedLanguage) of each document with text; 400 for an unserved language."""
+    with_text = [i for i, d in enumerate(docs) if d.texts]
+    found = await service.detect([" ".join(docs[i].texts) for i in with_text])
+    registry = service.registry
+    assert registry is not None  # the service has detected: it has started
+    out = []
+    for i, detections in zip(with_text, found, strict=True):
+        try:  # the same check and message as the native "auto"
+            registry.auto_translator(detections, target, None, ("q",) if single else ("q", i))
+        except RequestValidationError as e:
+            raise LtError(400, f"Invalid request: {_theirs(e.errors()[0]['msg'])}") from None
+        best = detections[0]
+        out.append((i, best.language, _detection(best.language, best.confidence)))
+    return out
+
+
+def _detection(language: str, confidence: float) -> dict[str, Any]:
+    """LibreTranslate's detectedLanguage: confidence 0-100."""
+    return {"confidence": round(100 * confidence, 1), "language": language}
 
 
 async def _translate(
@@ -147,7 +192,7 @@ async def _translate(
     n: int,
     disconnected: Disconnected,
     many: bool,
-) -> list[Any]:
+) -> list[TranslationResult]:
     """Service.translate on `sources` (from q[origin[i]]); its 404/422 as LibreTranslate's 400 naming q."""
     if not sources:
         return []
@@ -166,10 +211,16 @@ async def _translate(
         err = e.errors()[0]
         loc = [_FIELDS.get(str(part), part) for part in err["loc"][1:]]  # after "body"
         msg = str(err["msg"]).split(": ", 1)[-1]  # the service names its own field first
-        raise LtError(400, f"Invalid request: {_where(loc, origin, many)}: {msg}") from None
+        raise LtError(400, f"Invalid request: {_where(loc, origin, many)}: {_theirs(msg)}") from None
     except NotFound as e:
-        raise LtError(400, e.message.replace("source_lang/target_lang", "source/target")) from None
+        raise LtError(400, _theirs(e.message)) from None
     return answer.results
+
+
+def _theirs(message: str) -> str:
+    """A service message with LibreTranslate's field names."""
+    message = message.replace("source_lang/target_lang", "source/target")
+    return message.replace('"source_lang"', '"source"').replace('"target_lang"', '"target"')
 
 
 def _where(loc: Sequence[Any], origin: list[int], many: bool) -> str:
@@ -240,4 +291,18 @@ def error_of(exc: ServiceError) -> LtError:
 
 
 async def detect(service: Service, p: DetectParams) -> list[dict[str, Any]]:
-    raise LtError(501, "detection is not served yet")  # TODO(langid): Service.detect
+    """The languages of q among those /languages lists, best first; for a list, confidences averaged over
+    its texts (as LibreTranslate)."""
+    texts, settings = p.texts, service.settings
+    _check_limits(texts, settings.max_texts, settings.max_chars)
+    served = {code for pair in _pairs(service) for code in pair}
+    totals: dict[str, float] = {}
+    for i, found in enumerate(await service.detect(texts)):
+        if not found:
+            where = f"q[{i}]" if len(texts) > 1 else "q"
+            raise LtError(400, f"Invalid request: {where} has no letters: there is no language to detect")
+        for d in found:
+            if d.language in served:  # not a language no model serves, which the detector may name first
+                totals[d.language] = totals.get(d.language, 0.0) + d.confidence / len(texts)
+    ranked = sorted(totals.items(), key=lambda lc: -lc[1])
+    return [_detection(lang, confidence) for lang, confidence in ranked]

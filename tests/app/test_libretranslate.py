@@ -143,6 +143,93 @@ def test_html_document_spans() -> None:
         doc.render(["x"])
 
 
+FR, DE = "Le chat dort sur le canapé.", "Der Hund schläft im Garten."
+
+
+async def test_auto_detects_each_text(client: httpx.AsyncClient) -> None:
+    """source "auto": detectedLanguage (confidence 0-100) per q, the translation the native "auto" gives."""
+    r = await client.post(f"{LT}/translate", json={"q": FR, "source": "auto", "target": "en"})
+    [expected] = await native(client, [FR], source="auto")
+    lang = expected["detected_language"]
+    assert lang["language"] == "fr"
+    assert r.json() == {
+        "translatedText": expected["translation"],
+        "detectedLanguage": {"confidence": round(100 * lang["confidence"], 1), "language": "fr"},
+    }
+    # a list in two languages (two models), a blank text (LibreTranslate's "nothing detected"), a form
+    q = [FR, DE, " "]
+    r = await client.post(
+        f"{LT}/translate", data={"q": q, "source": "auto", "target": "en", "alternatives": "1"}
+    )
+    assert r.status_code == 200, r.text
+    got = r.json()
+    expected = await native(client, q[:2], source="auto", num_hypotheses=2)
+    assert [e["model"] for e in expected] == ["translate-fr-en", "translate-multi"]
+    assert got["translatedText"] == [expected[0]["translation"], expected[1]["translation"], ""]
+    assert [d["language"] for d in got["detectedLanguage"]] == ["fr", "de", "en"]
+    assert got["detectedLanguage"][2] == {"confidence": 0.0, "language": "en"}
+    assert got["alternatives"][:2] == [[h["translation"] for h in e["hypotheses"][1:]] for e in expected]
+
+
+async def test_auto_html_detects_each_document_as_a_whole(client: httpx.AsyncClient) -> None:
+    docs = [f"<p>{FR[:-1]} <b>vite</b>.</p>", f"<div>{DE}</div>", "<hr>"]
+    r = await client.post(
+        f"{LT}/translate", json={"q": docs, "source": "auto", "target": "en", "format": "html"}
+    )
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert [d["language"] for d in got["detectedLanguage"]] == ["fr", "de", "en"]
+    assert got["detectedLanguage"][0]["confidence"] > 50
+    fr = [x["translation"] for x in await native(client, [FR[:-1], "vite"], source="fr")]
+    [de] = [x["translation"] for x in await native(client, [DE], source="de")]
+    assert got["translatedText"] == [f"<p>{fr[0]} <b>{fr[1]}</b>.</p>", f"<div>{de}</div>", "<hr>"]
+
+
+@pytest.mark.parametrize("fmt", ["text", "html"])
+async def test_auto_with_a_language_no_model_serves(client: httpx.AsyncClient, fmt: str) -> None:
+    q = "Questo è un libro molto interessante e bello."
+    r = await client.post(
+        f"{LT}/translate", json={"q": ["Le chat", q], "source": "auto", "target": "en", "format": fmt}
+    )
+    assert r.status_code == 400
+    assert r.json()["error"].startswith(
+        "Invalid request: q[1]: detected language 'it' (confidence 0.99) is not served"
+    )
+    r = await client.post(f"{LT}/translate", json={"q": "1 2 3", "source": "auto", "target": "en"})
+    assert r.json() == {
+        "error": 'Invalid request: q: cannot detect the language of a text without letters: give "source"'
+    }
+
+
+async def test_detect(client: httpx.AsyncClient) -> None:
+    """[{"confidence" 0-100, "language"}] best first, among the languages of /languages."""
+    for kw in ({"json": {"q": FR}}, {"data": {"q": FR}}):
+        r = await client.post(f"{LT}/detect", **kw)  # type: ignore[arg-type]
+        assert r.status_code == 200, r.text
+        got = r.json()
+        assert [d["language"] for d in got][0] == "fr"
+        assert {d["language"] for d in got} == {"de", "en", "fr"}
+        assert got == sorted(got, key=lambda d: -d["confidence"])
+        assert got[0]["confidence"] > 90
+        assert sum(d["confidence"] for d in got) == pytest.approx(100, abs=0.2)
+    native_detect = (await client.post("/detect", json={"text": FR})).json()["results"][0]
+    assert got[0] == {"confidence": round(100 * native_detect["confidence"], 1), "language": "fr"}
+    # a list: confidences averaged over its texts (as LibreTranslate)
+    got = (await client.post(f"{LT}/detect", json={"q": [FR, DE]})).json()
+    assert [d["language"] for d in got[:2]] in (["fr", "de"], ["de", "fr"])
+    assert 45 < got[0]["confidence"] < 55
+    # Italian is not served: the served languages only, as LibreTranslate lists those it translates
+    got = (
+        await client.post(f"{LT}/detect", json={"q": "Questo è un libro molto interessante e bello."})
+    ).json()
+    assert {d["language"] for d in got} == {"de", "en", "fr"}
+    for q, where in (("2024 !", "q"), (["chat", "42"], "q[1]")):
+        r = await client.post(f"{LT}/detect", json={"q": q})
+        assert (r.status_code, r.json()) == (400, {"error": f"Invalid request: {where} has no letters: there is no language to detect"})  # fmt: skip
+    r = await client.post(f"{LT}/detect", json={})
+    assert (r.status_code, r.json()) == (400, {"error": "Invalid request: missing q parameter"})
+
+
 @pytest.mark.parametrize(
     ("fields", "status", "error"),
     [
@@ -218,6 +305,10 @@ async def test_api_key_in_the_body_or_the_headers(make_settings: Callable[..., S
             r = await client.post(f"{LT}/translate", **kw)  # type: ignore[arg-type]
             assert r.status_code == 200, r.text
             assert list(r.json()) == ["translatedText"]
+        r = await client.post(f"{LT}/detect", data={"q": "Le chat dort."})
+        assert (r.status_code, r.json()) == (403, {"error": "Invalid API key: this server needs one (api_key, or Authorization: Bearer <key>)"})  # fmt: skip
+        r = await client.post(f"{LT}/detect", data={"q": "Le chat dort.", "api_key": "s3cret"})
+        assert (r.status_code, r.json()[0]["language"]) == (200, "fr")
         # the key is checked before the fields: a bad body without the key is a 403
         r = await client.post(f"{LT}/translate", json={"q": ""})
         assert r.status_code == 403

@@ -44,6 +44,14 @@ def test_libretranslatepy(server: str) -> None:
         {"code": "en", "name": "English", "targets": []},
         {"code": "fr", "name": "French", "targets": ["en"]},
     ]
+    fr, de = "Le chat dort sur le canapé.", "Der Hund schläft im Garten."
+    assert (
+        lt.translate(fr, "auto", "en", timeout=30)
+        == native(server, [fr], source_lang="auto")[0]["translation"]
+    )
+    detected = lt.detect(de, timeout=30)
+    assert detected[0]["language"] == "de"
+    assert detected[0]["confidence"] > 90
     with pytest.raises(urllib.error.HTTPError) as e:
         LibreTranslateAPI(f"{server}/libretranslate", api_key="wrong").translate(text, "fr", "en", timeout=30)
     with e.value:  # urllib leaves the error's response open
@@ -74,6 +82,15 @@ def test_libretranslate_aio(server: str) -> None:
             got.translated_text
             == f'<p class="a">{t[0]} <b>{t[1]}</b>.</p><script>x("<p>Le chien</p>")</script>'
         )
+
+        fr, de = "Le chat dort sur le canapé.", "Der Hund schläft im Garten."
+        got = lt.translate([fr, de], "auto", "en")
+        assert got.translated_text == [r["translation"] for r in native(server, [fr, de], source_lang="auto")]
+        assert isinstance(got.detected_language, list)
+        assert [d.language for d in got.detected_language] == ["fr", "de"]
+        assert all(d.confidence > 90 for d in got.detected_language)
+        [best, *_] = lt.detect(fr)
+        assert (best.language, best.confidence > 90) == ("fr", True)
 
         assert [(x.code, x.targets) for x in lt.languages()] == [
             ("de", ["en", "fr"]),
