@@ -255,7 +255,6 @@ def frontend_settings(service: Service) -> dict[str, Any]:
     keyed = settings.api_key is not None
     targets = sorted({t for _, t in pairs})
     target = "en" if "en" in targets else (targets[0] if targets else "en")
-    source = min((s for s, t in pairs if t == target), default=target)
     return {
         "charLimit": settings.max_chars,
         "batchLimit": settings.max_texts,  # not LibreTranslate's: how many q one request may hold
@@ -266,7 +265,7 @@ def frontend_settings(service: Service) -> dict[str, Any]:
         "filesTranslation": False,
         "supportedFilesFormat": [],
         "language": {
-            "source": {"code": source, "name": name(source)},
+            "source": {"code": AUTO, "name": "Auto Detect"},  # LibreTranslate's default
             "target": {"code": target, "name": name(target)},
         },
     }

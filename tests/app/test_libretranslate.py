@@ -339,7 +339,10 @@ async def test_languages_and_frontend_settings(client: httpx.AsyncClient) -> Non
         "suggestions": False,
         "filesTranslation": False,
         "supportedFilesFormat": [],
-        "language": {"source": {"code": "de", "name": "German"}, "target": {"code": "en", "name": "English"}},
+        "language": {
+            "source": {"code": "auto", "name": "Auto Detect"},
+            "target": {"code": "en", "name": "English"},
+        },
     }
 
 

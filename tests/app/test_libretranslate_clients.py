@@ -99,7 +99,7 @@ def test_libretranslate_aio(server: str) -> None:
         ]
         settings = lt.frontend_settings()
         assert (settings.char_limit, settings.key_required, settings.api_keys) == (2000, True, True)
-        assert (settings.language.source.code, settings.language.target.code) == ("de", "en")
+        assert (settings.language.source.code, settings.language.target.code) == ("auto", "en")
 
     with (
         LibreTranslate(f"{server}/libretranslate", api_key="wrong", timeout=30) as lt,
