@@ -26,10 +26,8 @@ MAX_ALTERNATIVES = (
     next(m.le for m in TranslateRequest.model_fields["num_hypotheses"].metadata if hasattr(m, "le")) - 1
 )
 DEFAULT_BEAM = TranslateRequest.model_fields["beam_size"].default
-NOTHING_DETECTED = {
-    "confidence": 0.0,
-    "language": "en",
-}  # LibreTranslate's answer for a text without language
+# LibreTranslate's detectedLanguage for a text without language (here: a blank q)
+NOTHING_DETECTED = {"confidence": 0.0, "language": "en"}
 FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's default: how long its page waits after typing before it asks
 LANGUAGE_NAMES = {
     "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish", "de": "German",
@@ -242,6 +240,24 @@ def _check_limits(texts: list[str], max_texts: int, max_chars: int) -> None:
             )
 
 
+async def detect(service: Service, p: DetectParams) -> list[dict[str, Any]]:
+    """The languages of q among those /languages lists, best first; for a list, confidences averaged over
+    its texts (as LibreTranslate)."""
+    texts, settings = p.texts, service.settings
+    _check_limits(texts, settings.max_texts, settings.max_chars)
+    served = {code for pair in _pairs(service) for code in pair}
+    totals: dict[str, float] = {}
+    for i, found in enumerate(await service.detect(texts)):
+        if not found:
+            where = f"q[{i}]" if len(texts) > 1 else "q"
+            raise LtError(400, f"Invalid request: {where} has no letters: there is no language to detect")
+        for d in found:
+            if d.language in served:  # not a language no model serves, which the detector may name first
+                totals[d.language] = totals.get(d.language, 0.0) + d.confidence / len(texts)
+    ranked = sorted(totals.items(), key=lambda lc: -lc[1])
+    return [_detection(lang, confidence) for lang, confidence in ranked]
+
+
 def languages(service: Service) -> list[dict[str, Any]]:
     """Every language of a served pair, with the targets it translates into."""
     pairs = _pairs(service)
@@ -287,21 +303,3 @@ def error_of(exc: ServiceError) -> LtError:
         return LtError(400, exc.message)
     prefix = "Slowdown: " if exc.status_code == 429 else ""  # LibreTranslate's 429 message starts so
     return LtError(exc.status_code, prefix + exc.message, exc.headers)
-
-
-async def detect(service: Service, p: DetectParams) -> list[dict[str, Any]]:
-    """The languages of q among those /languages lists, best first; for a list, confidences averaged over
-    its texts (as LibreTranslate)."""
-    texts, settings = p.texts, service.settings
-    _check_limits(texts, settings.max_texts, settings.max_chars)
-    served = {code for pair in _pairs(service) for code in pair}
-    totals: dict[str, float] = {}
-    for i, found in enumerate(await service.detect(texts)):
-        if not found:
-            where = f"q[{i}]" if len(texts) > 1 else "q"
-            raise LtError(400, f"Invalid request: {where} has no letters: there is no language to detect")
-        for d in found:
-            if d.language in served:  # not a language no model serves, which the detector may name first
-                totals[d.language] = totals.get(d.language, 0.0) + d.confidence / len(texts)
-    ranked = sorted(totals.items(), key=lambda lc: -lc[1])
-    return [_detection(lang, confidence) for lang, confidence in ranked]

@@ -8,9 +8,10 @@ in LibreTranslate (clients read them to learn whether a key is needed).
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -77,21 +78,17 @@ def router(prefix: str) -> APIRouter:
 
         return await _answer(work)
 
-    @r.get("/languages", responses=ERRORS)
+    @r.get("/languages", responses={503: ERRORS[503]})
     async def languages(service: ServiceDep) -> JSONResponse:
         """Every language of a served pair: [{"code", "name", "targets"}]."""
-        return await _answer(lambda: _now(lt.languages(service)))
+        return await _answer(lambda: lt.languages(service))
 
-    @r.get("/frontend/settings", responses=ERRORS)
+    @r.get("/frontend/settings", responses={503: ERRORS[503]})
     async def frontend_settings(service: ServiceDep) -> JSONResponse:
         """Limits (charLimit, batchLimit), whether a key is required, default languages."""
-        return await _answer(lambda: _now(lt.frontend_settings(service)))
+        return await _answer(lambda: lt.frontend_settings(service))
 
     return r
-
-
-async def _now(value: Any) -> Any:
-    return value
 
 
 async def _fields(request: Request, settings: Settings) -> dict[str, Any]:
@@ -150,10 +147,12 @@ def _check_key(request: Request, fields: dict[str, Any], settings: Settings) -> 
     raise lt.LtError(403, "Invalid API key: this server needs one (api_key, or Authorization: Bearer <key>)")
 
 
-async def _answer(work: Callable[[], Awaitable[Any]]) -> JSONResponse:
-    """work()'s result as JSON, or its error as {"error": message}; a client that left gets nothing (499)."""
+async def _answer(work: Callable[[], Any]) -> JSONResponse:
+    """work()'s result (awaited if need be) as JSON, or its error as {"error": message}; a client that left
+    gets nothing (499)."""
     try:
-        return JSONResponse(await work())
+        result = work()
+        return JSONResponse(await result if inspect.isawaitable(result) else result)
     except lt.LtError as e:
         err = e
     except ServiceError as e:  # 429, 503, 504, 500
