@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from app.errors import NotFound, ServiceError
 from app.html_text import HtmlDocument
-from app.schemas import AUTO, MAX_TEXTS, TranslateRequest, TranslateResponse, TranslationResult
+from app.schemas import AUTO, MAX_TEXTS, Str, TranslateRequest, TranslateResponse, TranslationResult
 from app.service import Service
 from app.wait import Disconnected
 
@@ -53,7 +53,7 @@ class _Params(BaseModel):
     # lax: form fields are strings ("alternatives": "3"); unknown fields are ignored, as LibreTranslate does
     model_config = ConfigDict(extra="ignore")
 
-    q: str | list[str] = Field(description="Text, or a list of texts (a form repeats the field).")
+    q: Str | list[Str] = Field(description="Text, or a list of texts (a form repeats the field).")
     api_key: str | None = Field(None, description="Or Authorization: Bearer / X-API-Key, as on every route.")
 
     @field_validator("q")
@@ -92,14 +92,15 @@ def parse(model: type[P], fields: dict[str, Any]) -> P:
     try:
         return model.model_validate(fields)
     except ValidationError as e:
-        err = e.errors()[0]
+        err = max(e.errors(), key=lambda err: len(err["loc"]))  # of q's union, the list item's if any
         field = str(err["loc"][0]) if err["loc"] else "body"
         if err["type"] in ("missing", "string_too_short") or (field == "q" and "missing" in err["msg"]):
             raise LtError(400, f"Invalid request: missing {field} parameter") from None
         if field == "format":
             raise LtError(400, f"{err['input']} format is not supported (text or html)") from None
+        where = field + "".join(f"[{part}]" for part in err["loc"] if isinstance(part, int))
         msg = str(err["msg"]).removeprefix("Value error, ")
-        raise LtError(400, f"Invalid request: {field}: {msg}") from None
+        raise LtError(400, f"Invalid request: {where}: {msg}") from None
 
 
 async def translate(service: Service, p: TranslateParams, disconnected: Disconnected) -> dict[str, Any]:
@@ -202,7 +203,8 @@ async def _translate(
     except ValidationError as e:
         err = e.errors()[0]
         loc = [_FIELDS.get(str(part), part) for part in err["loc"]]
-        raise LtError(400, f"Invalid request: {_where(loc, origin, many)}: {err['msg']}") from None
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise LtError(400, f"Invalid request: {_where(loc, origin, many)}: {msg}") from None
     try:
         answer: TranslateResponse = await service.translate(req, disconnected, max_texts=len(sources))
     except RequestValidationError as e:

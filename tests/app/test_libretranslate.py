@@ -5,6 +5,7 @@ compared with the native /translate's for the same input."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import threading
 from collections.abc import Callable
@@ -226,6 +227,12 @@ async def test_detect(client: httpx.AsyncClient) -> None:
     for q, where in (("2024 !", "q"), (["chat", "42"], "q[1]")):
         r = await client.post(f"{LT}/detect", json={"q": q})
         assert (r.status_code, r.json()) == (400, {"error": f"Invalid request: {where} has no letters: there is no language to detect"})  # fmt: skip
+    r = await client.post(
+        f"{LT}/detect", content=b'{"q": "\\ud800 chat"}', headers={"content-type": "application/json"}
+    )
+    assert r.json() == {
+        "error": "Invalid request: q: contains an unpaired UTF-16 surrogate (\\ud800 at character 0)"
+    }
     r = await client.post(f"{LT}/detect", json={})
     assert (r.status_code, r.json()) == (400, {"error": "Invalid request: missing q parameter"})
 
@@ -243,6 +250,9 @@ async def test_detect(client: httpx.AsyncClient) -> None:
         ({"q": "chat", "source": "fr", "target": "en", "alternatives": 16}, 400, "Invalid request: alternatives: Input should be less than or equal to 15"),
         ({"q": 3, "source": "fr", "target": "en"}, 400, "Invalid request: q: Input should be a valid string"),
         ({"q": "chat", "source": "x", "target": "en"}, 400, "Invalid request: source: String should have at least 2 characters"),
+        ({"q": "chat", "source": "fr", "target": "en\ud800"}, 400, "Invalid request: target: Input should be a valid string"),
+        ({"q": ["chat", "\ud800"], "source": "fr", "target": "en"}, 400, "Invalid request: q[1]: contains an unpaired UTF-16 surrogate"),
+        ({"q": ["chat", 3], "source": "fr", "target": "en"}, 400, "Invalid request: q[1]: Input should be a valid string"),
         ({"q": "x" * 2001, "source": "fr", "target": "en"}, 400, "Invalid request: q has 2001 characters, more than the limit (2000)"),
         ({"q": ["a", "x" * 2001], "source": "fr", "target": "en"}, 400, "Invalid request: q[1] has 2001 characters, more than the limit (2000)"),
         ({"q": ["a"] * 65, "source": "fr", "target": "en"}, 400, "Invalid request: q has 65 texts, more than the limit (64)"),
@@ -254,7 +264,8 @@ async def test_detect(client: httpx.AsyncClient) -> None:
 async def test_translate_errors(
     client: httpx.AsyncClient, fields: dict[str, Any], status: int, error: str
 ) -> None:
-    r = await client.post(f"{LT}/translate", json=fields)
+    body = json.dumps(fields)  # ASCII: lone surrogates as escapes
+    r = await client.post(f"{LT}/translate", content=body, headers={"content-type": "application/json"})
     assert r.status_code == status
     assert list(r.json()) == ["error"]
     assert r.json()["error"].startswith(error), r.json()
