@@ -130,20 +130,6 @@ async def test_html_keeps_markup_and_sends_every_text_node_in_one_batch(
     assert r.json() == {"translatedText": f"<div>{esc[3]}</div>", "alternatives": []}
 
 
-def test_html_document_spans() -> None:
-    src = "<P  CLASS=x>\n  Le  chat\n dort.  </P><pre> a\n  b </pre>a < b </> c<b>&eacute;t&eacute;</b>"
-    doc = HtmlDocument(src)
-    # whitespace runs are one space outside <pre>; "a < b </> c" holds markup the parser drops: kept as is
-    assert doc.texts == ["Le chat dort.", "a\n  b", "été"]
-    out = doc.render(["The cat sleeps & <dreams>", "x", "summer\xa0!"])
-    assert out == (
-        "<P  CLASS=x>\n  The cat sleeps &amp; &lt;dreams&gt;  </P><pre> x </pre>a < b </> c<b>summer&nbsp;!</b>"
-    )
-    assert HtmlDocument("").texts == HtmlDocument("<p> 12 </p>").texts == []
-    with pytest.raises(ValueError, match="3 text nodes, 1 translations"):
-        doc.render(["x"])
-
-
 FR, DE = "Le chat dort sur le canapé.", "Der Hund schläft im Garten."
 
 
