@@ -92,35 +92,43 @@ def router(prefix: str) -> APIRouter:
 
 
 async def _fields(request: Request, settings: Settings) -> dict[str, Any]:
-    """The body's fields (JSON object or form; query parameters fill in what it lacks), the key checked."""
-    kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    """The body's fields (JSON object or form; query parameters fill in what it lacks), the key checked
+    first: a body that cannot be read has no key in it, so without one elsewhere that is the answer."""
     fields = _multi(request.query_params.multi_items())
     try:
-        if kind == "application/json" or kind.endswith("+json"):
-            body = await request.body()
-            try:
-                data = json.loads(body)
-            except ValueError as e:
-                raise lt.LtError(400, f"Invalid request: the body is not JSON ({e})") from None
-            if not isinstance(data, dict):
-                raise lt.LtError(400, "Invalid JSON format: the body must be a JSON object")
-            fields |= data
-        elif kind in FORMS:
-            async with request.form() as form:
-                items = list(form.multi_items())
-            if files := [k for k, v in items if isinstance(v, UploadFile)]:
-                raise lt.LtError(400, f"Invalid request: {files[0]} is a file: send text")
-            fields |= _multi(items)
-        elif await request.body():
-            raise lt.LtError(
-                400,
-                f"Invalid request: send the fields as JSON (application/json) or as a form "
-                f"({' or '.join(FORMS)}), not {kind or 'a body without Content-Type'}",
-            )
+        fields |= await _body_fields(request)
     except ClientDisconnect:
         raise ClientDisconnected() from None
+    except (lt.LtError, StarletteHTTPException):  # not JSON, a bad form, a body past APP_MAX_BODY_BYTES
+        _check_key(request, fields, settings)
+        raise
     _check_key(request, fields, settings)
     return fields
+
+
+async def _body_fields(request: Request) -> dict[str, Any]:
+    kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if kind == "application/json" or kind.endswith("+json"):
+        try:
+            data = json.loads(await request.body())
+        except ValueError as e:
+            raise lt.LtError(400, f"Invalid request: the body is not JSON ({e})") from None
+        if not isinstance(data, dict):
+            raise lt.LtError(400, "Invalid JSON format: the body must be a JSON object")
+        return data
+    if kind in FORMS:
+        async with request.form() as form:
+            items = list(form.multi_items())
+        if files := [k for k, v in items if isinstance(v, UploadFile)]:
+            raise lt.LtError(400, f"Invalid request: {files[0]} is a file: send text")
+        return _multi(items)
+    if await request.body():
+        raise lt.LtError(
+            400,
+            f"Invalid request: send the fields as JSON (application/json) or as a form "
+            f"({' or '.join(FORMS)}), not {kind or 'a body without Content-Type'}",
+        )
+    return {}
 
 
 def _multi(items: list[tuple[str, Any]]) -> dict[str, Any]:

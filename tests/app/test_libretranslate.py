@@ -306,9 +306,15 @@ async def test_api_key_in_the_body_or_the_headers(make_settings: Callable[..., S
         assert (r.status_code, r.json()) == (403, {"error": "Invalid API key: this server needs one (api_key, or Authorization: Bearer <key>)"})  # fmt: skip
         r = await client.post(f"{LT}/detect", data={"q": "Le chat dort.", "api_key": "s3cret"})
         assert (r.status_code, r.json()[0]["language"]) == (200, "fr")
-        # the key is checked before the fields: a bad body without the key is a 403
+        # the key is checked before the fields: a bad body without the key is a 403, with it a 400
         r = await client.post(f"{LT}/translate", json={"q": ""})
         assert r.status_code == 403
+        for headers in ({}, {"X-API-Key": "s3cret"}):
+            kind = {"content-type": "application/json"}
+            r = await client.post(f"{LT}/translate", content=b'{"q": ', headers=kind | headers)
+            assert r.status_code == (400 if headers else 403)
+        r = await client.post(f"{LT}/translate?api_key=s3cret", content=b'{"q": ', headers=kind)
+        assert r.status_code == 400  # in the query string, as LibreTranslate reads it too
         # languages and frontend/settings are open, as in LibreTranslate; the native routes keep their 401
         assert (await client.get(f"{LT}/languages")).status_code == 200
         settings = (await client.get(f"{LT}/frontend/settings")).json()
