@@ -9,8 +9,11 @@ so a caller can answer "detected it, it is not served" instead of guessing among
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
 
 FLAG_UNSERVED = 0.9  # min probability of an unserved language to report it (served short texts stay served)
 MAX_CHARS = 500  # the model reads this many characters of a text (its cost is linear in the length)
@@ -32,7 +35,7 @@ def restrict(
     total = sum(p for _, p in kept)
     out = [Detection(lang, p / total if total > 0 else 0.0) for lang, p in kept]
     if flag_unserved and ranking and ranking[0][0] not in languages and ranking[0][1] >= FLAG_UNSERVED:
-        out.insert(0, Detection(ranking[0][0], ranking[0][1]))
+        out.insert(0, Detection(ranking[0][0], min(1.0, ranking[0][1])))  # float32 sums may round above 1
     return out
 
 
@@ -44,6 +47,7 @@ class Py3LangidRanker:
 
         # norm_probs: a softmax over all languages (so restricting them is renormalising, see restrict)
         self._identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+        self.labels = frozenset(self._identifier.labels)
 
     def __call__(self, text: str) -> list[tuple[str, float]]:
         return [(lang, float(p)) for lang, p in self._identifier.rank(text[:MAX_CHARS])]
@@ -57,6 +61,10 @@ class LanguageDetector:
             raise ValueError("LanguageDetector needs at least one language")
         self.languages = frozenset(languages)
         self._rank = Py3LangidRanker()
+        if unknown := sorted(self.languages - self._rank.labels):
+            log.warning(
+                "language identification cannot detect %s: no text is detected as them", ", ".join(unknown)
+            )
 
     def detect(self, text: str) -> list[Detection]:
         """Best first; empty for a text with nothing to go on (no letters at all)."""

@@ -204,9 +204,10 @@ class Registry:
         except NotFound:
             entry = self.entries.get(requested) if requested else None
             served = list(entry.config.source_langs) if entry else self.sources_for(target_lang)
+            who, which = (requested, "its source languages") if requested else ("no model", "served sources")
             raise invalid(
                 loc,
-                f"detected language {best.language!r} (confidence {best.confidence:.2f}) is not served: "
-                f"{requested or 'no model'} translates into {target_lang} from {', '.join(served) or 'none'}",
+                f"detected language {best.language!r} (confidence {best.confidence:.2f}), but {who} translates "
+                f"it into {target_lang} ({which}: {', '.join(served) or 'none'})",
                 "unsupported_language",
             ) from None

@@ -98,6 +98,7 @@ class TranslateRequest(_TextsRequest):
                     "num_hypotheses": 3,
                     "return_scores": True,
                 },
+                {"texts": ["Le chat dort.", "¿Dónde está la estación?"], "source_lang": "auto"},
             ]
         }
     )

@@ -8,6 +8,9 @@ only (en, fr, es, de, ko; app.langid.restrict renormalises a full ranking over t
 /translate's source_lang auto sees, where a text that the candidate confidently puts in an unserved language is
 rejected (app.langid's FLAG_UNSERVED rule; "–": the candidate only knows the served languages). "short" is the
 accuracy on texts of at most 20 characters.
+
+Then /sentiment's routing (sentiment-en or sentiment-ko): app.registry.text_language (any Hangul -> ko) against
+the chosen detector restricted to en and ko, on NSMC test and on the first 60 characters of IMDb test reviews.
 A candidate that is not installed is skipped. Time: one thread, the median of per-text means over 3 runs.
 """
 
@@ -159,6 +162,31 @@ def measure(rank: Ranker, flags: bool, texts: dict[str, list[str]]) -> dict[str,
     return out
 
 
+def sentiment_routing(n: int, data: Path | None) -> None:
+    from app.langid import LanguageDetector
+    from app.registry import text_language
+
+    sets = {
+        "ko": spaced([r.text for r in load_split("nsmc", "test", data)], n),  # type: ignore[union-attr]
+        "en": spaced([r.text[:60] for r in load_split("imdb", "test", data)], n),  # type: ignore[union-attr]
+    }
+    detector = LanguageDetector(["en", "ko"])
+
+    def detected(text: str) -> str:
+        found = [d for d in detector.detect(text) if d.language in ("en", "ko")]
+        return found[0].language if found else "en"
+
+    print("\n| /sentiment routing | nsmc ko | imdb en (60 chars) | ms/text |\n|---|---:|---:|---:|")
+    for name, route in (("Hangul rule (served)", text_language), ("py3langid en/ko", detected)):
+        acc = {lang: sum(route(t) == lang for t in rows) / len(rows) for lang, rows in sets.items()}
+        every = [t for rows in sets.values() for t in rows]
+        start = time.perf_counter()
+        for t in every:
+            route(t)
+        ms = (time.perf_counter() - start) / len(every) * 1e3
+        print(f"| {name} | {100 * acc['ko']:.1f} | {100 * acc['en']:.1f} | {ms:.4f} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=1000, help="texts per language")
@@ -185,6 +213,7 @@ def main(argv: list[str] | None = None) -> None:
         r = measure(rank, flags, texts)
         acc = " | ".join("–" if r[c] != r[c] else f"{100 * r[c]:.1f}" for c in cols)
         print(f"| {name} | {load_s:.2f} | {acc} | {r['ms']:.3f} | {installed_mb(dist):.1f} |")
+    sentiment_routing(args.n, args.data)
 
 
 if __name__ == "__main__":

@@ -62,9 +62,12 @@ def test_restrict_renormalises_and_flags_only_a_confident_other_language() -> No
     assert restrict(weak, {"es"}, flag_unserved=True) == [Detection("es", 1.0)]
 
 
-def test_detector_needs_languages() -> None:
+def test_detector_needs_languages_and_names_those_it_cannot_detect(caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(ValueError, match="at least one language"):
         LanguageDetector([])
+    detector = LanguageDetector(["fr", "xx"])
+    assert "cannot detect xx" in caplog.text
+    assert [d.language for d in detector.detect("Où est la gare ?")] == ["fr"]
 
 
 # --- the API (tests/app/conftest.py: translate-fr-en, translate-multi de -> en/fr, sentiment-en/-ko) -------
@@ -97,7 +100,10 @@ async def test_detect_checks_limits_and_is_in_openapi(client: httpx.AsyncClient)
     r = await client.post("/detect", json={"text": "a" * 100_000})
     assert r.status_code == 422
     assert "characters per text" in r.text
-    assert "/detect" in (await client.get("/openapi.json")).json()["paths"]
+    spec = (await client.get("/openapi.json")).json()
+    assert "/detect" in spec["paths"]
+    assert spec["components"]["schemas"]["DetectRequest"]["examples"]
+    assert spec["components"]["schemas"]["DetectResponse"]["examples"]
 
 
 async def test_translate_auto_detects_and_routes_each_text(client: httpx.AsyncClient) -> None:
@@ -126,11 +132,20 @@ async def test_translate_auto_422_names_the_detected_and_the_served_languages(
     [error] = r.json()["detail"]
     detail = error["msg"]
     assert f"texts[1]: detected language '{lang}'" in detail
-    assert "into en from de, fr" in detail
+    assert "no model translates it into en (served sources: de, fr)" in detail
 
 
 async def test_translate_auto_with_a_model_checks_its_languages(client: httpx.AsyncClient) -> None:
     body = {"text": "Wo ist der Bahnhof?", "source_lang": "auto", "model": "translate-fr-en"}
     r = await client.post("/translate", json=body)
     assert r.status_code == 422
-    assert "translate-fr-en translates into en from fr" in r.text
+    assert "but translate-fr-en translates it into en (its source languages: fr)" in r.text
+
+
+async def test_detect_many_texts_off_the_event_loop_same_answers(client: httpx.AsyncClient) -> None:
+    """More than a few texts detect in a thread (Service.detect): the same answers as one at a time."""
+    texts = [t for lang in ("de", "en", "fr", "ko") for t in SHORT[lang]]
+    many = (await client.post("/detect", json={"texts": texts})).json()["results"]
+    assert [r["language"] for r in many] == [lang for lang in ("de", "en", "fr", "ko") for _ in SHORT[lang]]
+    for text, result in zip(texts[:3], many, strict=False):
+        assert (await client.post("/detect", json={"text": text})).json()["results"] == [result]
