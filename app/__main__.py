@@ -7,6 +7,7 @@ import sys
 
 import uvicorn
 
+from app.logs import configure_logging
 from app.registry import Registry
 from app.settings import SettingsError, load_settings
 from model import CheckpointError
@@ -18,12 +19,13 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:  # the lifespan checks all this again; here it gives a one-line error instead of a traceback
         settings = load_settings()
+        # APP_LOG_FORMAT, APP_LOG_LEVEL, the request id on every record: for uvicorn's loggers too
+        configure_logging(settings.log_format, settings.log_level)
         device = settings.torch_device()
         Registry.discover(settings.check_checkpoint_dir(), device, settings.torch_dtype(device))
     except (SettingsError, CheckpointError) as e:
         log.error("%s", e)
         return 2
-    logging.getLogger().setLevel(settings.log_level.upper())
     from app.main import create_app
 
     uvicorn.run(
@@ -32,7 +34,8 @@ def main() -> int:
         port=settings.port,
         workers=1,
         log_level=settings.log_level,
-        access_log=settings.access_log,
+        log_config=None,  # configured above
+        access_log=False,  # the gate writes the access line (APP_ACCESS_LOG), with the request id
     )
     return 0
 

@@ -12,6 +12,7 @@ batch time. A failing batch fails only its requests.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import math
 import time
@@ -25,6 +26,7 @@ import torch
 
 from app.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
 from app.metrics import Metrics
+from app.request_id import CURRENT, RequestInfo, serving
 
 log = logging.getLogger(__name__)
 I = TypeVar("I")  # noqa: E741 - one item in
@@ -40,6 +42,7 @@ class _Pending(Generic[O]):
     remaining: int
     deadline: float  # loop.time() (monotonic)
     failed: bool = False  # set by the inference thread when one of its batches raised
+    request: RequestInfo | None = None  # its X-Request-ID (batch logs name it); told its model and batch size
 
 
 @dataclass(eq=False, slots=True)
@@ -83,7 +86,9 @@ class InferenceWorkers:
     async def run(self, fn: Callable[..., O], *args: Any) -> O:
         self.busy += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+            # in the caller's context: what the batch logs in the thread names its requests
+            ctx = contextvars.copy_context()
+            return await asyncio.get_running_loop().run_in_executor(self.executor, ctx.run, fn, *args)
         finally:
             self.busy -= 1
             if self.busy < self.workers:
@@ -129,7 +134,10 @@ class Batcher(Generic[I, O]):
         self._wakeup = asyncio.Event()
         self._closing = self._closed = False
         self.stats = BatchStats()
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batcher:{name}")
+        # a context of its own: not that of the request that happened to create it (its request id)
+        self._task = asyncio.get_running_loop().create_task(
+            self._loop(), name=f"batcher:{name}", context=contextvars.Context()
+        )
 
     def __len__(self) -> int:
         """Items waiting: queued here, or in a batch submitted behind a running one."""
@@ -147,7 +155,9 @@ class Batcher(Generic[I, O]):
             )
         loop = asyncio.get_running_loop()
         now = loop.time()
-        pending: _Pending[O] = _Pending(loop.create_future(), [None] * len(payloads), len(payloads), deadline)
+        pending: _Pending[O] = _Pending(
+            loop.create_future(), [None] * len(payloads), len(payloads), deadline, request=CURRENT.get()
+        )
         if not payloads:
             pending.future.set_result([])
         self._queue.extend(_Item(pending, i, p, now) for i, p in enumerate(payloads))
@@ -227,6 +237,7 @@ class Batcher(Generic[I, O]):
         return [self._queue.popleft() for _ in range(n)]
 
     async def _execute_guarded(self, batch: list[_Item]) -> None:
+        serving(item.pending.request for item in batch)  # this task's (and its thread's) logs name them
         try:
             await self._execute(batch)
         except Exception:  # a bug here must not wedge the queue: fail the batch, keep serving
@@ -265,6 +276,8 @@ class Batcher(Generic[I, O]):
                 pending.future.set_exception(DeadlineExceeded("request timed out while queued"))
         for item, out in zip(live, outputs, strict=True):
             pending = item.pending
+            if pending.request is not None:
+                pending.request.ran(self.model, len(live))
             if pending.future.done():  # cancelled while the batch ran: drop its result
                 continue
             pending.results[item.index] = out

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.routing import Mount, Route
 
+from app import __version__
 from app.errors import install_error_handlers
 from app.fastpath import FastPath
 from app.gate import Gate
@@ -22,8 +23,9 @@ from app.settings import Settings, load_settings
 DESCRIPTION = """From-scratch Transformers (sentiment, translation) with cross-request dynamic batching.
 
 Model routes answer 503 until `/ready` is 200, 429 with `Retry-After` when a queue is full, and 504 past
-`APP_REQUEST_TIMEOUT_S`. When `APP_API_KEY` is set, every route but `/health` and `/ready` needs
-`Authorization: Bearer <key>` or `X-API-Key: <key>`. The LibreTranslate-compatible API (`/libretranslate/...`,
+`APP_REQUEST_TIMEOUT_S`. When `APP_API_KEY` is set, every route but `/health`, `/ready`, the API docs
+(`/docs`, `/redoc`, `/openapi.json`: the schema, no data) and the demo page `/` needs `Authorization: Bearer
+<key>` or `X-API-Key: <key>`. The LibreTranslate-compatible API (`/libretranslate/...`,
 APP_LIBRETRANSLATE_PREFIX) also takes the key as LibreTranslate clients send it, in the body (`api_key`); its
 `languages` and `frontend/settings` are open, as in LibreTranslate.
 """
@@ -43,7 +45,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await service.stop()  # ready -> 503, drain the queues, stop the batchers and the thread
 
-    app = FastAPI(title="Transformer serving", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(
+        title="Transformer serving", version=__version__, description=DESCRIPTION, lifespan=lifespan
+    )
     app.state.service = service
     install_error_handlers(app)
     routers = (

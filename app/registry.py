@@ -15,6 +15,7 @@ import torch
 
 from app.errors import NotFound, Unavailable, invalid
 from app.langid import Detection
+from app.schemas import MAX_MODEL_NAME
 from app.settings import ENV_PREFIX, SettingsError
 from model import LoadedModel, ModelConfig, load_checkpoint
 from model.checkpoint import CONFIG, CheckpointError, read_config
@@ -23,6 +24,11 @@ log = logging.getLogger(__name__)
 
 HANGUL = re.compile("[\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff]")
 DATASET_LANGS = {"nsmc": "ko", "imdb": "en"}  # sentiment training sets -> language, when the name has none
+
+
+def shown(name: str, limit: int = 40) -> str:
+    """A requested name as a 404 echoes it: repr, cut to `limit` characters."""
+    return repr(name if len(name) <= limit else name[:limit] + "…")
 
 
 def text_language(text: str) -> str:
@@ -106,6 +112,10 @@ class Registry:
             raise SettingsError(f"{ENV_PREFIX}CHECKPOINT_DIR={root}: directory does not exist")
         entries = []
         for path in sorted(p for p in root.iterdir() if (p / CONFIG).is_file()):
+            if len(path.name) > MAX_MODEL_NAME:  # a request could not name it
+                raise CheckpointError(
+                    f"{path}: a model's name is its directory's, at most {MAX_MODEL_NAME} characters"
+                )
             meta = read_config(path)
             try:
                 cfg = ModelConfig.from_dict(meta["model"])
@@ -150,13 +160,13 @@ class Registry:
         entry = self.entries.get(name)
         if entry is None or entry.task != task:
             loaded = ", ".join(self.names(task)) or "none"
-            raise NotFound(f"model: no {task} model named {name!r} (loaded {task} models: {loaded})")
+            raise NotFound(f"model: no {task} model named {shown(name)} (loaded {task} models: {loaded})")
         return entry
 
     def get_any(self, name: str) -> ModelEntry:
         entry = self.entries.get(name)
         if entry is None:
-            raise NotFound(f"model: no model named {name!r} (loaded models: {', '.join(self.entries)})")
+            raise NotFound(f"model: no model named {shown(name)} (loaded models: {', '.join(self.entries)})")
         return entry
 
     def sentiment_for(self, text: str, requested: str | None) -> str:

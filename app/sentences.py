@@ -2,7 +2,7 @@
 abbreviation lists and fallbacks compiled in; 2 µs a sentence), plus two fixes for what its rules miss.
 
 Chosen by measurement on tests/app/data/sentence_splits.json (bench/sentences.py): sentencex alone passes 43 of the
-51 cases (the regex before it 22, pysbd 44 at 1.6 ms a text, blingfire 46 with a 100 MB wheel). What it misses,
+51 cases (the regex before it 22, pysbd 44 at ~0.5 ms a text, blingfire 46 with a 100 MB wheel). What it misses,
 and the fixes here (each has its cases in the corpus):
 - a break after "?!", "!?" or "…" before a capital ("Quoi ?! Tu plaisantes !"): split there too;
 - a break inside a sentence: a piece that ends with a German ordinal ("im 19. Jahrhundert"), the French "M."
@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 
 from sentencex import segment
+
+from app.schemas import is_blank
 
 _ALSO_ENDS = re.compile(r"(?<=[?!…])(?<![?!…][.])\s+(?=[\"'«„“‘¿¡(\[]?[A-ZÀ-ÖØ-ÞĀ-ſ])")  # ?! or … + capital
 _JOINS_NEXT = {  # language -> a piece ending like this does not end a sentence
@@ -38,11 +40,12 @@ def _chunks(lang: str, line: str) -> list[str]:
 
 
 def split_line(lang: str, line: str) -> list[str]:
-    """One line's sentences, stripped, none empty; a joined sentence keeps the line's own spacing."""
+    """One line's sentences, stripped; none blank (whitespace or characters the models ignore only, see
+    app.schemas.is_blank); a joined sentence keeps the line's own spacing."""
     joins = _JOINS_NEXT.get(lang)
     sentences: list[str] = []  # unstripped
     for chunk in _chunks(lang, line):
-        if not chunk.strip():
+        if is_blank(chunk):
             if sentences:
                 sentences[-1] += chunk
             continue

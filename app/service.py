@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+from app import __version__
 from app.attention_maps import AttentionHandler, AttentionItem
 from app.batching import Batcher, BatcherPool, InferenceWorkers, OnIdle
 from app.errors import DeadlineExceeded, Unavailable, invalid
@@ -62,6 +63,9 @@ class Service:
         if warning := self.settings.dtype_warning(device, dtype):
             log.warning(warning)
         quantize = self.settings.quantize_mode(device, dtype)
+        self.metrics.set_build_info(
+            __version__, str(device), str(dtype).removeprefix("torch."), self.settings.quantize
+        )
         self.registry = Registry.discover(self.settings.check_checkpoint_dir(), device, dtype, quantize)
         self.model_status = dict.fromkeys(self.registry.entries, "loading")
         self.detector = await asyncio.to_thread(LanguageDetector, self.registry.languages)  # 0.1 s

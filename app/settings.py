@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import torch
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.schemas import MAX_TEXTS
@@ -39,11 +39,16 @@ class Settings(BaseSettings):
     max_chars: int = Field(default=2000, ge=1)  # characters per text
     max_body_bytes: int = Field(default=1_048_576, ge=1024)  # request body size; 413 above
     api_key: SecretStr | None = None  # when set: Authorization: Bearer <key> or X-API-Key on model routes
+    # GET /metrics takes APP_API_KEY or this key (a scrape credential that cannot run models); with only this
+    # key set, /metrics alone needs it. metrics_public: /metrics needs no key (e.g. scraped by pod annotations)
+    metrics_api_key: SecretStr | None = None
+    metrics_public: bool = False
     cors_origins: Annotated[list[str], NoDecode] = []  # comma-separated
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
-    access_log: bool = False  # uvicorn's per-request access log (python -m app)
+    log_format: Literal["text", "json"] = "text"  # json: one JSON object per line (app/logs.py)
+    access_log: bool = False  # one log line per request (app.gate.Gate), with its request id and latency
     warmup: bool = True  # one inference per model before /ready turns 200
     # forward passes that run at once, each in its own thread; 0 = auto: 2 on a CPU with 2+ cores (two
     # single-threaded batches side by side beat one batch on two threads), 1 on CUDA
@@ -86,12 +91,34 @@ class Settings(BaseSettings):
             return [o.strip() for o in v.split(",") if o.strip()]
         return v
 
-    @field_validator("api_key", mode="before")
+    @field_validator("api_key", "metrics_api_key", mode="before")
     @classmethod
     def _empty_key_is_none(cls, v: object) -> object:
         return None if isinstance(v, str) and not v.strip() else v
 
-    @field_validator("log_level", mode="before")
+    @field_validator("api_key", "metrics_api_key")
+    @classmethod
+    def _key_can_match(cls, v: SecretStr | None) -> SecretStr | None:
+        """Header values are latin-1 bytes, stripped of surrounding whitespace, without control characters:
+        a key outside printable ASCII could never match. The message never shows the key."""
+        key = "" if v is None else v.get_secret_value()
+        if key != key.strip():
+            raise ValueError("leading or trailing whitespace: no header value can carry it")
+        for i, c in enumerate(key):
+            if not c.isascii():
+                raise ValueError(f"non-ASCII character at position {i}: send keys of printable ASCII")
+            if not c.isprintable():
+                raise ValueError(f"control character at position {i}: send keys of printable ASCII")
+        return v
+
+    @field_validator("metrics_public")
+    @classmethod
+    def _one_way_to_open_metrics(cls, v: bool, info: ValidationInfo) -> bool:
+        if v and info.data.get("metrics_api_key") is not None:
+            raise ValueError(f"leaves /metrics open: unset it or {ENV_PREFIX}METRICS_API_KEY")
+        return v
+
+    @field_validator("log_level", "log_format", mode="before")
     @classmethod
     def _lower(cls, v: object) -> object:
         return v.lower() if isinstance(v, str) else v
@@ -177,6 +204,7 @@ def load_settings() -> Settings:
         lines = []
         for err in e.errors():
             field = str(err["loc"][0]) if err["loc"] else "?"
-            got = "" if field == "api_key" else f" (got {err.get('input')!r})"
-            lines.append(f"{ENV_PREFIX}{field.upper()} ({field}): {err['msg']}{got}")
-        raise SettingsError("invalid settings:\n  " + "\n  ".join(lines)) from None
+            got = "" if field in ("api_key", "metrics_api_key") else f" (got {err.get('input')!r})"
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            lines.append(f"{ENV_PREFIX}{field.upper()} ({field}): {msg}{got}")
+        raise SettingsError("invalid settings: " + "; ".join(lines)) from None  # one log line

@@ -47,8 +47,9 @@ def _pysbd() -> Splitter:
     segmenters: dict[str, pysbd.Segmenter] = {}
 
     def split(lang: str, text: str) -> list[str]:
-        seg = segmenters.setdefault(lang, pysbd.Segmenter(language=lang, clean=False))
-        return [s.strip() for s in seg.segment(text) if s.strip()]
+        if lang not in segmenters:
+            segmenters[lang] = pysbd.Segmenter(language=lang, clean=False)
+        return [s.strip() for s in segmenters[lang].segment(text) if s.strip()]
 
     return split
 

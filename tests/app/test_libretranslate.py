@@ -441,7 +441,8 @@ async def test_native_translate_is_unchanged(client: httpx.AsyncClient) -> None:
 
 
 async def test_body_limit_in_libretranslate_shape(make_settings: Callable[..., Settings]) -> None:
-    """APP_MAX_BODY_BYTES: a declared length (the gate, before routing) or a chunked body (while it streams)."""
+    """APP_MAX_BODY_BYTES: a declared length (the gate, before routing) or a chunked body (while it streams);
+    a compressed body (the gate's 415)."""
 
     async def chunks() -> Any:
         for _ in range(3):
@@ -456,3 +457,5 @@ async def test_body_limit_in_libretranslate_shape(make_settings: Callable[..., S
         assert r.json() == {"error": "request body too large: a longer body, the limit is 2048 bytes (APP_MAX_BODY_BYTES)"}  # fmt: skip
         r = await client.post("/translate", content=b"{" * 3000, headers={"content-type": "application/json"})
         assert (r.status_code, list(r.json())) == (413, ["detail"])  # the native shape is unchanged
+        r = await client.post(f"{LT}/translate", content=b"x", headers=form | {"content-encoding": "gzip"})
+        assert (r.status_code, r.json()) == (415, {"error": "Content-Encoding gzip is not supported: send the body uncompressed"})  # fmt: skip
