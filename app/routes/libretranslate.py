@@ -1,6 +1,7 @@
 """The LibreTranslate API under APP_LIBRETRANSLATE_PREFIX: POST translate and detect, GET languages and
-frontend/settings. Bodies are JSON or forms (urlencoded or multipart), with the API key in the body or in the
-headers; every error is {"error": message}. The mapping onto the service: app/libretranslate.py.
+frontend/settings (suggest and translate_file answer 403, as LibreTranslate with them off). Bodies are JSON
+or forms (urlencoded or multipart), with the API key in the body or in the headers; every error is
+{"error": message}. The mapping onto the service: app/libretranslate.py.
 
 The key is checked here, not by the gate: it may be in the body. languages and frontend/settings are open, as
 in LibreTranslate (clients read them to learn whether a key is needed).
@@ -88,6 +89,17 @@ def router(prefix: str) -> APIRouter:
         """Limits (charLimit, batchLimit), whether a key is required, default languages."""
         return await _answer(lambda: lt.frontend_settings(service))
 
+    # what LibreTranslate answers with suggestions and file translation off (frontend/settings says so)
+    @r.post("/suggest", responses={403: ERRORS[403]})
+    async def suggest() -> JSONResponse:
+        """Not served: 403, as LibreTranslate without --suggestions."""
+        return _error(lt.LtError(403, "Suggestions are disabled on this server."))
+
+    @r.post("/translate_file", responses={403: ERRORS[403]})
+    async def translate_file() -> JSONResponse:
+        """Not served: 403, as LibreTranslate with --disable-files-translation."""
+        return _error(lt.LtError(403, "Files translation are disabled on this server."))
+
     return r
 
 
@@ -174,4 +186,8 @@ async def _answer(work: Callable[[], Any]) -> JSONResponse:
     except Exception as e:
         log.exception("unhandled error in the LibreTranslate API")
         err = lt.LtError(500, f"internal error: {type(e).__name__}")
+    return _error(err)
+
+
+def _error(err: lt.LtError) -> JSONResponse:
     return JSONResponse({"error": err.message}, status_code=err.status, headers=err.headers)

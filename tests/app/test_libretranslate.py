@@ -347,6 +347,14 @@ async def test_languages_and_frontend_settings(client: httpx.AsyncClient) -> Non
     }
 
 
+async def test_suggest_and_files_are_off(client: httpx.AsyncClient) -> None:
+    """As LibreTranslate with them disabled (frontend/settings: suggestions false, filesTranslation false)."""
+    r = await client.post(f"{LT}/suggest", data={"q": "chat", "s": "cat", "source": "fr", "target": "en"})
+    assert (r.status_code, r.json()) == (403, {"error": "Suggestions are disabled on this server."})
+    r = await client.post(f"{LT}/translate_file", files={"file": ("a.txt", b"chat")}, data={"source": "fr"})
+    assert (r.status_code, r.json()) == (403, {"error": "Files translation are disabled on this server."})
+
+
 async def test_queue_full_is_429_with_slowdown(
     monkeypatch: pytest.MonkeyPatch, make_settings: Callable[..., Settings]
 ) -> None:
