@@ -54,3 +54,8 @@ def authorized(scope: Scope, key: bytes) -> bool:
     scheme, _, bearer = first.get(b"authorization", b"").partition(b" ")
     sent = [bearer.lstrip(b" ") if scheme.lower() == b"bearer" else b"", first.get(b"x-api-key", b"")]
     return any(hmac.compare_digest(c, key) for c in sent if c)
+
+
+def matches(sent: str | None, key: bytes) -> bool:
+    """Whether a key sent in a request body (the LibreTranslate API's `api_key`) is `key`. Constant-time."""
+    return bool(sent) and hmac.compare_digest(str(sent).encode(), key)

@@ -3,11 +3,11 @@
 From the outside in: the request id (X-Request-ID on every answer, app/request_id.py), request metrics and
 the access line (every answer counted and timed, labelled by route template), CORS (so that the answers
 given here carry its headers too), then the checks that must come before the body is read: a declared
-Content-Length over APP_MAX_BODY_BYTES is a 413, a request for a route that declares API_KEY without the key
-a 401 (GET /metrics also takes APP_METRICS_API_KEY, or no key with APP_METRICS_PUBLIC). A chunked body is
-counted as it streams (BodyTooLarge once past the limit). An unexpected error becomes a JSON 500 inside CORS
-(Starlette's own 500 handler runs outside every middleware: a browser page would see a network error
-instead).
+Content-Length over APP_MAX_BODY_BYTES is a 413 (413/415/501 as {"error": ...} under the LibreTranslate API's
+prefix), a request for a route that declares API_KEY without the key a 401 (GET /metrics also takes
+APP_METRICS_API_KEY, or no key with APP_METRICS_PUBLIC). A chunked body is counted as it streams (BodyTooLarge
+once past the limit). An unexpected error becomes a JSON 500 inside CORS (Starlette's own 500 handler runs
+outside every middleware: a browser page would see a network error instead).
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -36,6 +38,7 @@ class Gate:
     ) -> None:
         self.app, self.metrics, self.routes = app, metrics, list(routes)
         self.max_body_bytes = settings.max_body_bytes
+        self.lt_prefix = settings.libretranslate_prefix
         self.access_log = settings.access_log
         self.key, self.metrics_key = (
             k.get_secret_value().encode() if k is not None else None
@@ -85,12 +88,10 @@ class Gate:
 
     async def _checked(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (size := declared_length(scope)) is not None and size > self.max_body_bytes:
-            await error_response(BodyTooLarge(self.max_body_bytes, size), "before routing")(
-                scope, receive, send
-            )
+            await self._refuse(BodyTooLarge(self.max_body_bytes, size), scope)(scope, receive, send)
             return
         if (refused := coded_body(scope)) is not None:  # 415 or 501: a body in a coding not decoded here
-            await error_response(refused, "before routing")(scope, receive, send)
+            await self._refuse(refused, scope)(scope, receive, send)
             return
         if (self.key is not None or self.scrape) and not self._allowed(scope):
             await error_response(Unauthorized(), "before routing")(scope, receive, send)
@@ -108,6 +109,13 @@ class Gate:
             if started:  # too late for an error answer: the server closes the connection
                 raise
             await error_response(exc, f"{scope['method']} {scope['path']}")(scope, receive, send)
+
+    def _refuse(self, exc: HTTPException, scope: Scope) -> Response:
+        """The answer to a body refused before routing: {"error": ...} under the LibreTranslate API's prefix
+        (its clients read that), else the native {"detail": ...}."""
+        if self.lt_prefix and scope["path"].startswith(self.lt_prefix + "/"):
+            return JSONResponse({"error": exc.detail}, exc.status_code, exc.headers)
+        return error_response(exc, "before routing")
 
     def _needs_key(self, scope: Scope) -> bool:
         """Whether routing will serve this request with a route that declares API_KEY (path and method)."""

@@ -16,7 +16,7 @@ from app.errors import install_error_handlers
 from app.fastpath import FastPath
 from app.gate import Gate
 from app.metrics import Metrics
-from app.routes import attention, demo, detect, sentiment, system, translate
+from app.routes import attention, demo, detect, libretranslate, sentiment, system, translate
 from app.service import Service
 from app.settings import Settings, load_settings
 
@@ -25,7 +25,9 @@ DESCRIPTION = """From-scratch Transformers (sentiment, translation) with cross-r
 Model routes answer 503 until `/ready` is 200, 429 with `Retry-After` when a queue is full, and 504 past
 `APP_REQUEST_TIMEOUT_S`. When `APP_API_KEY` is set, every route but `/health`, `/ready`, the API docs
 (`/docs`, `/redoc`, `/openapi.json`: the schema, no data) and the demo page `/` needs `Authorization: Bearer
-<key>` or `X-API-Key: <key>`.
+<key>` or `X-API-Key: <key>`. The LibreTranslate-compatible API (`/libretranslate/...`,
+APP_LIBRETRANSLATE_PREFIX) also takes the key as LibreTranslate clients send it, in the body (`api_key`); its
+`languages` and `frontend/settings` are open, as in LibreTranslate.
 """
 
 
@@ -56,6 +58,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         detect.router,
         attention.router,
     )
+    if settings.libretranslate_prefix:  # the LibreTranslate API, e.g. /libretranslate/translate
+        routers += (libretranslate.router(settings.libretranslate_prefix),)
     for router in routers:
         app.include_router(router)
     demo.install(app)  # GET / and /static, public: the page is where the API key is entered

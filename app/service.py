@@ -184,10 +184,14 @@ class Service:
             return [detector.detect(t) for t in texts]
         return await asyncio.to_thread(lambda: [detector.detect(t) for t in texts])
 
-    async def translate(self, req: TranslateRequest, disconnected: Disconnected = None) -> TranslateResponse:
-        """Texts grouped by model (one group unless source_lang is auto and the texts' languages differ)."""
+    async def translate(
+        self, req: TranslateRequest, disconnected: Disconnected = None, *, max_texts: int | None = None
+    ) -> TranslateResponse:
+        """Texts grouped by model (one group unless source_lang is auto and the texts' languages differ).
+        max_texts: instead of APP_MAX_TEXTS (the LibreTranslate API sends the text nodes of HTML documents
+        whose count it has checked)."""
         registry, texts, field = self._registry(), req.items, req.field
-        self._check_texts(texts, field)
+        self._check_texts(texts, field, max_texts)
         detected = await self.detect(texts, field) if req.source_lang == AUTO else None
         if detected is None:
             groups = {
@@ -296,11 +300,11 @@ class Service:
 
     # --- helpers --------------------------------------------------------------------------------------
 
-    def _check_texts(self, texts: Sequence[str], field: str) -> None:
+    def _check_texts(self, texts: Sequence[str], field: str, max_texts: int | None = None) -> None:
         """Limits from settings (422 naming the field, the limit and the value)."""
         s = self.settings
-        if len(texts) > s.max_texts:
-            raise invalid((field,), f"at most {s.max_texts} texts per request (got {len(texts)})", "too_long")
+        if len(texts) > (limit := max_texts or s.max_texts):
+            raise invalid((field,), f"at most {limit} texts per request (got {len(texts)})", "too_long")
         for i, text in enumerate(texts):
             if len(text) > s.max_chars:
                 loc = (field,) if field != "texts" else (field, i)

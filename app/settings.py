@@ -57,6 +57,8 @@ class Settings(BaseSettings):
     # intra-op threads per worker; 0 = auto: on CPU the cores left after one for the event loop, shared by
     # the workers (at least 1 each); on CUDA torch's default
     torch_threads: int = Field(default=0, ge=0)
+    # the LibreTranslate-compatible API (app/routes/libretranslate.py) under this path; "" = not served
+    libretranslate_prefix: str = "/libretranslate"
     fast_path: bool = True  # JSON POST routes skip FastAPI's per-request machinery (app/fastpath.py)
     # classifier batches run as one TorchScript graph (model.inference.compile_classifier), translators'
     # encoder and decoder step as traced graphs (Translator.trace)
@@ -74,6 +76,16 @@ class Settings(BaseSettings):
         v = v.strip().lower()
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", v):
             raise ValueError(f"must be auto, cpu, cuda or cuda:N, got {v!r}")
+        return v
+
+    @field_validator("libretranslate_prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        v = v.strip()
+        if v and not re.fullmatch(r"(/[A-Za-z0-9._~-]+)+", v):
+            raise ValueError(
+                f'must be "" (off) or a path such as /libretranslate, without a trailing /, got {v!r}'
+            )
         return v
 
     @field_validator("cors_origins", mode="before")
