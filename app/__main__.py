@@ -1,4 +1,5 @@
-"""python -m app: one uvicorn worker (the batcher lives in the process) on APP_HOST:APP_PORT."""
+"""python -m app: one uvicorn worker (the batcher lives in the process) on APP_HOST:APP_PORT, with the
+connection limits of app/connections.py (the image, compose and Kubernetes all run this)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 
 import uvicorn
 
+from app.connections import raise_fd_limit, server_options
 from app.logs import configure_logging
 from app.registry import Registry
 from app.settings import SettingsError, load_settings
@@ -23,6 +25,7 @@ def main() -> int:
         configure_logging(settings.log_format, settings.log_level)
         device = settings.torch_device()
         Registry.discover(settings.check_checkpoint_dir(), device, settings.torch_dtype(device))
+        raise_fd_limit(settings.max_connections)
     except (SettingsError, CheckpointError) as e:
         log.error("%s", e)
         return 2
@@ -36,6 +39,7 @@ def main() -> int:
         log_level=settings.log_level,
         log_config=None,  # configured above
         access_log=False,  # the gate writes the access line (APP_ACCESS_LOG), with the request id
+        **server_options(settings),  # timeouts, head limits, connection cap, bounded shutdown
     )
     return 0
 

@@ -1,0 +1,366 @@
+"""Connection limits for `python -m app`: uvicorn's httptools protocol plus what it lacks.
+
+uvicorn (0.54, httptools) gives a keep-alive timeout (armed only after a response), a graceful-shutdown timeout
+and `limit_concurrency` (checked only once a request's headers are complete, so connections that never finish
+their headers hold a file descriptor forever). This subclass adds, per connection:
+
+- a head deadline: the request line and headers within APP_HEADER_TIMEOUT_S of the connection (or of the first
+  byte of a next request on a kept-alive one); an idle new connection is closed, a partial head gets 408;
+- a body deadline: the whole body within APP_BODY_TIMEOUT_S of the headers, else 408 and close;
+- head size and count limits (APP_MAX_HEADER_BYTES, APP_MAX_HEADERS): 431 and close. Checked before each read
+  is fed to the parser: httptools concatenates a header split over many reads (`bytes +=` per read,
+  quadratic), and uvicorn its URL the same way;
+- a connection cap (APP_MAX_CONNECTIONS): past it, a new connection closes the connection that has waited
+  longest for a request (idle, partial head or kept-alive: a slow client, never one with a request in
+  progress); with none to close, the new one is refused: GET /health and /ready are still answered, anything
+  else gets a 503 naming the limit, and a connection that sends no request head within a second is closed.
+  At most REFUSAL_SLOTS refused connections wait at once, the rest are closed at once, so the process never
+  holds more than max_connections + refusal_slots client sockets;
+- a bounded shutdown: uvicorn waits for in-flight requests up to APP_SHUTDOWN_TIMEOUT_S (then cancels them);
+  requests still unanswered just before that (a stalled body, say) get a 503 and are closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import weakref
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from app.settings import ENV_PREFIX, Settings, SettingsError
+
+PROBE_PATHS = frozenset({"/health", "/ready"})  # answered on refused connections too: probes stay truthful
+REFUSAL_GRACE_S = 1.0  # a refused connection's time to send its request head (then the 503 can be read)
+# at shutdown, requests still unanswered this long before APP_SHUTDOWN_TIMEOUT_S get a 503 and are closed, so
+# that their tasks end on a disconnect instead of being cancelled by uvicorn at the timeout
+STRAGGLER_MARGIN_S = 0.5
+# after an answer given without the app (408, 431, 503), what the client still sends is read and dropped for
+# this long before closing: closing with unread data would reset the connection and could destroy the answer
+LINGER_S = 1.0
+FD_RESERVE = 256  # descriptors besides client sockets: checkpoints, pipes, threads' files, the listener
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    header_timeout_s: float
+    body_timeout_s: float
+    max_header_bytes: int
+    max_headers: int
+    max_connections: int
+    shutdown_timeout_s: float
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> ConnectionLimits:
+        return cls(
+            s.header_timeout_s,
+            s.body_timeout_s,
+            s.max_header_bytes,
+            s.max_headers,
+            s.max_connections,
+            s.shutdown_timeout_s,
+        )
+
+    @property
+    def refusal_slots(self) -> int:
+        """Refused connections that may wait for their request head at once (past the cap)."""
+        return max(16, self.max_connections // 32)
+
+
+class Rejected(Exception):
+    """Raised from a parser callback: answer `status` with `message` and close."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Registry:
+    """Per server: connections waiting for a request, oldest first (the ones to close when full)."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[LimitedHttpToolsProtocol, None] = {}  # insertion order = since when it waits
+        self.refused = 0
+
+    def wait(self, conn: LimitedHttpToolsProtocol) -> None:
+        self.waiting.pop(conn, None)
+        self.waiting[conn] = None
+
+    def busy(self, conn: LimitedHttpToolsProtocol) -> None:
+        self.waiting.pop(conn, None)
+
+    def evict(self) -> bool:
+        """Close the connection that has waited longest for a request -> whether there was one."""
+        while self.waiting:
+            conn = next(iter(self.waiting))
+            del self.waiting[conn]
+            if not conn.transport.is_closing():
+                conn.transport.close()
+                return True
+        return False
+
+
+_registries: weakref.WeakKeyDictionary[ServerState, Registry] = weakref.WeakKeyDictionary()
+
+
+class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's HttpToolsProtocol with deadlines, head limits and a connection cap (`limits`, set by
+    `protocol_class`)."""
+
+    limits: ClassVar[ConnectionLimits]
+
+    def __init__(
+        self,
+        config: Any,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.registry = _registries.setdefault(server_state, Registry())
+        # waiting for: a request (idle), the rest of its head, its body, the app's answer
+        self.phase: Literal["idle", "head", "body", "app", "closing"] = "idle"
+        self.deadline: asyncio.TimerHandle | None = None
+        self.head_begun = False  # a byte of the current request head has arrived
+        self.head_bytes = 0  # bytes of whole reads fed while one head was in progress (the parser's buffer)
+        self.head_size = 0  # bytes of the URL and complete header fields parsed so far (exact)
+        self.head_count = 0
+        self.heads = 0  # request heads completed on this connection
+        self.refused = False
+
+    # --- connection admission -------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)  # joins server_state.connections
+        limits = self.limits
+        if len(self.connections) > limits.max_connections and not self.registry.evict():
+            if self.registry.refused >= limits.refusal_slots:
+                transport.close()
+                return
+            self.refused = True
+            self.registry.refused += 1
+            self.app = self._refusing_app
+        else:
+            self.registry.wait(self)  # refused ones are not evicted: they get their second to read the 503
+        self._arm(REFUSAL_GRACE_S if self.refused else limits.header_timeout_s, self._head_timed_out)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self.registry.busy(self)
+        if self.refused:
+            self.refused = False
+            self.registry.refused -= 1
+        super().connection_lost(exc)
+
+    async def _refusing_app(self, scope: Any, receive: Any, send: Any) -> None:
+        """The ASGI app of a connection accepted past the cap: probes are served, the rest get a 503."""
+        if scope["method"] in ("GET", "HEAD") and scope["path"] in PROBE_PATHS:
+            await self.config.loaded_app(scope, receive, send)
+            return
+        body = _detail(
+            f"too many connections: the server holds its limit of {self.limits.max_connections} "
+            f"({ENV_PREFIX}MAX_CONNECTIONS) busy with requests; retry shortly"
+        )
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        headers += [(b"retry-after", b"1"), (b"connection", b"close")]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    # --- deadlines ------------------------------------------------------------------------------------
+
+    def _arm(self, seconds: float, expired: Any) -> None:
+        self._disarm()
+        self.deadline = self.loop.call_later(seconds, expired)
+
+    def _disarm(self) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline = None
+
+    def _head_timed_out(self) -> None:
+        self.deadline = None
+        if self.transport.is_closing():
+            return
+        if not self.head_begun:  # nothing sent: no request to answer
+            self.transport.close()
+            return
+        seconds = REFUSAL_GRACE_S if self.refused else self.limits.header_timeout_s
+        self._reply(408, f"request headers not received within {seconds:g} s ({ENV_PREFIX}HEADER_TIMEOUT_S)")
+
+    def _body_timed_out(self) -> None:
+        self.deadline = None
+        if self.transport.is_closing():
+            return
+        if self.flow.read_paused:  # we stopped reading (the app has not taken the body yet): not the client
+            self._arm(self.limits.body_timeout_s, self._body_timed_out)
+            return
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_started:
+            cycle.disconnected = True  # the app's receive() returns http.disconnect, its sends are dropped
+            cycle.message_event.set()
+            seconds = self.limits.body_timeout_s
+            self._reply(408, f"request body not received within {seconds:g} s ({ENV_PREFIX}BODY_TIMEOUT_S)")
+        else:
+            self.transport.close()
+
+    def shutdown(self) -> None:
+        super().shutdown()  # idle or partial head: closed now; a request in progress: closed once answered
+        if not self.transport.is_closing():
+            grace = max(0.0, self.limits.shutdown_timeout_s - STRAGGLER_MARGIN_S)
+            self.loop.call_later(grace, self._straggler)
+
+    def _straggler(self) -> None:
+        """Still sending its request or waiting for its answer when the shutdown timeout nears: 503, close."""
+        if self.transport.is_closing():
+            return
+        self._disarm()
+        if self.cycle is not None and not self.cycle.response_started:
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+            timeout = self.limits.shutdown_timeout_s
+            self._reply(503, f"the server is shutting down ({ENV_PREFIX}SHUTDOWN_TIMEOUT_S={timeout:g} s)")
+        else:
+            self.transport.close()
+
+    def _reply(self, status: int, message: str) -> None:
+        """Answer without the app (no request to hand it, or a broken one) and close."""
+        body = _detail(message)
+        head = [STATUS_LINE[status]]
+        for name, value in self.server_state.default_headers:
+            head += [name, b": ", value, b"\r\n"]
+        head += [b"content-type: application/json\r\ncontent-length: ", str(len(body)).encode(), b"\r\n"]
+        head += [b"connection: close\r\n\r\n", body]
+        self.transport.write(b"".join(head))
+        self.phase = "closing"
+        self._disarm()
+        self.registry.busy(self)
+        self.flow.resume_reading()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()  # after the answer; the client sees its end and closes
+        self.deadline = self.loop.call_later(LINGER_S, self.transport.close)
+
+    # --- reading --------------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self.phase == "closing":
+            return
+        self._unset_keepalive_if_required()
+        head = self.phase in ("idle", "head")
+        if head:
+            if self.deadline is None:  # the first byte after a kept-alive response
+                self._arm(self.limits.header_timeout_s, self._head_timed_out)
+            if self.head_bytes > self.limits.max_header_bytes:  # before the parser copies it again
+                self._reply(431, self._too_large())
+                return
+        heads = self.heads
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._unsupported_upgrade_warning()  # served without websockets (ws="none")
+        except httptools.HttpParserError as e:
+            if isinstance(e.__context__, Rejected):
+                self._reply(e.__context__.status, str(e.__context__))
+            else:
+                self.logger.warning("Invalid HTTP request received.")
+                self.send_400_response("Invalid HTTP request received.")
+            return
+        if head and self.phase == "head" and self.heads == heads:  # the same head is still in progress
+            self.head_bytes += len(data)
+
+    def _too_large(self) -> str:
+        limit = self.limits.max_header_bytes
+        return f"request line and headers too large: over {limit} bytes ({ENV_PREFIX}MAX_HEADER_BYTES)"
+
+    # parser callbacks (uvicorn's, with the limits checked as each part arrives)
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.phase, self.head_begun = "head", True
+        self.head_size = self.head_count = 0
+
+    def on_url(self, url: bytes) -> None:
+        self.head_size += len(url)
+        if self.head_size > self.limits.max_header_bytes:
+            raise Rejected(431, self._too_large())
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.head_size += len(name) + len(value) + 4  # ": " and CRLF
+        self.head_count += 1
+        if self.head_size > self.limits.max_header_bytes:
+            raise Rejected(431, self._too_large())
+        if self.head_count > self.limits.max_headers:
+            limit = self.limits.max_headers
+            raise Rejected(431, f"too many header fields: over {limit} ({ENV_PREFIX}MAX_HEADERS)")
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self.registry.busy(self)
+        self.phase, self.head_begun, self.head_bytes = "body", False, 0
+        self.heads += 1
+        self._arm(self.limits.body_timeout_s, self._body_timed_out)
+        super().on_headers_complete()
+        if self.refused:
+            self.cycle.keep_alive = False
+
+    def on_message_complete(self) -> None:
+        if self.phase == "body":
+            self._disarm()
+            self.phase = "app"
+            if self.cycle.response_complete:  # answered before its body was read (401, 413): idle now
+                self._idle()
+                self.timeout_keep_alive_task = self.loop.call_later(
+                    self.timeout_keep_alive, self.timeout_keep_alive_handler
+                )
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # starts a pipelined request, or arms uvicorn's keep-alive timeout
+        if self.phase == "app" and not self.transport.is_closing() and self.cycle.response_complete:
+            self._idle()
+
+    def _idle(self) -> None:
+        """Between requests: uvicorn's keep-alive timeout runs; the head deadline starts with a first byte."""
+        self.phase = "idle"
+        self._disarm()
+        self.registry.wait(self)
+
+
+def _detail(message: str) -> bytes:
+    return json.dumps({"detail": message}).encode()
+
+
+def protocol_class(limits: ConnectionLimits) -> type[LimitedHttpToolsProtocol]:
+    """The protocol class for `uvicorn.Config(http=...)`, bound to `limits`."""
+    return type("LimitedHttpToolsProtocol", (LimitedHttpToolsProtocol,), {"limits": limits})
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn.run keyword arguments that apply the connection settings."""
+    return {
+        "http": protocol_class(ConnectionLimits.from_settings(settings)),
+        "ws": "none",  # no websocket routes: an Upgrade must not move a connection out of these limits
+        "timeout_keep_alive": settings.keepalive_timeout_s,
+        "timeout_graceful_shutdown": settings.shutdown_timeout_s,
+    }
+
+
+def raise_fd_limit(max_connections: int) -> int:
+    """Make room for max_connections client sockets: raise the soft RLIMIT_NOFILE towards the hard one if
+    needed -> the soft limit. SettingsError if the hard limit is too low."""
+    limits = ConnectionLimits(1, 1, 1, 1, max_connections, 1)
+    need = max_connections + limits.refusal_slots + FD_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        if hard != resource.RLIM_INFINITY and hard < need:
+            raise SettingsError(
+                f"{ENV_PREFIX}MAX_CONNECTIONS={max_connections} needs {need} file descriptors, but the limit "
+                f"is {hard} (ulimit -Hn): lower {ENV_PREFIX}MAX_CONNECTIONS or raise the limit"
+            )
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        soft = need
+    return soft
