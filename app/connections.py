@@ -1,23 +1,18 @@
-"""Connection limits for `python -m app`: uvicorn's httptools protocol plus what it lacks.
+"""Connection limits for `python -m app`: uvicorn's httptools protocol plus what uvicorn (0.54) lacks.
 
-uvicorn (0.54, httptools) gives a keep-alive timeout (armed only after a response), a graceful-shutdown timeout
-and `limit_concurrency` (checked only once a request's headers are complete, so connections that never finish
-their headers hold a file descriptor forever). This subclass adds, per connection:
+uvicorn arms its keep-alive timeout only after a response, and checks `limit_concurrency` only once a head is
+complete: a connection that never finishes its head holds a descriptor forever. This subclass adds:
 
-- a head deadline: the request line and headers within APP_HEADER_TIMEOUT_S of the connection (or of the first
-  byte of a next request on a kept-alive one); an idle new connection is closed, a partial head gets 408;
-- a body deadline: the whole body within APP_BODY_TIMEOUT_S of the headers, else 408 and close;
-- head size and count limits (APP_MAX_HEADER_BYTES, APP_MAX_HEADERS): 431 and close. Checked before each read
-  is fed to the parser: httptools concatenates a header split over many reads (`bytes +=` per read,
-  quadratic), and uvicorn its URL the same way;
-- a connection cap (APP_MAX_CONNECTIONS): past it, a new connection closes the connection that has waited
-  longest for a request (idle, partial head or kept-alive: a slow client, never one with a request in
-  progress); with none to close, the new one is refused: GET /health and /ready are still answered, anything
-  else gets a 503 naming the limit, and a connection that sends no request head within a second is closed.
-  At most REFUSAL_SLOTS refused connections wait at once, the rest are closed at once, so the process never
-  holds more than max_connections + refusal_slots client sockets;
-- a bounded shutdown: uvicorn waits for in-flight requests up to APP_SHUTDOWN_TIMEOUT_S (then cancels them);
-  requests still unanswered just before that (a stalled body, say) get a 503 and are closed.
+- deadlines: the request head within APP_HEADER_TIMEOUT_S of connecting (or of a next request's first byte;
+  an idle connection is closed, a partial head gets 408), the whole body within APP_BODY_TIMEOUT_S of the head;
+- APP_MAX_HEADER_BYTES and APP_MAX_HEADERS (431), checked before each read reaches the parser: httptools
+  concatenates a header split over many reads (`bytes +=` per read, quadratic), uvicorn its URL likewise;
+- APP_MAX_CONNECTIONS: past it a new connection closes the one that has waited longest for a request (idle or
+  sending its head; never one with a request in progress). With none to close it is refused: GET /health and
+  /ready are answered, the rest get 503, and it has a second to send its head. At most `refusal_slots` wait
+  so, more are closed at once: never more than max_connections + refusal_slots client sockets;
+- on shutdown, requests still unanswered just before APP_SHUTDOWN_TIMEOUT_S (uvicorn's
+  timeout_graceful_shutdown) get a 503 and are closed.
 """
 
 from __future__ import annotations
@@ -66,10 +61,10 @@ class ConnectionLimits:
             s.shutdown_timeout_s,
         )
 
-    @property
-    def refusal_slots(self) -> int:
-        """Refused connections that may wait for their request head at once (past the cap)."""
-        return max(16, self.max_connections // 32)
+
+def refusal_slots(max_connections: int) -> int:
+    """Refused connections that may wait for their request head at once (past the cap)."""
+    return max(16, max_connections // 32)
 
 
 class Rejected(Exception):
@@ -139,7 +134,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(transport)  # joins server_state.connections
         limits = self.limits
         if len(self.connections) > limits.max_connections and not self.registry.evict():
-            if self.registry.refused >= limits.refusal_slots:
+            if self.registry.refused >= refusal_slots(limits.max_connections):
                 transport.close()
                 return
             self.refused = True
@@ -162,14 +157,15 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if scope["method"] in ("GET", "HEAD") and scope["path"] in PROBE_PATHS:
             await self.config.loaded_app(scope, receive, send)
             return
-        body = _detail(
-            f"too many connections: the server holds its limit of {self.limits.max_connections} "
-            f"({ENV_PREFIX}MAX_CONNECTIONS) busy with requests; retry shortly"
-        )
+        body = _detail(self._too_many())
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         headers += [(b"retry-after", b"1"), (b"connection", b"close")]
         await send({"type": "http.response.start", "status": 503, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+    def _too_many(self) -> str:
+        limit = self.limits.max_connections
+        return f"too many connections: all {limit} ({ENV_PREFIX}MAX_CONNECTIONS) have a request in progress; retry"
 
     # --- deadlines ------------------------------------------------------------------------------------
 
@@ -189,7 +185,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if not self.head_begun:  # nothing sent: no request to answer
             self.transport.close()
             return
-        seconds = REFUSAL_GRACE_S if self.refused else self.limits.header_timeout_s
+        if self.refused:
+            self._reply(503, self._too_many())
+            return
+        seconds = self.limits.header_timeout_s
         self._reply(408, f"request headers not received within {seconds:g} s ({ENV_PREFIX}HEADER_TIMEOUT_S)")
 
     def _body_timed_out(self) -> None:
@@ -223,12 +222,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.cycle.disconnected = True
             self.cycle.message_event.set()
             timeout = self.limits.shutdown_timeout_s
-            self._reply(503, f"the server is shutting down ({ENV_PREFIX}SHUTDOWN_TIMEOUT_S={timeout:g} s)")
+            message = f"the server is shutting down ({ENV_PREFIX}SHUTDOWN_TIMEOUT_S={timeout:g} s)"
+            self._reply(503, message, linger=STRAGGLER_MARGIN_S / 2)  # gone before uvicorn's timeout
         else:
             self.transport.close()
 
-    def _reply(self, status: int, message: str) -> None:
-        """Answer without the app (no request to hand it, or a broken one) and close."""
+    def _reply(self, status: int, message: str, linger: float = LINGER_S) -> None:
+        """Answer without the app (no request to hand it, or a broken one), then close after `linger` s."""
         body = _detail(message)
         head = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:
@@ -242,7 +242,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.flow.resume_reading()
         if self.transport.can_write_eof():
             self.transport.write_eof()  # after the answer; the client sees its end and closes
-        self.deadline = self.loop.call_later(LINGER_S, self.transport.close)
+        self.deadline = self.loop.call_later(linger, self.transport.close)
 
     # --- reading --------------------------------------------------------------------------------------
 
@@ -352,8 +352,7 @@ def server_options(settings: Settings) -> dict[str, Any]:
 def raise_fd_limit(max_connections: int) -> int:
     """Make room for max_connections client sockets: raise the soft RLIMIT_NOFILE towards the hard one if
     needed -> the soft limit. SettingsError if the hard limit is too low."""
-    limits = ConnectionLimits(1, 1, 1, 1, max_connections, 1)
-    need = max_connections + limits.refusal_slots + FD_RESERVE
+    need = max_connections + refusal_slots(max_connections) + FD_RESERVE
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < need:
         if hard != resource.RLIM_INFINITY and hard < need:

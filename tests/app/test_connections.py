@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.connections import ConnectionLimits, raise_fd_limit
+from app.connections import raise_fd_limit, refusal_slots
 from app.settings import REPO_ROOT, SettingsError
 from bench.server import free_port, server_env, stop, wait_ready
 
@@ -274,12 +274,16 @@ def test_past_the_cap_with_every_connection_busy_probes_pass_and_others_get_503(
                 sock.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: t\r\n\r\n")
                 data, _ = read_until_closed(sock)  # answered, then closed
             assert data.startswith(b"HTTP/1.1 200 "), data
+        with capped.connect() as sock:  # a refused one gets a second for its head
+            sock.sendall(b"GET /health HTTP/1.1\r\n")
+            data, took = read_until_closed(sock)
+        assert data.startswith(b"HTTP/1.1 503 "), data
+        assert 0.9 < took < 3
         # refused connections that send nothing wait 1 s at most, and only so many at once
         base = capped.fds()
         waiting = [capped.connect() for _ in range(60)]
         time.sleep(0.3)
-        limits = ConnectionLimits(1, 1, 1, 1, 16, 1)
-        assert capped.fds() <= base + limits.refusal_slots
+        assert capped.fds() <= base + refusal_slots(16)
         time.sleep(1.2)
         assert capped.fds() <= base
         for sock in waiting:
