@@ -1,7 +1,7 @@
 """A slow-connection flood beside real clients, with the connection limits off and on, as a markdown table.
 
   python -m bench.slow_clients [--checkpoint-dir checkpoints] [--slow 5000] [--clients 64] [--duration 30]
-                               [--server-fds 4096] [--only limits|no-limits] [--set APP_X=value ...]
+                               [--server-fds 4096] [--only limits|no-limits | --no-limits] [--set APP_X=value ...]
 
 Per run it starts the server on a free 127.0.0.1 port with its descriptors capped at --server-fds (soft and
 hard, as a container's `ulimit -n`): `no-limits` is plain `uvicorn app.main:app` (uvicorn's defaults: no
@@ -254,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reconnect-delay", type=float, default=1.0, help="s before a closed one is reopened")
     p.add_argument("--server-fds", type=int, default=4096, help="the server's RLIMIT_NOFILE (soft = hard)")
     p.add_argument("--only", choices=["limits", "no-limits"], help="one run instead of both")
+    p.add_argument(
+        "--no-limits", dest="only", action="store_const", const="no-limits", help="= --only no-limits"
+    )
     p.add_argument("--set", nargs="*", default=[], metavar="APP_X=VALUE", help="server settings, both runs")
     args = p.parse_args(argv)
     extra = dict(kv.split("=", 1) for kv in args.set)
