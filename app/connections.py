@@ -229,6 +229,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def _reply(self, status: int, message: str, linger: float = LINGER_S) -> None:
         """Answer without the app (no request to hand it, or a broken one), then close after `linger` s."""
+        if self.phase in ("idle", "head") and self.cycle is not None and not self.cycle.response_complete:
+            self.transport.close()  # a pipelined head behind an unanswered request: no answer can come first
+            return
         body = _detail(message)
         head = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:
@@ -251,12 +254,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._unset_keepalive_if_required()
         head = self.phase in ("idle", "head")
-        if head:
-            if self.deadline is None:  # the first byte after a kept-alive response
-                self._arm(self.limits.header_timeout_s, self._head_timed_out)
-            if self.head_bytes > self.limits.max_header_bytes:  # before the parser copies it again
-                self._reply(431, self._too_large())
-                return
+        if head and self.head_bytes > self.limits.max_header_bytes:  # before the parser copies it again
+            self._reply(431, self._too_large())
+            return
         heads = self.heads
         try:
             self.parser.feed_data(data)
@@ -281,6 +281,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self.phase, self.head_begun = "head", True
         self.head_size = self.head_count = 0
+        if self.deadline is None:  # a request after a kept-alive answer, or pipelined behind one
+            self._arm(self.limits.header_timeout_s, self._head_timed_out)
 
     def on_url(self, url: bytes) -> None:
         self.head_size += len(url)
