@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import resource
 import weakref
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -28,7 +27,8 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from app.settings import ENV_PREFIX, Settings, SettingsError
+from app.metrics import Metrics
+from app.settings import ENV_PREFIX, Settings
 
 PROBE_PATHS = frozenset({"/health", "/ready"})  # answered on refused connections too: probes stay truthful
 REFUSAL_GRACE_S = 1.0  # a refused connection's time to send its request head (then the 503 can be read)
@@ -38,7 +38,6 @@ STRAGGLER_MARGIN_S = 0.5
 # after an answer given without the app (408, 431, 503), what the client still sends is read and dropped for
 # this long before closing: closing with unread data would reset the connection and could destroy the answer
 LINGER_S = 1.0
-FD_RESERVE = 256  # descriptors besides client sockets: checkpoints, pipes, threads' files, the listener
 
 
 @dataclass(frozen=True)
@@ -70,9 +69,9 @@ def refusal_slots(max_connections: int) -> int:
 class Rejected(Exception):
     """Raised from a parser callback: answer `status` with `message` and close."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, reason: str) -> None:
         super().__init__(message)
-        self.status = status
+        self.status, self.reason = status, reason
 
 
 class Registry:
@@ -108,6 +107,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     `protocol_class`)."""
 
     limits: ClassVar[ConnectionLimits]
+    metrics: ClassVar[Metrics | None] = None  # connections_cut{reason} counts what the limits cut
 
     def __init__(
         self,
@@ -133,14 +133,18 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)  # joins server_state.connections
         limits = self.limits
-        if len(self.connections) > limits.max_connections and not self.registry.evict():
+        full = len(self.connections) > limits.max_connections
+        if full and self.registry.evict():
+            self._cut("evicted")
+        elif full:
+            self._cut("refused")
             if self.registry.refused >= refusal_slots(limits.max_connections):
                 transport.close()
                 return
             self.refused = True
             self.registry.refused += 1
             self.app = self._refusing_app
-        else:
+        if not self.refused:
             self.registry.wait(self)  # refused ones are not evicted: they get their second to read the 503
         self._arm(REFUSAL_GRACE_S if self.refused else limits.header_timeout_s, self._head_timed_out)
 
@@ -163,6 +167,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         await send({"type": "http.response.start", "status": 503, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
+    def _cut(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.connections_cut.labels(reason).inc()
+
     def _too_many(self) -> str:
         limit = self.limits.max_connections
         return f"too many connections: all {limit} ({ENV_PREFIX}MAX_CONNECTIONS) have a request in progress; retry"
@@ -182,6 +190,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.deadline = None
         if self.transport.is_closing():
             return
+        self._cut("header_timeout")
         if not self.head_begun:  # nothing sent: no request to answer
             self.transport.close()
             return
@@ -198,6 +207,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.flow.read_paused:  # we stopped reading (the app has not taken the body yet): not the client
             self._arm(self.limits.body_timeout_s, self._body_timed_out)
             return
+        self._cut("body_timeout")
         cycle = self.cycle
         if cycle is not None and not cycle.response_started:
             cycle.disconnected = True  # the app's receive() returns http.disconnect, its sends are dropped
@@ -217,6 +227,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         """Still sending its request or waiting for its answer when the shutdown timeout nears: 503, close."""
         if self.transport.is_closing():
             return
+        self._cut("shutdown")
         self._disarm()
         if self.cycle is not None and not self.cycle.response_started:
             self.cycle.disconnected = True
@@ -255,6 +266,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._unset_keepalive_if_required()
         head = self.phase in ("idle", "head")
         if head and self.head_bytes > self.limits.max_header_bytes:  # before the parser copies it again
+            self._cut("head_too_large")
             self._reply(431, self._too_large())
             return
         heads = self.heads
@@ -264,6 +276,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._unsupported_upgrade_warning()  # served without websockets (ws="none")
         except httptools.HttpParserError as e:
             if isinstance(e.__context__, Rejected):
+                self._cut(e.__context__.reason)
                 self._reply(e.__context__.status, str(e.__context__))
             else:
                 self.logger.warning("Invalid HTTP request received.")
@@ -287,17 +300,19 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_url(self, url: bytes) -> None:
         self.head_size += len(url)
         if self.head_size > self.limits.max_header_bytes:
-            raise Rejected(431, self._too_large())
+            raise Rejected(431, self._too_large(), "head_too_large")
         super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.head_size += len(name) + len(value) + 4  # ": " and CRLF
         self.head_count += 1
         if self.head_size > self.limits.max_header_bytes:
-            raise Rejected(431, self._too_large())
+            raise Rejected(431, self._too_large(), "head_too_large")
         if self.head_count > self.limits.max_headers:
             limit = self.limits.max_headers
-            raise Rejected(431, f"too many header fields: over {limit} ({ENV_PREFIX}MAX_HEADERS)")
+            raise Rejected(
+                431, f"too many header fields: over {limit} ({ENV_PREFIX}MAX_HEADERS)", "too_many_headers"
+            )
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
@@ -336,32 +351,9 @@ def _detail(message: str) -> bytes:
     return json.dumps({"detail": message}).encode()
 
 
-def protocol_class(limits: ConnectionLimits) -> type[LimitedHttpToolsProtocol]:
-    """The protocol class for `uvicorn.Config(http=...)`, bound to `limits`."""
-    return type("LimitedHttpToolsProtocol", (LimitedHttpToolsProtocol,), {"limits": limits})
-
-
-def server_options(settings: Settings) -> dict[str, Any]:
-    """uvicorn.run keyword arguments that apply the connection settings."""
-    return {
-        "http": protocol_class(ConnectionLimits.from_settings(settings)),
-        "ws": "none",  # no websocket routes: an Upgrade must not move a connection out of these limits
-        "timeout_keep_alive": settings.keepalive_timeout_s,
-        "timeout_graceful_shutdown": settings.shutdown_timeout_s,
-    }
-
-
-def raise_fd_limit(max_connections: int) -> int:
-    """Make room for max_connections client sockets: raise the soft RLIMIT_NOFILE towards the hard one if
-    needed -> the soft limit. SettingsError if the hard limit is too low."""
-    need = max_connections + refusal_slots(max_connections) + FD_RESERVE
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < need:
-        if hard != resource.RLIM_INFINITY and hard < need:
-            raise SettingsError(
-                f"{ENV_PREFIX}MAX_CONNECTIONS={max_connections} needs {need} file descriptors, but the limit "
-                f"is {hard} (ulimit -Hn): lower {ENV_PREFIX}MAX_CONNECTIONS or raise the limit"
-            )
-        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
-        soft = need
-    return soft
+def protocol_class(
+    limits: ConnectionLimits, metrics: Metrics | None = None
+) -> type[LimitedHttpToolsProtocol]:
+    """The protocol class for `uvicorn.Config(http=...)`, bound to `limits` (and `metrics` to count cuts)."""
+    attrs = {"limits": limits, "metrics": metrics}
+    return type("LimitedHttpToolsProtocol", (LimitedHttpToolsProtocol,), attrs)

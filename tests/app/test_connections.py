@@ -4,6 +4,7 @@ deadlines, the head limits, the connection cap and the bounded shutdown. Timeout
 from __future__ import annotations
 
 import os
+import re
 import resource
 import select
 import signal
@@ -21,7 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.connections import raise_fd_limit, refusal_slots
+from app.__main__ import raise_fd_limit
+from app.connections import refusal_slots
 from app.settings import REPO_ROOT, SettingsError
 from bench.server import free_port, server_env, stop, wait_ready
 
@@ -233,6 +235,21 @@ def test_long_url_counts_towards_the_head_limit(server: Server) -> None:
     assert data.startswith(b"HTTP/1.1 431 "), data
 
 
+def cuts(server: Server, reason: str) -> float:
+    """transformer_serving_connections_cut_total{reason} from /metrics."""
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    found = re.search(rf'^transformer_serving_connections_cut_total{{reason="{reason}"}} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_cuts_are_counted_in_metrics(server: Server) -> None:
+    before = cuts(server, "too_many_headers")
+    with server.connect() as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\n" + b"X-A: 1\r\n" * 30 + b"\r\n")
+        assert read_until_closed(sock)[0].startswith(b"HTTP/1.1 431 ")
+    assert cuts(server, "too_many_headers") == before + 1
+
+
 def test_head_within_the_limits_is_served(server: Server) -> None:
     headers = {f"x-{i}": "v" * 150 for i in range(15)}  # 18 fields, ~3 KB: under 20 fields and 4096 bytes
     assert httpx.get(f"{server.url}/health", headers=headers, timeout=10).status_code == 200
@@ -261,6 +278,7 @@ def test_idle_connections_past_the_cap_make_room_for_new_ones(capped: Server) ->
             with suppress(TimeoutError):
                 closed += sock.recv(1) == b""
         assert closed >= 100 - 16
+        assert cuts(capped, "evicted") >= closed
     finally:
         for sock in idle:
             sock.close()
