@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -78,7 +79,8 @@ class Registry:
     """Per server: connections waiting for a request, oldest first (the ones to close when full)."""
 
     def __init__(self) -> None:
-        self.waiting: dict[LimitedHttpToolsProtocol, None] = {}  # insertion order = since when it waits
+        # oldest first; an OrderedDict pops its first item in O(1) (a dict scans the slots freed before it)
+        self.waiting: OrderedDict[LimitedHttpToolsProtocol, None] = OrderedDict()
         self.refused = 0
 
     def wait(self, conn: LimitedHttpToolsProtocol) -> None:
@@ -91,8 +93,7 @@ class Registry:
     def evict(self) -> bool:
         """Close the connection that has waited longest for a request -> whether there was one."""
         while self.waiting:
-            conn = next(iter(self.waiting))
-            del self.waiting[conn]
+            conn, _ = self.waiting.popitem(last=False)
             if not conn.transport.is_closing():
                 conn.transport.close()
                 return True
