@@ -191,7 +191,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.deadline = None
         if self.transport.is_closing():
             return
-        self._cut("header_timeout")
+        if not self.refused:  # (a refused one was counted as such)
+            self._cut("header_timeout")
         if not self.head_begun:  # nothing sent: no request to answer
             self.transport.close()
             return
