@@ -1,6 +1,6 @@
 """The FastAPI application: `create_app(settings)` factory; models load in the lifespan, never at import.
 
-uvicorn app.main:app --host 127.0.0.1 --port 8000     (or: python -m app)
+python -m app   (the connection limits of app/connections.py; a bare `uvicorn app.main:app` runs without them)
 """
 
 from __future__ import annotations

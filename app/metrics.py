@@ -81,6 +81,13 @@ class Metrics:
             registry=r,
         )
         self.models_loaded = Gauge("models_loaded", "Models loaded and warmed up", namespace=ns, registry=r)
+        self.connections_cut = Counter(
+            "connections_cut",
+            "Connections answered or closed by the connection limits (app/connections.py), by reason",
+            ["reason"],
+            namespace=ns,
+            registry=r,
+        )
         # labels() costs a lock and a tuple build per call: the children are cached per label values
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._batch_children: dict[str, tuple[Any, Any]] = {}

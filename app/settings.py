@@ -69,6 +69,19 @@ class Settings(BaseSettings):
     # sys.setswitchinterval: how long a thread waiting for the GIL waits before it asks for it. Python's
     # 5 ms default makes an inference worker wait up to 5 ms for the event loop after every batch
     gil_switch_interval_ms: float = Field(default=0.2, gt=0, le=100)
+    # connections (python -m app, app/connections.py): slow or idle clients are cut, one client cannot hold
+    # every file descriptor
+    header_timeout_s: float = Field(default=10.0, gt=0, le=3600)  # request line + headers, else 408 / close
+    body_timeout_s: float = Field(default=30.0, gt=0, le=3600)  # the whole body after the headers, else 408
+    keepalive_timeout_s: float = Field(default=5.0, gt=0, le=3600)  # idle between requests, then closed
+    max_header_bytes: int = Field(default=32_768, ge=1024, le=1_048_576)  # request line + headers; 431 above
+    max_headers: int = Field(default=100, ge=8, le=10_000)  # header fields per request; 431 above
+    # open client connections; past it the longest-waiting idle one is closed, else 503 (GET /health, /ready
+    # still answered)
+    max_connections: int = Field(default=2048, ge=8, le=1_000_000)
+    # SIGTERM: in-flight requests finish within this, then the rest are cancelled; below the orchestrator's
+    # grace period (Kubernetes 30 s minus the 5 s preStop, compose stop_grace_period 30 s)
+    shutdown_timeout_s: float = Field(default=20.0, gt=0, le=3600)
 
     @field_validator("device")
     @classmethod

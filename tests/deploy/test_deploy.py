@@ -519,3 +519,18 @@ def test_k8s_gpu_overlay_renders_one_gpu_per_pod(
     assert "replicas" not in deployment["spec"]
     assert app_settings(c) == app_settings(container) | {"device": "cuda"}  # only the device differs
     assert gpu["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+
+
+def test_shutdown_timeout_fits_the_grace_periods(
+    k8s: dict[str, dict[str, Any]], container: dict[str, Any]
+) -> None:
+    """SIGTERM comes after the preStop hook; the app must be gone before SIGKILL: its shutdown timeout (then the
+    lifespan's, a few seconds at most) within Kubernetes' terminationGracePeriodSeconds and compose's grace."""
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    timeout = float(env.get("APP_SHUTDOWN_TIMEOUT_S") or Settings.model_fields["shutdown_timeout_s"].default)
+    pre_stop = " ".join(container["lifecycle"]["preStop"]["exec"]["command"])
+    (sleep,) = re.findall(r"sleep\((\d+(?:\.\d+)?)\)", pre_stop)
+    grace = k8s["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert float(sleep) + timeout + 3 <= grace
+    stop_grace = compose("docker-compose.yml")["services"]["api"]["stop_grace_period"]
+    assert timeout + 3 <= float(stop_grace.removesuffix("s"))
