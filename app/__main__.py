@@ -1,38 +1,76 @@
-"""python -m app: one uvicorn worker (the batcher lives in the process) on APP_HOST:APP_PORT."""
+"""python -m app: one uvicorn worker (the batcher lives in the process) on APP_HOST:APP_PORT, with the
+connection limits of app/connections.py (the image, compose and Kubernetes all run this)."""
 
 from __future__ import annotations
 
 import logging
+import resource
 import sys
+from typing import Any
 
 import uvicorn
 
+from app.connections import ConnectionLimits, protocol_class, refusal_slots
+from app.logs import configure_logging
+from app.metrics import Metrics
 from app.registry import Registry
-from app.settings import SettingsError, load_settings
+from app.settings import ENV_PREFIX, Settings, SettingsError, load_settings
 from model import CheckpointError
 
 log = logging.getLogger("app")
+FD_RESERVE = 256  # descriptors besides client sockets: checkpoints, pipes, threads' files, the listener
+
+
+def server_options(settings: Settings, metrics: Metrics | None = None) -> dict[str, Any]:
+    """uvicorn.run keyword arguments that apply the connection settings (cuts counted in `metrics`)."""
+    return {
+        "http": protocol_class(ConnectionLimits.from_settings(settings), metrics),
+        "ws": "none",  # no websocket routes: an Upgrade must not move a connection out of these limits
+        "timeout_keep_alive": settings.keepalive_timeout_s,
+        "timeout_graceful_shutdown": settings.shutdown_timeout_s,
+    }
+
+
+def raise_fd_limit(max_connections: int) -> int:
+    """Make room for max_connections client sockets: raise the soft RLIMIT_NOFILE towards the hard one if
+    needed -> the soft limit. SettingsError if the hard limit is too low."""
+    need = max_connections + refusal_slots(max_connections) + FD_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        if hard != resource.RLIM_INFINITY and hard < need:
+            raise SettingsError(
+                f"{ENV_PREFIX}MAX_CONNECTIONS={max_connections} needs {need} file descriptors, but the limit "
+                f"is {hard} (ulimit -Hn): lower {ENV_PREFIX}MAX_CONNECTIONS or raise the limit"
+            )
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        soft = need
+    return soft
 
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:  # the lifespan checks all this again; here it gives a one-line error instead of a traceback
         settings = load_settings()
+        # APP_LOG_FORMAT, APP_LOG_LEVEL, the request id on every record: for uvicorn's loggers too
+        configure_logging(settings.log_format, settings.log_level)
         device = settings.torch_device()
         Registry.discover(settings.check_checkpoint_dir(), device, settings.torch_dtype(device))
+        raise_fd_limit(settings.max_connections)
     except (SettingsError, CheckpointError) as e:
         log.error("%s", e)
         return 2
-    logging.getLogger().setLevel(settings.log_level.upper())
     from app.main import create_app
 
+    app = create_app(settings)
     uvicorn.run(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         workers=1,
         log_level=settings.log_level,
-        access_log=settings.access_log,
+        log_config=None,  # configured above
+        access_log=False,  # the gate writes the access line (APP_ACCESS_LOG), with the request id
+        **server_options(settings, app.state.service.metrics),  # timeouts, head limits, cap, shutdown
     )
     return 0
 

@@ -43,12 +43,19 @@ def needs_key(route: BaseRoute) -> bool:
 
 
 def authorized(scope: Scope, key: bytes) -> bool:
-    """Whether the request sends `key` as `Authorization: Bearer <key>` (the scheme in any case) or as
-    `X-API-Key: <key>`; of a repeated header the first counts, as Starlette reads headers. Constant-time."""
+    """Whether the request sends `key` as `Authorization: Bearer <key>` or as `X-API-Key: <key>`, read as RFC
+    9110 reads credentials: the scheme in any case, then one or more spaces (1*SP), then the key; a value's
+    surrounding whitespace is not part of it (h11 strips it, httptools keeps the trailing part). Of a repeated
+    header the first counts, as Starlette reads headers. Constant-time."""
     first: dict[bytes, bytes] = {}
     for name, value in scope["headers"]:
         if name in (b"authorization", b"x-api-key"):
-            first.setdefault(name, value)
+            first.setdefault(name, value.strip(b" \t"))
     scheme, _, bearer = first.get(b"authorization", b"").partition(b" ")
-    sent = [bearer if scheme.lower() == b"bearer" else b"", first.get(b"x-api-key", b"")]
+    sent = [bearer.lstrip(b" ") if scheme.lower() == b"bearer" else b"", first.get(b"x-api-key", b"")]
     return any(hmac.compare_digest(c, key) for c in sent if c)
+
+
+def matches(sent: str | None, key: bytes) -> bool:
+    """Whether a key sent in a request body (the LibreTranslate API's `api_key`) is `key`. Constant-time."""
+    return bool(sent) and hmac.compare_digest(str(sent).encode(), key)

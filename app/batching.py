@@ -14,6 +14,7 @@ fails only its requests. Admission is per model (app/admission.py: ModelQueue).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import math
 import time
@@ -25,6 +26,7 @@ from typing import Any, Generic, TypeVar
 from app.admission import ModelQueue
 from app.errors import DeadlineExceeded, InferenceFailed, Unavailable
 from app.metrics import Metrics
+from app.request_id import CURRENT, RequestInfo, serving
 from app.workers import InferenceWorkers
 from model.decoding import DecodingStopped
 
@@ -43,6 +45,7 @@ class _Pending(Generic[O]):
     remaining: int
     deadline: float  # loop.time() (monotonic)
     failed: bool = False  # set by the inference thread when one of its batches raised
+    request: RequestInfo | None = None  # its X-Request-ID (batch logs name it); told its model and batch size
 
     def gone(self, now: float) -> bool:
         """Nobody waits for its results (done elsewhere, failed, or past its deadline)."""
@@ -120,7 +123,10 @@ class Batcher(Generic[I, O]):
         self._wakeup = asyncio.Event()
         self._closing = self._closed = False
         self.stats = BatchStats()
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batcher:{name}")
+        # a context of its own: not that of the request that happened to create it (its request id)
+        self._task = asyncio.get_running_loop().create_task(
+            self._loop(), name=f"batcher:{name}", context=contextvars.Context()
+        )
 
     def __len__(self) -> int:
         """Items waiting: queued here, or in a submitted batch that no worker has started."""
@@ -152,7 +158,9 @@ class Batcher(Generic[I, O]):
         self.queue.admit(len(payloads), sum(works))
         loop = asyncio.get_running_loop()
         now = loop.time()
-        pending: _Pending[O] = _Pending(loop.create_future(), [None] * len(payloads), len(payloads), deadline)
+        pending: _Pending[O] = _Pending(
+            loop.create_future(), [None] * len(payloads), len(payloads), deadline, request=CURRENT.get()
+        )
         if not payloads:
             pending.future.set_result([])
         self._queue.extend(
@@ -267,6 +275,7 @@ class Batcher(Generic[I, O]):
         return batch
 
     async def _execute_guarded(self, batch: _Batch) -> None:
+        serving(item.pending.request for item in batch.items)  # this task's (and its thread's) logs name them
         try:
             await self._execute(batch)
         except Exception:  # a bug here must not wedge the queue: fail the batch, keep serving
@@ -314,6 +323,8 @@ class Batcher(Generic[I, O]):
         abandoned = 0
         for item, out in zip(live, outputs or [], strict=True):
             pending = item.pending
+            if pending.request is not None:
+                pending.request.ran(self.model, len(live))
             if pending.future.done():  # gone while the batch ran: its result is dropped
                 abandoned += 1
                 continue

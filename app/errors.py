@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -145,21 +146,31 @@ async def _handler(request: Request, exc: Exception) -> Response:
 
 
 async def _http_handler(request: Request, exc: Exception) -> Response:
-    """FastAPI's 400 for a body its JSON parser cannot read says only "There was an error parsing the body":
-    say why (a compressed body, or bytes that are not UTF-8 JSON text)."""
+    """FastAPI's 400 for a body its JSON parser (json.loads) cannot read says only "There was an error parsing
+    the body": say why, from the parser's exception."""
     assert isinstance(exc, StarletteHTTPException)
     where = f"{request.method} {request.url.path}"
     if exc.status_code == 400 and isinstance(exc.__cause__, ClientDisconnect):  # left before its body came
         return error_response(ClientDisconnected(), where)  # 499: nobody reads it, metrics count it
     if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
-        encoding = request.headers.get("content-encoding", "identity").strip().lower()
-        why = (
-            f"Content-Encoding {encoding} is not supported, send it uncompressed"
-            if encoding != "identity"
-            else "it is not JSON text in UTF-8"
-        )
+        why = unparsable(exc.__cause__)
         return JSONResponse({"detail": f"body: cannot be parsed: {why}"}, status_code=400)
     return await http_exception_handler(request, exc)
+
+
+def unparsable(cause: BaseException | None) -> str:
+    """Why json.loads could not read a body that is not malformed JSON text (that is a 422)."""
+    if isinstance(cause, RecursionError):  # the depth depends on the stack: about sys.getrecursionlimit()
+        return (
+            f"JSON nested too deeply (the parser stops near {sys.getrecursionlimit()} levels; a valid "
+            "request nests 2)"
+        )
+    if isinstance(cause, UnicodeDecodeError):
+        byte = cause.object[cause.start]
+        return f"not UTF-8: byte 0x{byte:02x} at position {cause.start} (send JSON text in UTF-8)"
+    if isinstance(cause, ValueError) and "integer string conversion" in str(cause):
+        return f"an integer of more than {sys.get_int_max_str_digits()} digits (the parser's limit)"
+    return "it is not JSON text in UTF-8"
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -8,7 +8,6 @@ it does: a request's texts become batch items (`tokenize`, `sentences`), results
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,13 +15,21 @@ import torch
 
 from app.errors import invalid
 from app.schemas import ScoredTranslation, SentimentResult, TranslationResult
-from model import DecodeOptions, LoadedModel, ModelConfig, SentimentClassifier, Tokenizer, Translator
+from app.sentences import split_sentences
+from model import (
+    DecodeOptions,
+    Hypothesis,
+    LoadedModel,
+    ModelConfig,
+    SentimentClassifier,
+    Tokenizer,
+    Translator,
+)
 from model.decoding import StopCheck
 from model.inference import classify_ids, compile_classifier, translate_ids
 from model.preprocess import classifier_ids, source_ids
 
 WARMUP_TEXT = "warm up"
-_SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
 ClassifierItem = tuple[list[int], str]  # token ids and the text (for an n-gram head)
 
 
@@ -45,11 +52,6 @@ def checked_source_ids(
             f"a sentence of {n} tokens exceeds the {cfg.max_len}-token limit of {name} (EOS included): {text[:60]!r}",
         )
     return ids
-
-
-def split_sentences(text: str) -> list[list[str]]:
-    """Lines, each a list of sentences: split on newlines, then after .!?… followed by whitespace."""
-    return [[s for s in _SENTENCE_END.split(line.strip()) if s] for line in text.split("\n")]
 
 
 class SentimentHandler:
@@ -148,15 +150,21 @@ class TranslationHandler:
         return checked_source_ids(self.name, self.tokenizer, self.model.cfg, text, loc)
 
     def sentences(
-        self, texts: Sequence[str], field: str, num_hypotheses: int
+        self,
+        texts: Sequence[str],
+        langs: Sequence[str],
+        field: str,
+        num_hypotheses: int,
+        indices: Sequence[int] | None = None,
     ) -> tuple[list[Sentence], list[TextLayout]]:
-        """Every sentence of every text as one item, plus the layouts to put the texts back together."""
+        """Every sentence of every text (in its language, langs[i]) as one item, plus the layouts to put the texts
+        back together; `indices`: the texts' places in the request (for error locations), default 0, 1, ..."""
         items: list[Sentence] = []
         layouts = []
-        for t, text in enumerate(texts):
+        for t, text, lang in zip(indices or range(len(texts)), texts, langs, strict=True):
             loc: tuple[str | int, ...] = (field,) if field == "text" else (field, t)
             lines = []
-            for sentences in split_sentences(text):
+            for sentences in split_sentences(text, lang):
                 lines.append(list(range(len(items), len(items) + len(sentences))))
                 items += [Sentence(self.encode_source(s, loc), num_hypotheses) for s in sentences]
             layouts.append(TextLayout(lines))
@@ -169,15 +177,19 @@ class TranslationHandler:
         its first num_hypotheses (translate_ids sorts by length and pads per chunk). should_stop: checked
         between decoder steps (True raises model.DecodingStopped)."""
         opts = key.options(max(s.num_hypotheses for s in items), self.max_len)
-        with torch.inference_mode():
-            output = translate_ids(
-                self.model, [s.ids for s in items], opts, key.target_lang, max(1, len(items)), should_stop
-            )
+        output = self.decode([s.ids for s in items], opts, key.target_lang, should_stop)
         decode = self.tokenizer.decode
         return [
             [SentenceTranslation(decode(h.tokens), h.score, h.tokens) for h in hyps[: s.num_hypotheses]]
             for hyps, s in zip(output, items, strict=True)
         ]
+
+    def decode(
+        self, seqs: list[list[int]], opts: DecodeOptions, target_lang: str, should_stop: StopCheck = None
+    ) -> list[list[Hypothesis]]:
+        """One dynamic batch of source ids -> n-best hypotheses per item (the engine's part of `run`)."""
+        with torch.inference_mode():
+            return translate_ids(self.model, seqs, opts, target_lang, max(1, len(seqs)), should_stop)
 
     def join(
         self, layout: TextLayout, outputs: list[list[SentenceTranslation]], n: int, return_scores: bool

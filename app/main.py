@@ -1,6 +1,6 @@
 """The FastAPI application: `create_app(settings)` factory; models load in the lifespan, never at import.
 
-uvicorn app.main:app --host 127.0.0.1 --port 8000     (or: python -m app)
+python -m app   (the connection limits of app/connections.py; a bare `uvicorn app.main:app` runs without them)
 """
 
 from __future__ import annotations
@@ -11,19 +11,23 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.routing import Mount, Route
 
+from app import __version__
 from app.errors import install_error_handlers
 from app.fastpath import FastPath
 from app.gate import Gate
 from app.metrics import Metrics
-from app.routes import attention, demo, sentiment, system, translate
+from app.routes import attention, demo, detect, libretranslate, sentiment, system, translate
 from app.service import Service
 from app.settings import Settings, load_settings
 
 DESCRIPTION = """From-scratch Transformers (sentiment, translation) with cross-request dynamic batching.
 
 Model routes answer 503 until `/ready` is 200, 429 with `Retry-After` when a queue is full, and 504 past
-`APP_REQUEST_TIMEOUT_S`. When `APP_API_KEY` is set, every route but `/health` and `/ready` needs
-`Authorization: Bearer <key>` or `X-API-Key: <key>`.
+`APP_REQUEST_TIMEOUT_S`. When `APP_API_KEY` is set, every route but `/health`, `/ready`, the API docs
+(`/docs`, `/redoc`, `/openapi.json`: the schema, no data) and the demo page `/` needs `Authorization: Bearer
+<key>` or `X-API-Key: <key>`. The LibreTranslate-compatible API (`/libretranslate/...`,
+APP_LIBRETRANSLATE_PREFIX) also takes the key as LibreTranslate clients send it, in the body (`api_key`); its
+`languages` and `frontend/settings` are open, as in LibreTranslate.
 """
 
 
@@ -41,10 +45,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await service.stop()  # ready -> 503, drain the queues, stop the batchers and the thread
 
-    app = FastAPI(title="Transformer serving", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(
+        title="Transformer serving", version=__version__, description=DESCRIPTION, lifespan=lifespan
+    )
     app.state.service = service
     install_error_handlers(app)
-    routers = (system.open_router, system.router, sentiment.router, translate.router, attention.router)
+    routers = (
+        system.open_router,
+        system.router,
+        sentiment.router,
+        translate.router,
+        detect.router,
+        attention.router,
+    )
+    if settings.libretranslate_prefix:  # the LibreTranslate API, e.g. /libretranslate/translate
+        routers += (libretranslate.router(settings.libretranslate_prefix),)
     for router in routers:
         app.include_router(router)
     demo.install(app)  # GET / and /static, public: the page is where the API key is entered

@@ -6,13 +6,16 @@ import json
 import logging
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from app.errors import NotFound, Unavailable
+from app.errors import NotFound, Unavailable, invalid
+from app.langid import Detection
+from app.schemas import MAX_MODEL_NAME
 from app.settings import ENV_PREFIX, SettingsError
 from model import LoadedModel, ModelConfig, load_checkpoint
 from model.checkpoint import CONFIG, CheckpointError, read_config
@@ -21,6 +24,11 @@ log = logging.getLogger(__name__)
 
 HANGUL = re.compile("[\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff]")
 DATASET_LANGS = {"nsmc": "ko", "imdb": "en"}  # sentiment training sets -> language, when the name has none
+
+
+def shown(name: str, limit: int = 40) -> str:
+    """A requested name as a 404 echoes it: repr, cut to `limit` characters."""
+    return repr(name if len(name) <= limit else name[:limit] + "…")
 
 
 def text_language(text: str) -> str:
@@ -104,6 +112,10 @@ class Registry:
             raise SettingsError(f"{ENV_PREFIX}CHECKPOINT_DIR={root}: directory does not exist")
         entries = []
         for path in sorted(p for p in root.iterdir() if (p / CONFIG).is_file()):
+            if len(path.name) > MAX_MODEL_NAME:  # a request could not name it
+                raise CheckpointError(
+                    f"{path}: a model's name is its directory's, at most {MAX_MODEL_NAME} characters"
+                )
             meta = read_config(path)
             try:
                 cfg = ModelConfig.from_dict(meta["model"])
@@ -133,6 +145,14 @@ class Registry:
         )
         return entry.loaded
 
+    @property
+    def languages(self) -> list[str]:
+        """Every language a text may be in: translator sources and sentiment languages (what /detect ranks)."""
+        return sorted({src for src, _ in self.pairs} | set(self.sentiment_by_lang))
+
+    def sources_for(self, target_lang: str) -> list[str]:
+        return sorted(src for src, tgt in self.pairs if tgt == target_lang)
+
     def names(self, task: str) -> list[str]:
         return [n for n, e in self.entries.items() if e.task == task]
 
@@ -140,13 +160,13 @@ class Registry:
         entry = self.entries.get(name)
         if entry is None or entry.task != task:
             loaded = ", ".join(self.names(task)) or "none"
-            raise NotFound(f"model: no {task} model named {name!r} (loaded {task} models: {loaded})")
+            raise NotFound(f"model: no {task} model named {shown(name)} (loaded {task} models: {loaded})")
         return entry
 
     def get_any(self, name: str) -> ModelEntry:
         entry = self.entries.get(name)
         if entry is None:
-            raise NotFound(f"model: no model named {name!r} (loaded models: {', '.join(self.entries)})")
+            raise NotFound(f"model: no model named {shown(name)} (loaded models: {', '.join(self.entries)})")
         return entry
 
     def sentiment_for(self, text: str, requested: str | None) -> str:
@@ -181,3 +201,23 @@ class Registry:
                 f"(available pairs: {available})"
             )
         return name
+
+    def auto_translator(
+        self, detections: list[Detection], target_lang: str, requested: str | None, loc: Sequence[str | int]
+    ) -> str:
+        """The model for a text's detected language; 422 naming it and the served source languages when none."""
+        if not detections:
+            raise invalid(loc, 'cannot detect the language of a text without letters: give "source_lang"')
+        best = detections[0]
+        try:
+            return self.translator_for(best.language, target_lang, requested)
+        except NotFound:
+            entry = self.entries.get(requested) if requested else None
+            served = list(entry.config.source_langs) if entry else self.sources_for(target_lang)
+            who, which = (requested, "its source languages") if requested else ("no model", "served sources")
+            raise invalid(
+                loc,
+                f"detected language {best.language!r} (confidence {best.confidence:.2f}), but {who} translates "
+                f"it into {target_lang} ({which}: {', '.join(served) or 'none'})",
+                "unsupported_language",
+            ) from None

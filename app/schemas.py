@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import re
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -27,16 +28,56 @@ def _unicode(text: str) -> str:
     return text
 
 
+# What a model cannot read: whitespace, controls (Cc), format characters (Cf: zero-width spaces and joiners,
+# the BOM, bidi marks, ...) and the rest of Unicode's Default_Ignorable_Code_Point (combining grapheme joiner,
+# Hangul fillers, variation selectors, tags): sentencepiece's NFKC drops some of them, the rest become <unk>.
+# Plus the two that sentencepiece drops itself: U+2581 (its space mark) and U+FFFD (a decoding error's mark).
+_IGNORED = re.compile(
+    "[\\s\u2581\ufffd\x00-\x1f\x7f-\x9f\xad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160"
+    "\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0"
+    "\ufff0-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0000-\U000e0fff]*"
+)
+
+
+def is_blank(text: str) -> bool:
+    """Whether `text` has nothing a model reads (stops at the first character that counts)."""
+    return _IGNORED.fullmatch(text) is not None
+
+
 def _not_blank(text: str) -> str:
-    if not text.strip():
-        raise ValueError("must not be empty or whitespace only")
+    if is_blank(text):
+        hidden = next((c for c in text if not c.isspace()), None)
+        why = f" (it has only characters the models ignore, e.g. U+{ord(hidden):04X})" if hidden else ""
+        raise ValueError(f"must not be empty or whitespace only{why}")
     return _unicode(text)
+
+
+MAX_MODEL_NAME = 100  # characters of a requested model name (a checkpoint directory's name)
+
+
+def _model_name(name: str) -> str:
+    """Checked here, not with max_length: pydantic's length check refuses a lone surrogate less clearly."""
+    if len(name) > MAX_MODEL_NAME:
+        raise ValueError(f"at most {MAX_MODEL_NAME} characters (got {len(name)})")
+    return _unicode(name)
 
 
 Str = Annotated[str, AfterValidator(_unicode)]
 Text = Annotated[str, AfterValidator(_not_blank)]
+ModelName = Annotated[
+    str, AfterValidator(_model_name), Field(json_schema_extra={"maxLength": MAX_MODEL_NAME})
+]
+# OpenAPI for _TextsRequest._exactly_one: one of the two present and not null
+EXACTLY_ONE_TEXT: dict[str, Any] = {
+    "oneOf": [
+        {"required": ["text"], "properties": {"text": {"type": "string"}}},
+        {"required": ["texts"], "properties": {"texts": {"type": "array"}}},
+    ]
+}
 DEFAULT_LENGTH_PENALTY = 0.6
 LENGTH_PENALTY_STEP = 0.05  # length_penalty is a multiple of this: each value makes a decoding queue
+AUTO = "auto"  # source_lang: detect each text's language (app.langid)
 # the most APP_MAX_TEXTS may be: a longer list fails at the schema with one error (the 4,097th item stops it)
 MAX_TEXTS = 4096
 MAX_SELECTED = 256  # attention layers/heads listed in one request
@@ -76,11 +117,12 @@ class SentimentRequest(_TextsRequest):
                 {"text": "A wonderful, moving film."},
                 {"texts": ["I loved it.", "정말 재미없어요", "Dull and far too long."]},
                 {"texts": ["Great acting."], "model": "sentiment-en"},
-            ]
+            ],
+            **EXACTLY_ONE_TEXT,
         }
     )
 
-    model: Str | None = Field(
+    model: ModelName | None = Field(
         None, description="Model name; default per text: any Hangul -> sentiment-ko, else sentiment-en."
     )
 
@@ -98,11 +140,17 @@ class TranslateRequest(_TextsRequest):
                     "num_hypotheses": 3,
                     "return_scores": True,
                 },
-            ]
+                {"texts": ["Le chat dort.", "¿Dónde está la estación?"], "source_lang": "auto"},
+            ],
+            **EXACTLY_ONE_TEXT,
         }
     )
 
-    source_lang: Str = Field(min_length=2, max_length=12, description="Source language code, e.g. fr.")
+    source_lang: Str = Field(
+        min_length=2,
+        max_length=12,
+        description='Source language code, e.g. fr; "auto" detects each text\'s language (mixed batches too).',
+    )
     target_lang: Str = Field("en", min_length=2, max_length=12, description="Target language code.")
     beam_size: int = Field(4, ge=1, le=16, description="1 = greedy search.")
     max_length: int | None = Field(
@@ -124,7 +172,9 @@ class TranslateRequest(_TextsRequest):
     return_scores: bool = Field(
         False, description="Add each translation's length-normalised log-probability."
     )
-    model: Str | None = Field(None, description="Model name; default: the model covering the language pair.")
+    model: ModelName | None = Field(
+        None, description="Model name; default: the model covering the language pair."
+    )
 
     @field_validator("length_penalty")
     @classmethod
@@ -143,6 +193,19 @@ class TranslateRequest(_TextsRequest):
         return v
 
 
+class DetectRequest(_TextsRequest):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"text": "Je voudrais un café, s'il vous plaît."},
+                {"texts": ["Der Hund schläft.", "정말 재미있어요"], "candidates": True},
+            ]
+        }
+    )
+
+    candidates: bool = Field(False, description="Add every served language's confidence, best first.")
+
+
 class AttentionRequest(_Request):
     model_config = ConfigDict(
         json_schema_extra={
@@ -154,12 +217,20 @@ class AttentionRequest(_Request):
         }
     )
 
-    model: Str = Field(description="A loaded model (see GET /models).")
+    model: ModelName = Field(description="A loaded model (see GET /models).")
     text: Text = Field(description="Source text (one sequence, not split into sentences).")
     target: Text | None = Field(
-        None, description="Translators: the target to force-decode; default: the greedy translation."
+        None,
+        description="Translation models only (422 for a classifier): the target to force-decode; default: "
+        "the greedy translation.",
     )
-    target_lang: Str | None = Field(None, description="Translators: target language (multilingual models).")
+    target_lang: Str | None = Field(
+        None,
+        min_length=2,
+        max_length=12,
+        description="Translation models only (422 for a classifier): the target language (multilingual "
+        "models).",
+    )
     layers: list[Annotated[int, Field(ge=0)]] | None = Field(
         None,
         min_length=1,
@@ -207,10 +278,34 @@ class ScoredTranslation(BaseModel):
     score: float
 
 
+class DetectedLanguage(BaseModel):
+    language: str = Field(description="ISO 639-1 code.")
+    confidence: float = Field(ge=0.0, le=1.0)
+
+
+class DetectResult(BaseModel):
+    language: str = Field(
+        description="ISO 639-1; a language no model serves when the text is clearly in one (then 422 on "
+        '/translate with source_lang "auto"), else the most likely served one.'
+    )
+    confidence: float = Field(ge=0.0, le=1.0)
+    candidates: list[DetectedLanguage] | None = None
+
+
+class DetectResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"results": [{"language": "fr", "confidence": 0.99}]}]}
+    )
+
+    results: list[DetectResult]
+
+
 class TranslationResult(BaseModel):
     translation: str
     score: float | None = None
     hypotheses: list[ScoredTranslation] | None = None
+    model: str | None = Field(None, description='source_lang "auto": the model that translated this text.')
+    detected_language: DetectedLanguage | None = Field(None, description='source_lang "auto" only.')
 
 
 class TranslateResponse(BaseModel):

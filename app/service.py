@@ -11,17 +11,22 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
+from app import __version__
 from app.attention_maps import AttentionHandler, AttentionItem
 from app.attention_png import PngRenderer
 from app.batching import Batcher, InferenceWorkers
+from app.ct2_engine import CT2TranslationHandler
 from app.errors import DeadlineExceeded, Unavailable, invalid
 from app.handlers import DecodeKey, Sentence, SentimentHandler, TranslationHandler
+from app.langid import Detection, LanguageDetector
 from app.metrics import Metrics
 from app.queues import Queues
 from app.registry import Registry
 from app.schemas import (
+    AUTO,
     DEFAULT_LENGTH_PENALTY,
     AttentionRequest,
+    DetectedLanguage,
     ModelInfo,
     Readiness,
     SentimentRequest,
@@ -33,6 +38,7 @@ from app.settings import Settings
 from app.wait import Disconnected, wait_all
 
 log = logging.getLogger(__name__)
+INLINE_DETECT = (4, 2000)  # texts, characters: ~0.06 ms a short text, so up to ~0.3 ms on the event loop
 
 
 class Service:
@@ -46,10 +52,12 @@ class Service:
         self.sentiment: dict[str, SentimentHandler] = {}
         self.translation: dict[str, TranslationHandler] = {}
         self.attention_handlers: dict[str, AttentionHandler] = {}
+        self.detector: LanguageDetector | None = None
         self.status: str = "loading"
         self.reason: str | None = "starting"
         self.model_status: dict[str, str] = {}
         self._loader: asyncio.Task[None] | None = None
+        self._ct2_kwargs: dict[str, Any] | None = None
 
     # --- life cycle -----------------------------------------------------------------------------------
 
@@ -60,8 +68,13 @@ class Service:
         if warning := self.settings.dtype_warning(device, dtype):
             log.warning(warning)
         quantize = self.settings.quantize_mode(device, dtype)
+        self.metrics.set_build_info(
+            __version__, str(device), str(dtype).removeprefix("torch."), self.settings.quantize
+        )
+        self._ct2_kwargs = self.settings.ctranslate2_kwargs(device, dtype)  # None: the torch engine
         self.registry = Registry.discover(self.settings.check_checkpoint_dir(), device, dtype, quantize)
         self.model_status = dict.fromkeys(self.registry.entries, "loading")
+        self.detector = await asyncio.to_thread(LanguageDetector, self.registry.languages)  # 0.1 s
         cheap = any(e.task == "sentiment" for e in self.registry.entries.values())
         self.worker = InferenceWorkers(  # forward passes off the event loop
             self.settings.inference_workers_count(),
@@ -106,6 +119,10 @@ class Service:
         if loaded.config.task == "sentiment":
             handler = self.sentiment[name] = await self.worker.run(
                 SentimentHandler, loaded, self.settings.torchscript
+            )
+        elif self._ct2_kwargs is not None:
+            handler = self.translation[name] = await self.worker.run(
+                CT2TranslationHandler, loaded, self.settings.torchscript, self._ct2_kwargs
             )
         else:
             handler = self.translation[name] = await self.worker.run(
@@ -165,18 +182,58 @@ class Service:
                 results[i] = self.sentiment[name].result(p)
         return SentimentResponse.model_construct(model=",".join(groups), results=results)  # built here: valid
 
-    async def translate(self, req: TranslateRequest, disconnected: Disconnected = None) -> TranslateResponse:
-        registry = self._registry()
-        self._check_texts(req.items, req.field)
-        name = registry.translator_for(req.source_lang, req.target_lang, req.model)
-        handler = self.translation[name]
-        items, layouts = handler.sentences(req.items, req.field, req.num_hypotheses)
+    async def detect(self, texts: Sequence[str], field: str = "texts") -> list[list[Detection]]:
+        """Per text its languages, best first, among those served (the first may be an unserved language
+        the text is clearly in; empty when the text has no letters): app.langid. Limits as the model routes
+        (422 naming `field`)."""
+        self._check_texts(texts, field)
+        detector = self.detector
+        if detector is None:
+            raise Unavailable(f"not ready: {self.reason}", retry_after=1)
+        if len(texts) <= INLINE_DETECT[0] and sum(map(len, texts)) <= INLINE_DETECT[1]:
+            return [detector.detect(t) for t in texts]
+        return await asyncio.to_thread(lambda: [detector.detect(t) for t in texts])
+
+    async def translate(
+        self, req: TranslateRequest, disconnected: Disconnected = None, *, max_texts: int | None = None
+    ) -> TranslateResponse:
+        """Texts grouped by model (one group unless source_lang is auto and the texts' languages differ).
+        max_texts: instead of APP_MAX_TEXTS (the LibreTranslate API sends the text nodes of HTML documents
+        whose count it has checked)."""
+        registry, texts, field = self._registry(), req.items, req.field
+        self._check_texts(texts, field, max_texts)
+        detected = await self.detect(texts, field) if req.source_lang == AUTO else None
+        if detected is None:
+            groups = {
+                registry.translator_for(req.source_lang, req.target_lang, req.model): list(range(len(texts)))
+            }
+        else:  # model -> text indices, in first-appearance order
+            groups = {}
+            for i, found in enumerate(detected):
+                loc = (field,) if field == "text" else (field, i)
+                groups.setdefault(
+                    registry.auto_translator(found, req.target_lang, req.model, loc), []
+                ).append(i)
         key = DecodeKey(req.target_lang, req.beam_size, req.length_penalty, req.max_length)
-        [outputs] = await self._submit(
-            [(self.queues.translation(name, handler, key), items)], self._deadline(), disconnected, req.field
-        )
-        results = [handler.join(lay, outputs, req.num_hypotheses, req.return_scores) for lay in layouts]
-        return TranslateResponse(model=name, results=results)
+        jobs, layouts = [], []
+        for name, idxs in groups.items():
+            handler = self.translation[name]
+            langs = [req.source_lang if detected is None else detected[i][0].language for i in idxs]
+            items, lays = handler.sentences([texts[i] for i in idxs], langs, field, req.num_hypotheses, idxs)
+            jobs.append((self.queues.translation(name, handler, key), items))
+            layouts.append(lays)
+        outputs = await self._submit(jobs, self._deadline(), disconnected, field)
+        results: list[Any] = [None] * len(texts)
+        for (name, idxs), lays, out in zip(groups.items(), layouts, outputs, strict=True):
+            for i, lay in zip(idxs, lays, strict=True):
+                results[i] = r = self.translation[name].join(lay, out, req.num_hypotheses, req.return_scores)
+                if detected is not None:  # additive fields: only when the language was detected
+                    best = detected[i][0]
+                    r.model, r.detected_language = (
+                        name,
+                        DetectedLanguage(language=best.language, confidence=best.confidence),
+                    )
+        return TranslateResponse(model=",".join(groups), results=results)
 
     async def attention(
         self, req: AttentionRequest, png: bool, disconnected: Disconnected = None
@@ -184,7 +241,7 @@ class Service:
         """The JSON body (AttentionResponse) or a PNG, with its media type."""
         if not png:
             return await self._attention(req, False, disconnected)
-        with self.png.admit():  # 429 beyond a few PNG requests at once: each renders for ~1 s of CPU
+        with self.png.admit():  # 429 beyond a few PNG requests at once: each draws for ~1 s of CPU
             return await self._attention(req, True, disconnected)
 
     async def _attention(
@@ -260,11 +317,11 @@ class Service:
 
     # --- helpers --------------------------------------------------------------------------------------
 
-    def _check_texts(self, texts: Sequence[str], field: str) -> None:
+    def _check_texts(self, texts: Sequence[str], field: str, max_texts: int | None = None) -> None:
         """Limits from settings (422 naming the field, the limit and the value)."""
         s = self.settings
-        if len(texts) > s.max_texts:
-            raise invalid((field,), f"at most {s.max_texts} texts per request (got {len(texts)})", "too_long")
+        if len(texts) > (limit := max_texts or s.max_texts):
+            raise invalid((field,), f"at most {limit} texts per request (got {len(texts)})", "too_long")
         for i, text in enumerate(texts):
             if len(text) > s.max_chars:
                 loc = (field,) if field != "texts" else (field, i)

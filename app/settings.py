@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
@@ -46,11 +47,16 @@ class Settings(BaseSettings):
     max_chars: int = Field(default=2000, ge=1)  # characters per text
     max_body_bytes: int = Field(default=1_048_576, ge=1024)  # request body size; 413 above
     api_key: SecretStr | None = None  # when set: Authorization: Bearer <key> or X-API-Key on model routes
+    # GET /metrics takes APP_API_KEY or this key (a scrape credential that cannot run models); with only this
+    # key set, /metrics alone needs it. metrics_public: /metrics needs no key (e.g. scraped by pod annotations)
+    metrics_api_key: SecretStr | None = None
+    metrics_public: bool = False
     cors_origins: Annotated[list[str], NoDecode] = []  # comma-separated
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
-    access_log: bool = False  # uvicorn's per-request access log (python -m app)
+    log_format: Literal["text", "json"] = "text"  # json: one JSON object per line (app/logs.py)
+    access_log: bool = False  # one log line per request (app.gate.Gate), with its request id and latency
     warmup: bool = True  # one inference per model before /ready turns 200
     # forward passes that run at once, each in its own thread; 0 = auto: 2 on a CPU with 2+ cores (two
     # single-threaded batches side by side beat one batch on two threads), 1 on CUDA
@@ -61,13 +67,31 @@ class Settings(BaseSettings):
     # intra-op threads per worker; 0 = auto: on CPU the cores left after one for the event loop, shared by
     # the workers (at least 1 each); on CUDA torch's default
     torch_threads: int = Field(default=0, ge=0)
+    # the LibreTranslate-compatible API (app/routes/libretranslate.py) under this path; "" = not served
+    libretranslate_prefix: str = "/libretranslate"
     fast_path: bool = True  # JSON POST routes skip FastAPI's per-request machinery (app/fastpath.py)
     # classifier batches run as one TorchScript graph (model.inference.compile_classifier), translators'
     # encoder and decoder step as traced graphs (Translator.trace)
     torchscript: bool = True
+    # /translate decodes with this engine; ctranslate2: the checkpoint converted at load (the optional
+    # `ctranslate2` extra); /attention stays on torch either way
+    translation_engine: Literal["torch", "ctranslate2"] = "torch"
     # sys.setswitchinterval: how long a thread waiting for the GIL waits before it asks for it. Python's
     # 5 ms default makes an inference worker wait up to 5 ms for the event loop after every batch
     gil_switch_interval_ms: float = Field(default=0.2, gt=0, le=100)
+    # connections (python -m app, app/connections.py): slow or idle clients are cut, one client cannot hold
+    # every file descriptor
+    header_timeout_s: float = Field(default=10.0, gt=0, le=3600)  # request line + headers, else 408 / close
+    body_timeout_s: float = Field(default=30.0, gt=0, le=3600)  # the whole body after the headers, else 408
+    keepalive_timeout_s: float = Field(default=5.0, gt=0, le=3600)  # idle between requests, then closed
+    max_header_bytes: int = Field(default=32_768, ge=1024, le=1_048_576)  # request line + headers; 431 above
+    max_headers: int = Field(default=100, ge=8, le=10_000)  # header fields per request; 431 above
+    # open client connections; past it the longest-waiting idle one is closed, else 503 (GET /health, /ready
+    # still answered)
+    max_connections: int = Field(default=2048, ge=8, le=1_000_000)
+    # SIGTERM: in-flight requests finish within this, then the rest are cancelled; below the orchestrator's
+    # grace period (Kubernetes 30 s minus the 5 s preStop, compose stop_grace_period 30 s)
+    shutdown_timeout_s: float = Field(default=20.0, gt=0, le=3600)
 
     @field_validator("device")
     @classmethod
@@ -77,6 +101,16 @@ class Settings(BaseSettings):
             raise ValueError(f"must be auto, cpu, cuda or cuda:N, got {v!r}")
         return v
 
+    @field_validator("libretranslate_prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        v = v.strip()
+        if v and not re.fullmatch(r"(/[A-Za-z0-9._~-]+)+", v):
+            raise ValueError(
+                f'must be "" (off) or a path such as /libretranslate, without a trailing /, got {v!r}'
+            )
+        return v
+
     @field_validator("cors_origins", mode="before")
     @classmethod
     def _split_origins(cls, v: object) -> object:
@@ -84,7 +118,7 @@ class Settings(BaseSettings):
             return [o.strip() for o in v.split(",") if o.strip()]
         return v
 
-    @field_validator("api_key", mode="before")
+    @field_validator("api_key", "metrics_api_key", mode="before")
     @classmethod
     def _empty_key_is_none(cls, v: object) -> object:
         return None if isinstance(v, str) and not v.strip() else v
@@ -96,7 +130,29 @@ class Settings(BaseSettings):
             raise ValueError(f"must be at least APP_MAX_WORK ({budget}): a request within budget must fit")
         return v
 
-    @field_validator("log_level", mode="before")
+    @field_validator("api_key", "metrics_api_key")
+    @classmethod
+    def _key_can_match(cls, v: SecretStr | None) -> SecretStr | None:
+        """Header values are latin-1 bytes, stripped of surrounding whitespace, without control characters:
+        a key outside printable ASCII could never match. The message never shows the key."""
+        key = "" if v is None else v.get_secret_value()
+        if key != key.strip():
+            raise ValueError("leading or trailing whitespace: no header value can carry it")
+        for i, c in enumerate(key):
+            if not c.isascii():
+                raise ValueError(f"non-ASCII character at position {i}: send keys of printable ASCII")
+            if not c.isprintable():
+                raise ValueError(f"control character at position {i}: send keys of printable ASCII")
+        return v
+
+    @field_validator("metrics_public")
+    @classmethod
+    def _one_way_to_open_metrics(cls, v: bool, info: ValidationInfo) -> bool:
+        if v and info.data.get("metrics_api_key") is not None:
+            raise ValueError(f"leaves /metrics open: unset it or {ENV_PREFIX}METRICS_API_KEY")
+        return v
+
+    @field_validator("log_level", "log_format", mode="before")
     @classmethod
     def _lower(cls, v: object) -> object:
         return v.lower() if isinstance(v, str) else v
@@ -158,6 +214,41 @@ class Settings(BaseSettings):
             )
         return self.quantize
 
+    def ctranslate2_kwargs(self, device: torch.device, dtype: torch.dtype) -> dict[str, Any] | None:
+        """ctranslate2.Translator keyword arguments for APP_TRANSLATION_ENGINE=ctranslate2 (None for torch):
+        the server's device and dtype (APP_QUANTIZE=int8: compute_type int8), one replica per inference worker
+        (inter_threads) so the workers decode side by side, each with the workers' intra-op threads.
+        SettingsError when ctranslate2 is missing or cannot run this device and compute type."""
+        if self.translation_engine != "ctranslate2":
+            return None
+        engine = f"{ENV_PREFIX}TRANSLATION_ENGINE=ctranslate2"
+        if importlib.util.find_spec("ctranslate2") is None:
+            raise SettingsError(
+                f"{engine}: the ctranslate2 package is not installed (pip install ctranslate2, or the "
+                "extra: pip install 'transformer-serving[ctranslate2]')"
+            )
+        import ctranslate2
+
+        compute_type = "int8" if self.quantize == "int8" else str(dtype).removeprefix("torch.")
+        supported = ctranslate2.get_supported_compute_types(device.type, device.index or 0)
+        if compute_type not in supported:
+            setting = (
+                f"{ENV_PREFIX}QUANTIZE=int8"
+                if self.quantize == "int8"
+                else f"{ENV_PREFIX}DTYPE={compute_type}"
+            )
+            raise SettingsError(
+                f"{engine} with {setting}: CTranslate2 runs {', '.join(sorted(supported))} on this {device.type}, "
+                f"not {compute_type}"
+            )
+        return {
+            "device": device.type,
+            "device_index": device.index or 0,
+            "compute_type": compute_type,
+            "inter_threads": self.inference_workers_count(),
+            "intra_threads": self.inference_threads(),
+        }
+
     def dtype_warning(self, device: torch.device, dtype: torch.dtype) -> str | None:
         """Why `dtype` will be slow on this CPU, if it will (start-up logs it; serving goes on)."""
         if device.type != "cpu" or dtype == torch.float32:
@@ -190,6 +281,7 @@ def load_settings() -> Settings:
         lines = []
         for err in e.errors():
             field = str(err["loc"][0]) if err["loc"] else "?"
-            got = "" if field == "api_key" else f" (got {err.get('input')!r})"
-            lines.append(f"{ENV_PREFIX}{field.upper()} ({field}): {err['msg']}{got}")
-        raise SettingsError("invalid settings:\n  " + "\n  ".join(lines)) from None
+            got = "" if field in ("api_key", "metrics_api_key") else f" (got {err.get('input')!r})"
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            lines.append(f"{ENV_PREFIX}{field.upper()} ({field}): {msg}{got}")
+        raise SettingsError("invalid settings: " + "; ".join(lines)) from None  # one log line

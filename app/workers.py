@@ -10,6 +10,7 @@ behind a running one starts the moment that one ends, without a round trip throu
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -75,7 +76,8 @@ class InferenceWorkers:
         """fn(*args) on a worker; cancelled before it starts, it never runs."""
         self.busy += 1
         self.busy_expensive += expensive
-        call = _Call(fn, args, expensive, Future())
+        # in the caller's context: what the batch logs in the thread names its requests
+        call = _Call(contextvars.copy_context().run, (fn, *args), expensive, Future())
         try:
             with self._cond:
                 if self._stopping:

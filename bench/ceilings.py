@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,8 @@ def ceiling(
     with torch's default threads (all cores: the best model-only figure) and, for classifiers, the compiled
     graph the server runs (APP_TORCHSCRIPT); the best of 20 runs (translators: of 3). Input work (tokenizing,
     hashing n-grams) is left out: the server does it too, it is not the model's. Models load in the
-    server's dtype (`settings`: the --set APP_* values, e.g. APP_DTYPE=bfloat16)."""
+    server's dtype (`settings`: the --set APP_* values, e.g. APP_DTYPE=bfloat16), and translators decode with
+    its APP_TRANSLATION_ENGINE."""
     import torch
 
     from model import DecodeOptions, SentimentClassifier, load_checkpoint
@@ -74,9 +76,17 @@ def ceiling(
         m = load_checkpoint(checkpoint_dir / translate["model"], dtype=dtype)
         seqs = [source_ids(m.tokenizer, t, m.config) for t in texts(FR_WORDS, lengths=SENTENCE_WORDS)[:64]]
         opts = DecodeOptions(beam_size=beam_size)
+        run_ids: Callable[..., Any] = partial(translate_ids, m.model)
+        if server_settings(settings or {}).translation_engine == "ctranslate2":  # the server's engine
+            from model.ct2_decode import load_ct2_decoder
+
+            ct2 = load_ct2_decoder(
+                m, compute_type=str(dtype).removeprefix("torch."), intra_threads=torch.get_num_threads()
+            )
+            run_ids = ct2.translate_ids
 
         def decode() -> None:
-            translate_ids(m.model, seqs, opts, translate["target_lang"], 32)  # type: ignore[arg-type]
+            run_ids(seqs, opts, translate["target_lang"], 32)
 
         wall, cpu = best_of(decode, runs=3)  # ~1 s each: fewer runs than the classifier's
         out["/translate"] = (len(seqs) / wall, 1000 * cpu / len(seqs))

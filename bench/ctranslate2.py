@@ -3,8 +3,9 @@
   python -m bench.ctranslate2 [--checkpoint checkpoints/translate-fr-en] [--limit 200] [--parity-limit 0]
                               [--repeats 3]
 
-Converts the checkpoint (training/export.py), checks on the test split that CTranslate2 float32 decodes the
-tokens ours decodes (greedy and beam 4, length penalty 0: the only value both engines share), then times both
+Converts the checkpoint (model/ct2_convert.py), checks on the test split that CTranslate2 float32 decodes the
+tokens ours decodes (greedy and beam 4, length penalty 0: the only value both engines share; and beam 4 at
+0.6 through the server's CTranslate2 engine, which re-ranks with our penalty), then times both
 engines in one run on the first --limit test sentences: ours fp32 and int8 (`load_checkpoint(...,
 quantize="int8")`), traced as served (`--eager`: without Translator.trace()), CTranslate2 float32 and int8 (compute_type at load), greedy and
 beam 4, batch 1 (one sentence per call) and 32 (length-sorted batches, as the server and evaluate CLI cut
@@ -31,11 +32,12 @@ import ctranslate2
 import torch
 
 from model import DecodeOptions, LoadedModel, Translator, load_checkpoint
+from model.ct2_convert import export_ctranslate2
+from model.ct2_decode import CT2Decoder, translate_ids_ctranslate2
 from model.inference import translate_ids
 from model.preprocess import source_ids
 from training.data import resolve_data_dir
 from training.evaluate import read_pairs
-from training.export import export_ctranslate2, translate_ids_ctranslate2
 from training.ship import TEST_SETS
 
 BEAM = 4
@@ -116,18 +118,32 @@ def time_engines(
     return timings
 
 
-def parity(engines: tuple[Decode, Decode], seqs: list[list[int]]) -> None:
-    """Print the share of sentences both engines translate to the same tokens (fp32, batch 32)."""
+def parity(engines: tuple[Decode, Decode], served: Decode, seqs: list[list[int]]) -> None:
+    """Print the share of sentences both engines translate to the same tokens (fp32, batch 32): the plain
+    mapping at length penalty 0, then the server's CTranslate2 engine (`served`, CT2Decoder: re-ranked with
+    our GNMT penalty) at the API's default 0.6."""
     torch.set_num_threads(max(THREADS))
-    for beam in (1, BEAM):
-        opts = DecodeOptions(beam_size=beam, length_penalty=0.0)
-        a, b = (decode(seqs, opts, 32) for decode in engines)
+    cases = [(1, 0.0, engines[1], ""), (BEAM, 0.0, engines[1], ""), (BEAM, 0.6, served, ", served engine")]
+    for beam, lp, theirs_decode, label in cases:
+        opts = DecodeOptions(beam_size=beam, length_penalty=lp)
+        a, b = (decode(seqs, opts, 32) for decode in (engines[0], theirs_decode))
         same = sum(x == y for x, y in zip(a, b, strict=True))
         mode = "greedy" if beam == 1 else f"beam {beam}"
         print(
-            f"parity fp32 {mode}: {same}/{len(seqs)} sentences identical ({100 * same / len(seqs):.2f}%)",
+            f"parity fp32 {mode}, length penalty {lp}{label}: {same}/{len(seqs)} sentences identical"
+            f" ({100 * same / len(seqs):.2f}%)",
             flush=True,
         )
+
+
+def served(decoder: CT2Decoder, loaded: LoadedModel) -> Decode:
+    """APP_TRANSLATION_ENGINE=ctranslate2's decoding (model/ct2_decode.py CT2Decoder)."""
+    lang = loaded.config.target_langs[0]
+
+    def decode(seqs: list[list[int]], opts: DecodeOptions, batch: int) -> list[list[int]]:
+        return [hyps[0].tokens for hyps in decoder.translate_ids(seqs, opts, lang, batch)]
+
+    return decode
 
 
 def load_ours(path: Path, quantize: str | None, eager: bool) -> LoadedModel:
@@ -180,7 +196,9 @@ def main() -> None:
         f" {ctranslate2.__version__}; timing: first {args.limit} sentences, median of {args.repeats} repeats\n"
     )
     parity_seqs = seqs[: args.parity_limit] if args.parity_limit else seqs
-    parity((ours(fp32), theirs(translators["fp32", max(THREADS)], fp32)), parity_seqs)
+    fp32_ct2 = translators["fp32", max(THREADS)]
+    engine = CT2Decoder(fp32_ct2, fp32.tokenizer, fp32.config, fp32.model)  # type: ignore[arg-type]
+    parity((ours(fp32), theirs(fp32_ct2, fp32)), served(engine, fp32), parity_seqs)
 
     timed = seqs[: args.limit]
     print("\n| engine | precision | decoding | batch | threads | tokens/s | p50 ms/sentence | ours/CT2 |")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from app.metrics import NAMESPACE
 from bench.load import FR_WORDS, SHORT_TEXTS, percentile
 from bench.server import REPO, serve
 
@@ -47,11 +48,13 @@ def heavy_body(seed: int = 0) -> dict[str, object]:
 
 
 def counters(metrics_text: str, name: str) -> float | None:
-    """The sum of a counter over its models (None when the server has no such metric)."""
-    values = re.findall(rf"^{name}{{[^}}]*}} (\S+)$", metrics_text, re.MULTILINE)
-    if f"# TYPE {name} counter" not in metrics_text:
-        return None
-    return sum(float(v) for v in values)
+    """The sum of a counter over its models, named with or without the server's namespace (None when the
+    server has no such metric)."""
+    for full in (f"{NAMESPACE}_{name}", name):
+        if f"# TYPE {full} counter" in metrics_text:
+            values = re.findall(rf"^{full}{{[^}}]*}} (\S+)$", metrics_text, re.MULTILINE)
+            return sum(float(v) for v in values)
+    return None
 
 
 async def sentiment_clients(url: str, clients: int, seconds: float) -> tuple[list[float], int]:

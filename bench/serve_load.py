@@ -1,7 +1,7 @@
 """Load test of the HTTP server against the in-process model-only ceiling, printed as markdown tables.
 
   python -m bench.serve_load [--checkpoint-dir checkpoints] [--duration 5] [--concurrency 1 8 64] [--wrk auto]
-                             [--repeats 3] [--sentiment-model sentiment-ko]
+                             [--repeats 3] [--sentiment-model sentiment-ko] [--engine ctranslate2]
 
 Starts `python -m app` itself on a free 127.0.0.1 port, twice: batching on (the default settings) and off
 (APP_MAX_BATCH_SIZE=1). For /sentiment and /translate at each concurrency it reports throughput and
@@ -9,7 +9,8 @@ p50/p95/p99 latency, one text per request (`--texts-per-request N` for /sentimen
 (bench/wrk/post.lua) when installed: a Python client tops out near 150 req/s on 2 cores and takes CPU from
 the server (`--wrk no` falls back to an httpx async client). The ceiling runs model.inference directly on the
 same inputs in batches of 32. /sentiment inputs are in the model's language: English for sentiment-en (the
-default), Korean for `--sentiment-model sentiment-ko`.
+default), Korean for `--sentiment-model sentiment-ko`. `--engine ctranslate2` serves (and measures the
+/translate ceiling) with APP_TRANSLATION_ENGINE=ctranslate2.
 
 The pieces: bench/server.py starts the server, bench/load.py makes the inputs and the load and measures a
 cell, bench/ceilings.py the model-only figures, bench/report.py prints the tables.
@@ -71,6 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         "--set", action="append", default=[], metavar="APP_NAME=VALUE", help="a server setting (both servers)"
     )
     p.add_argument(
+        "--engine",
+        choices=["torch", "ctranslate2"],
+        help="the servers' (and the /translate ceiling's) APP_TRANSLATION_ENGINE (default: the server's, torch)",
+    )
+    p.add_argument(
         "--repeats",
         type=int,
         default=1,
@@ -85,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     extra = dict(kv.split("=", 1) for kv in args.set)
     if bad := [k for k in extra if not k.startswith("APP_")]:
         p.error(f"--set takes APP_* settings, got {bad}")
+    if args.engine:
+        extra["APP_TRANSLATION_ENGINE"] = args.engine
     sentiment, translate = discover(args.checkpoint_dir, args.sentiment_model)
     use_wrk = args.wrk == "yes" or (args.wrk == "auto" and shutil.which("wrk") is not None)
     bodies = {
@@ -109,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
 
     dtype = str(server_settings(extra).torch_dtype(torch.device("cpu"))).removeprefix("torch.")
     print(f"server and ceiling dtype: {dtype}")
+    if "/translate" in routes:
+        print(f"/translate engine: {server_settings(extra).translation_engine}")
     if sentiment and "/sentiment" in routes:
         print(f"/sentiment model: {sentiment['model']}")
     print()

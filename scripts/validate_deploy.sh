@@ -77,16 +77,17 @@ else
     missing "docker compose v2"
 fi
 
-# --- Kubernetes: every manifest kustomization.yaml lists (and, with kubectl, the kustomize output) ---
+# --- Kubernetes: every manifest kustomization.yaml lists (and, with kubectl, the kustomize output of it and of
+# the GPU overlay deploy/k8s-gpu) ---
 k8s_validate() {  # FILES...
     local v args=()
     for v in $K8S_VERSIONS; do args+=(-k "$v"); done
     "$PYTHON" -m kubernetes_validate --strict --quiet "${args[@]}" "$@"
 }
-kustomize_validate() {
+kustomize_validate() {  # DIR
     local out
     out=$(mktemp --suffix=.yaml)
-    kubectl kustomize deploy/k8s >"$out" && k8s_validate "$out"
+    kubectl kustomize "$1" >"$out" && k8s_validate "$out"
     local rc=$?
     rm -f "$out"
     return $rc
@@ -103,9 +104,11 @@ for name in yaml.safe_load(open("deploy/k8s/kustomization.yaml"))["resources"]:
         missing "deploy/k8s/kustomization.yaml resources"
     fi
     if command -v kubectl >/dev/null 2>&1; then
-        check "kubectl kustomize deploy/k8s | kubernetes-validate" kustomize_validate
+        for dir in deploy/k8s deploy/k8s-gpu; do
+            check "kubectl kustomize ${dir} | kubernetes-validate" kustomize_validate "$dir"
+        done
     else
-        echo "--- kubectl kustomize: skipped (kubectl not installed)"
+        echo "--- kubectl kustomize deploy/k8s deploy/k8s-gpu: skipped (kubectl not installed)"
     fi
 else
     missing kubernetes-validate

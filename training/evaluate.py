@@ -1,7 +1,8 @@
 """Evaluation CLI: score a checkpoint on a data file with the server's inference code.
 
   python -m training evaluate --checkpoint checkpoints/translate-fr-en \
-      --data ../shared/data/tatoeba/fra-eng/test.tsv --format tatoeba [--beam-size 4] [--limit 500]
+      --data ../shared/data/tatoeba/fra-eng/test.tsv --format tatoeba [--beam-size 4] [--limit 500] \
+      [--engine ctranslate2]
 
 The last line printed is one JSON object (accuracy / macro_f1 / n, or bleu / chrf / signatures / n / decoding).
 """
@@ -18,7 +19,9 @@ from typing import Any
 import torch
 
 from model import DecodeOptions, LoadedModel, Translator, load_checkpoint
+from model.ct2_decode import CT2Decoder, load_ct2_decoder
 from model.inference import classify_texts, translate_texts
+from model.preprocess import source_ids
 from model.quantize import MODES
 from training.data import read_imdb, read_nsmc, read_parallel, read_tsv_pairs
 from training.metrics import accuracy_f1, bleu_chrf
@@ -52,14 +55,21 @@ def evaluate_translation(
     limit: int = 0,
     source_lang: str | None = None,
     target_lang: str | None = None,
+    ct2: CT2Decoder | None = None,
 ) -> dict[str, Any]:
+    """BLEU and chrF of the best hypotheses; `ct2`: decoded by CTranslate2 instead of the torch model."""
     src_lang = source_lang or loaded.config.source_langs[0]
     tgt_lang = target_lang or loaded.config.target_langs[0]
     srcs, refs = read_pairs(loaded, data, fmt, src_lang, tgt_lang)
     if limit:
         srcs, refs = srcs[:limit], refs[:limit]
-    hyps = translate_texts(loaded.model, loaded.tokenizer, srcs, options, tgt_lang)  # type: ignore[arg-type]
-    res = bleu_chrf([h[0][0] for h in hyps], refs)
+    if ct2 is None:
+        hyps = translate_texts(loaded.model, loaded.tokenizer, srcs, options, tgt_lang)  # type: ignore[arg-type]
+        best = [h[0][0] for h in hyps]
+    else:  # APP_TRANSLATION_ENGINE=ctranslate2's decoding
+        ids = [source_ids(loaded.tokenizer, t, loaded.config) for t in srcs]
+        best = [loaded.tokenizer.decode(h[0].tokens) for h in ct2.translate_ids(ids, options, tgt_lang)]
+    res = bleu_chrf(best, refs)
     res["decoding"] = {
         "beam_size": options.beam_size,
         "length_penalty": options.length_penalty,
@@ -83,16 +93,22 @@ def run(
     target_lang: str | None = None,
     dtype: str = "float32",
     quantize: str | None = None,
+    engine: str = "torch",
 ) -> dict[str, Any]:
     """Score `checkpoint` on `data` (the CLI's work, callable from ship and tests) as the server runs it:
     translators traced (Translator.trace); `dtype`: the weights' and activations' type, as the server's
-    APP_DTYPE (model cards report float32); `quantize`: "int8" as APP_QUANTIZE (CPU only)."""
+    APP_DTYPE (model cards report float32); `quantize`: "int8" as APP_QUANTIZE (CPU only); `engine`:
+    "ctranslate2" as APP_TRANSLATION_ENGINE (translators, CPU, float32 or int8)."""
     device = "cuda" if torch.cuda.is_available() and quantize is None else "cpu"
     loaded = load_checkpoint(checkpoint, device=device, dtype=getattr(torch, dtype), quantize=quantize)
     if isinstance(loaded.model, Translator):
         loaded.model.trace()
     t0 = time.time()
     if loaded.config.task == "sentiment":
+        if engine != "torch":
+            raise SystemExit(
+                f"error: --engine {engine} decodes translators; {loaded.name} is a sentiment model"
+            )
         if fmt not in ("nsmc", "imdb"):
             raise SystemExit(
                 f"error: --format {fmt} is a translation format; {loaded.name} is a sentiment model"
@@ -102,7 +118,12 @@ def run(
         if fmt not in ("tatoeba", "multi30k"):
             raise SystemExit(f"error: --format {fmt} is a sentiment format; {loaded.name} is a translator")
         opts = DecodeOptions(beam_size=beam_size, length_penalty=length_penalty)
-        res = evaluate_translation(loaded, data, fmt, opts, limit, source_lang, target_lang)
+        ct2 = None
+        if engine == "ctranslate2":
+            compute_type = "int8" if quantize == "int8" else dtype
+            ct2 = load_ct2_decoder(loaded, compute_type=compute_type, intra_threads=torch.get_num_threads())
+        res = evaluate_translation(loaded, data, fmt, opts, limit, source_lang, target_lang, ct2)
+        res["engine"] = engine
     res["dtype"] = dtype
     if quantize is not None:
         res["quantize"] = quantize
@@ -140,6 +161,12 @@ def cli(argv: list[str] | None = None) -> int:
         choices=MODES,
         help="score the model as the server serves it with APP_QUANTIZE=... (dynamic int8 Linear layers, CPU)",
     )
+    p.add_argument(
+        "--engine",
+        choices=("torch", "ctranslate2"),
+        default="torch",
+        help="decode translations as the server does with APP_TRANSLATION_ENGINE=... (ctranslate2: CPU)",
+    )
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -154,6 +181,7 @@ def cli(argv: list[str] | None = None) -> int:
         target_lang=args.target_lang,
         dtype=args.dtype,
         quantize=args.quantize,
+        engine=args.engine,
     )
     print(json.dumps(res, ensure_ascii=False))
     return 0

@@ -12,8 +12,18 @@ class ErrorBody(BaseModel):
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {
+        "model": ErrorBody,
+        "description": "The body cannot be parsed: not UTF-8, JSON nested too deeply, or an integer of more "
+        "than 4300 digits (a malformed JSON text is a 422)",
+    },
     401: {"model": ErrorBody, "description": "APP_API_KEY is set and the request lacks it"},
     404: {"model": ErrorBody, "description": "Unknown model or language pair"},
+    413: {"model": ErrorBody, "description": "The body is larger than APP_MAX_BODY_BYTES"},
+    415: {
+        "model": ErrorBody,
+        "description": "A Content-Encoding other than identity: send the body uncompressed",
+    },
     429: {"model": ErrorBody, "description": "Queue full: retry after the Retry-After header's seconds"},
     500: {"model": ErrorBody, "description": "Inference failed for this request's batch"},
     503: {"model": ErrorBody, "description": "Models still loading, or shutting down"},

@@ -8,6 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.api_key import API_KEY
 from app.deps import ServiceDep
+from app.metrics import METRICS_PATH
 from app.schemas import Health, ModelsResponse, Readiness
 
 open_router = APIRouter(tags=["system"])
@@ -47,7 +48,8 @@ async def models(service: ServiceDep) -> ModelsResponse:
     return ModelsResponse(models=service.models())
 
 
-@router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+@router.get(METRICS_PATH, response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
 async def metrics(service: ServiceDep) -> Response:
-    """Prometheus text format."""
+    """Prometheus text format. With APP_API_KEY set it also takes APP_METRICS_API_KEY; APP_METRICS_PUBLIC=true
+    leaves it open."""
     return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)

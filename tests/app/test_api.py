@@ -72,13 +72,13 @@ async def test_metrics_is_prometheus_text(client: httpx.AsyncClient) -> None:
     r = await client.get("/metrics")
     assert r.headers["content-type"].startswith("text/plain")
     for name in (
-        'http_requests_total{method="POST",route="/sentiment",status="200"}',
-        "http_request_duration_seconds_bucket",
-        'batch_size_bucket{le="1.0",model="sentiment-en"}',
-        'inference_duration_seconds_count{model="sentiment-en"}',
-        'queue_depth{model="sentiment-en"}',
-        'queue_depth{model="translate-fr-en"}',
-        "models_loaded 4.0",
+        'transformer_serving_http_requests_total{method="POST",route="/sentiment",status="200"}',
+        "transformer_serving_http_request_duration_seconds_bucket",
+        'transformer_serving_batch_size_bucket{le="1.0",model="sentiment-en"}',
+        'transformer_serving_inference_duration_seconds_count{model="sentiment-en"}',
+        'transformer_serving_queue_depth{model="sentiment-en"}',
+        'transformer_serving_queue_depth{model="translate-fr-en"}',
+        "transformer_serving_models_loaded 4.0",
     ):
         assert name in r.text
 
@@ -90,7 +90,9 @@ async def test_metrics_label_routes_by_template_and_everything_else_unmatched(
         await client.get(path)
     metrics = (await client.get("/metrics")).text
     for route in ("/docs", "/openapi.json", "unmatched"):
-        assert f'http_requests_total{{method="GET",route="{route}",status=' in metrics, route
+        assert f'transformer_serving_http_requests_total{{method="GET",route="{route}",status=' in metrics, (
+            route
+        )
     assert "no-such" not in metrics  # raw paths never become labels
 
 
@@ -522,21 +524,22 @@ async def test_a_body_that_is_not_a_json_object_is_422_saying_so(
 
 
 @pytest.mark.parametrize(
-    ("body", "headers", "why"),
+    ("body", "headers", "status", "why"),
     [
-        (b'{"text": "caf\xe9"}', {}, "it is not JSON text in UTF-8"),  # latin-1 bytes
+        (b'{"text": "caf\xe9"}', {}, 400, "body: cannot be parsed: not UTF-8: byte 0xe9 at position 13 (send JSON text in UTF-8)"),  # latin-1
         (
             gzip.compress(b'{"text": "a good film"}'),
             {"content-encoding": "gzip"},
-            "Content-Encoding gzip is not supported, send it uncompressed",
+            415,
+            "Content-Encoding gzip is not supported: send the body uncompressed",
         ),
     ],
-)
-async def test_an_unreadable_body_is_400_saying_why(
-    client: httpx.AsyncClient, body: bytes, headers: dict[str, str], why: str
+)  # fmt: skip
+async def test_an_unreadable_body_is_4xx_saying_why(
+    client: httpx.AsyncClient, body: bytes, headers: dict[str, str], status: int, why: str
 ) -> None:
     r = await client.post("/sentiment", content=body, headers={"content-type": "application/json"} | headers)
-    assert (r.status_code, r.json()) == (400, {"detail": f"body: cannot be parsed: {why}"})
+    assert (r.status_code, r.json()) == (status, {"detail": why})
     r = await client.get("/nothing-here")  # other HTTP errors keep FastAPI's answers
     assert (r.status_code, r.json()) == (404, {"detail": "Not Found"})
     r = await client.get("/sentiment")

@@ -49,7 +49,10 @@ async def test_api_key(make_settings: Callable[..., Settings]) -> None:
             r = await client.post(path, content=b'{"text": ', headers=headers | {"X-API-Key": "s3cret"})
             assert r.status_code == 422
         metrics = (await client.get("/metrics", headers={"X-API-Key": "s3cret"})).text
-        assert 'http_requests_total{method="POST",route="/attention",status="401"} 2.0' in metrics
+        assert (
+            'transformer_serving_http_requests_total{method="POST",route="/attention",status="401"} 2.0'
+            in metrics
+        )
         r = await client.post("/health", content=b"{")  # a path without a POST route: FastAPI's 405
         assert r.status_code == 405
 
@@ -100,8 +103,14 @@ async def test_answers_given_before_routing_and_500s_carry_cors_headers(
         r = await client.get("/models")  # the same without CORS
         assert (r.status_code, r.json()) == (500, {"detail": "internal error: RuntimeError"})
         metrics = (await client.get("/metrics")).text
-        assert 'http_requests_total{method="GET",route="/models",status="500"} 2.0' in metrics
-        assert 'http_requests_total{method="POST",route="/sentiment",status="413"} 2.0' in metrics
+        assert (
+            'transformer_serving_http_requests_total{method="GET",route="/models",status="500"} 2.0'
+            in metrics
+        )
+        assert (
+            'transformer_serving_http_requests_total{method="POST",route="/sentiment",status="413"} 2.0'
+            in metrics
+        )
         assert (await client.post("/sentiment", json={"text": "still serving"})).status_code == 200
 
 

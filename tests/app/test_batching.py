@@ -255,8 +255,8 @@ async def test_metrics_record_batch_sizes(executor: InferenceWorkers) -> None:
     )
     await asyncio.gather(*(b.enqueue([i], FAR) for i in range(3)))
     reg = metrics.registry
-    assert reg.get_sample_value("batch_size_count", {"model": "m"}) == 1
-    assert reg.get_sample_value("batch_size_sum", {"model": "m"}) == 3
+    assert reg.get_sample_value("transformer_serving_batch_size_count", {"model": "m"}) == 1
+    assert reg.get_sample_value("transformer_serving_batch_size_sum", {"model": "m"}) == 3
     await b.close()
 
 

@@ -44,7 +44,10 @@ async def test_bodies_over_the_limit_get_413(make_settings: Callable[..., Settin
                                   headers={"content-type": "application/json"})).status_code == 200  # fmt: skip
         # both refusals are counted, the declared one before routing
         metrics = (await client.get("/metrics")).text
-        assert f'http_requests_total{{method="POST",route="{route}",status="413"}} 2.0' in metrics
+        assert (
+            f'transformer_serving_http_requests_total{{method="POST",route="{route}",status="413"}} 2.0'
+            in metrics
+        )
 
 
 def test_limit_below_1024_bytes_is_refused() -> None:

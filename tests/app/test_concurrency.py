@@ -35,7 +35,7 @@ def mixed_texts(n: int, seed: int = 0) -> list[str]:
 
 def batch_sizes(metrics_text: str, model: str) -> dict[float, float]:
     """Cumulative histogram buckets of batch_size for one model: {le: count}."""
-    pattern = rf'batch_size_bucket{{le="([^"]+)",model="{re.escape(model)}"}} (\S+)'
+    pattern = rf'transformer_serving_batch_size_bucket{{le="([^"]+)",model="{re.escape(model)}"}} (\S+)'
     return {float(le): float(v) for le, v in re.findall(pattern, metrics_text)}
 
 
@@ -157,7 +157,7 @@ async def test_queue_depth_is_one_series_per_model_summed_over_decoding_modes(
     async with serve(settings) as (app, client):
 
         def series(text: str) -> dict[str, float]:
-            rows = [line for line in text.splitlines() if line.startswith("queue_depth{")]
+            rows = [line for line in text.splitlines() if line.startswith("transformer_serving_queue_depth{")]
             return {row.split('"')[1]: float(row.split()[-1]) for row in rows}
 
         # one queue per decoding mode: 12 length penalties make 12 queues of translate-fr-en, not 12 series

@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from app.fastpath import FastPath, lean_routes
 from app.routes import attention, system
 from app.routes import sentiment as sentiment_route
-from app.schemas import SentimentRequest, TranslateRequest
+from app.schemas import DetectRequest, SentimentRequest, TranslateRequest
 from app.settings import Settings
 from tests.app.conftest import serve
 
@@ -109,6 +109,7 @@ def test_the_lean_routes_are_read_from_the_api_routes(app: FastAPI) -> None:
     assert {path: (r.request, r.body, r.route.response_model_exclude_none) for path, r in routes.items()} == {
         "/sentiment": (SentimentRequest, "body", False),
         "/translate": (TranslateRequest, "body", True),
+        "/detect": (DetectRequest, "body", True),
     }
     assert lean_routes(attention.router.routes) == {}  # a query parameter (format)
     assert lean_routes(system.router.routes) == {}  # GET routes

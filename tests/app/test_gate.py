@@ -18,7 +18,7 @@ pytestmark = pytest.mark.anyio
 
 
 def count(metrics: str, route: str, status: int, method: str = "POST") -> float:
-    prefix = f'http_requests_total{{method="{method}",route="{route}",status="{status}"}}'
+    prefix = f'transformer_serving_http_requests_total{{method="{method}",route="{route}",status="{status}"}}'
     lines = [line for line in metrics.splitlines() if line.startswith(prefix)]
     return float(lines[0].split()[-1]) if lines else 0.0
 

@@ -19,6 +19,7 @@ from app.batching import Batcher, InferenceWorkers
 from app.errors import QueueFull
 from app.handlers import DecodeKey, Sentence, TranslationHandler
 from app.heatmap import NICE
+from app.metrics import NAMESPACE
 from app.service import Service
 from app.settings import Settings
 from model import Translator
@@ -84,7 +85,7 @@ class CountedSteps:
 
 def metric(text: str, name: str, model: str) -> float:
     for line in text.splitlines():
-        if line.startswith(f'{name}{{model="{model}"}}'):
+        if line.startswith(f'{NAMESPACE}_{name}{{model="{model}"}}'):
             return float(line.split()[-1])
     return 0.0
 

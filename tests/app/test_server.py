@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -57,6 +58,23 @@ def test_routes_over_tcp(server: str) -> None:
         assert 'route="/sentiment",status="200"' in c.get("/metrics").text
 
 
+def raw_status(url: str, request: bytes) -> int:
+    """The status of the answer to `request` sent as raw bytes (headers httpx would not send as they are)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(request)
+        return int(s.makefile("rb").readline().split()[1])
+
+
+def test_a_transfer_coding_other_than_chunked_is_501_over_tcp(server: str) -> None:
+    """httptools (uvicorn's default parser) takes `gzip, chunked`, de-chunks and hands on the gzip body."""
+    body = b'{"text": "a good film"}'
+    head = b"POST /sentiment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    assert raw_status(server, head + b"Transfer-Encoding: gzip, chunked\r\n\r\n" + chunked) == 501
+    assert raw_status(server, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunked) == 200
+
+
 def test_concurrent_clients_over_tcp_get_their_own_results(server: str) -> None:
     texts = [f"the cat likes music {'very much ' * (i % 7)}{i}" for i in range(64)]
 
@@ -85,6 +103,9 @@ def test_python_m_app_with_api_key_and_graceful_sigterm(app_checkpoint_dir: Path
         assert httpx.post(f"{url}/sentiment", json={"text": "a"}).status_code == 401
         r = httpx.post(f"{url}/sentiment", json={"text": "a"}, headers={"Authorization": "Bearer k3y"})
         assert r.status_code == 200
+        for value in (b"Bearer  k3y", b"Bearer k3y  "):  # 1*SP; trailing whitespace (httptools keeps it)
+            get = b"GET /models HTTP/1.1\r\nHost: x\r\nAuthorization: %s\r\nConnection: close\r\n\r\n" % value
+            assert raw_status(url, get) == 200, value
     finally:
         output = stop(proc)
     assert proc.returncode in (0, -signal.SIGTERM), output  # uvicorn re-raises the signal after a clean stop

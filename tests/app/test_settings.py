@@ -108,6 +108,13 @@ async def test_start_up_logs_the_dtype_warning(
         ("TORCH_THREADS", "-1", "torch_threads"),
         ("INFERENCE_WORKERS", "-1", "inference_workers"),
         ("GIL_SWITCH_INTERVAL_MS", "0", "gil_switch_interval_ms"),
+        ("HEADER_TIMEOUT_S", "0", "header_timeout_s"),
+        ("BODY_TIMEOUT_S", "-1", "body_timeout_s"),
+        ("KEEPALIVE_TIMEOUT_S", "0", "keepalive_timeout_s"),
+        ("MAX_HEADER_BYTES", "100", "max_header_bytes"),
+        ("MAX_HEADERS", "2", "max_headers"),
+        ("MAX_CONNECTIONS", "0", "max_connections"),
+        ("SHUTDOWN_TIMEOUT_S", "0", "shutdown_timeout_s"),
     ],
 )
 def test_invalid_settings_name_the_variable(

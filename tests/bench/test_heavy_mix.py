@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.handlers import split_sentences
 from app.metrics import Metrics
+from app.sentences import split_sentences
 from bench.heavy_mix import counters, heavy_body
 
 
@@ -13,7 +13,7 @@ def test_the_heavy_request_is_64_texts_of_16_sentences_at_beam_16() -> None:
     texts = body["texts"]
     assert isinstance(texts, list)
     assert len(texts) == 64
-    assert all(sum(len(line) for line in split_sentences(t)) == 16 for t in texts)
+    assert all(sum(len(line) for line in split_sentences(t, "fr")) == 16 for t in texts)
 
 
 def test_counters_sum_over_models_and_tell_a_missing_metric() -> None:

@@ -101,6 +101,17 @@ def test_serve_load_repeats_report_medians_and_every_pass(
     assert len(per_pass) == 2
 
 
+def test_serve_load_with_the_ctranslate2_engine(
+    bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("ctranslate2")
+    out = _bench(
+        bench_checkpoint_dir, capsys, "0.5", ["2"], "--routes", "/translate", "--engine", "ctranslate2"
+    )
+    assert "/translate engine: ctranslate2" in out
+    _check_tables(out, texts=1, routes=1, concurrencies=1)
+
+
 def test_median_pass_keeps_each_cells_median_pass() -> None:
     def cell(rps: float) -> Cell:
         return Cell("/sentiment", "on", 64, rps, rps, 0.0, 0.0, 0, "wrk")

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,11 +27,15 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from app.metrics import METRICS_PATH, NAMESPACE
+from app.settings import Settings
 from bench.server import free_port, stop
+from tests.app.conftest import serve
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
 K8S_DIR = REPO / "deploy" / "k8s"
+K8S_GPU_DIR = REPO / "deploy" / "k8s-gpu"  # the GPU overlay
 NGINX_CONF = REPO / "deploy" / "nginx" / "nginx.conf"
 READY_TIMEOUT_S = 60.0
 CONTAINER_PORT = 8000
@@ -328,9 +333,15 @@ def _third_party_imports(*packages: str) -> dict[str, set[str]]:
     return found
 
 
+# Optional engines: module -> the pyproject extra that installs it. Imported only when selected (a setting), so
+# the image without them serves; test_serving_code_imports_without_the_optional_engines checks that.
+OPTIONAL_MODULES = {"ctranslate2": "ctranslate2"}
+
+
 def test_image_dependencies_cover_the_serving_code_imports() -> None:
     """The image installs only [project].dependencies: every module app/ and model/ import (lazily too) must come
-    from them, or the image fails where this dev venv (with the train/test extras) does not."""
+    from them, or the image fails where this dev venv (with the train/test extras) does not. Optional engines
+    come from their extra."""
     distributions = importlib.metadata.packages_distributions()
     runtime = _runtime_distributions()
     missing = {
@@ -338,7 +349,28 @@ def test_image_dependencies_cover_the_serving_code_imports() -> None:
         for module, files in _third_party_imports("app", "model").items()
         if not {canonicalize_name(d) for d in distributions.get(module, [module])} & runtime
     }
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for module, extra in OPTIONAL_MODULES.items():
+        assert any(Requirement(r).name == module for r in extras[extra]), (module, extras[extra])
+        missing.pop(module, None)
     assert missing == {}, f"imported but not in pyproject's [project].dependencies: {missing}"
+
+
+def test_serving_code_imports_without_the_optional_engines() -> None:
+    """Every app/ and model/ module imports with the optional engines missing (as in the image)."""
+    modules = sorted(
+        ".".join(p.relative_to(REPO).with_suffix("").parts)
+        for package in ("app", "model")
+        for p in (REPO / package).rglob("*.py")
+        if p.name != "__main__.py"
+    )
+    code = "; ".join(
+        [*(f"sys.modules[{m!r}] = None" for m in OPTIONAL_MODULES), *(f"import {m}" for m in modules)]
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", f"import sys; {code}"], cwd=REPO, capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -421,3 +453,84 @@ def test_k8s_hpa_targets_the_deployment(k8s: dict[str, dict[str, Any]]) -> None:
 def test_k8s_pdb_selects_the_pods(k8s: dict[str, dict[str, Any]]) -> None:
     pod_labels = k8s["Deployment"]["spec"]["template"]["metadata"]["labels"]
     assert k8s["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+
+
+def test_k8s_replicas_are_left_to_the_hpa(k8s: dict[str, dict[str, Any]]) -> None:
+    """A fixed spec.replicas beside an HPA would reset the HPA's count on every `kubectl apply`."""
+    assert "replicas" not in k8s["Deployment"]["spec"]
+
+
+def app_settings(container: dict[str, Any]) -> dict[str, str]:
+    """The container's literal APP_* values as Settings fields (secrets left out); every one must be a setting."""
+    env = {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("APP_") and "value" in e}
+    fields = {name.removeprefix("APP_").lower(): value for name, value in env.items()}
+    assert set(fields) <= set(Settings.model_fields), "unknown APP_ settings"
+    Settings(**fields)  # valid values
+    return fields
+
+
+@pytest.mark.anyio
+async def test_k8s_prometheus_scrapes_the_pods_with_an_api_key_set(
+    k8s: dict[str, dict[str, Any]], container: dict[str, Any], served_checkpoints: Path
+) -> None:
+    """The prometheus.io annotations send no credentials: with the pod's settings and the secret's APP_API_KEY,
+    the annotated path answers without a key while the model routes need it."""
+    annotations = k8s["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/path"] == METRICS_PATH
+    assert annotations["prometheus.io/port"] == str(container["ports"][0]["containerPort"])
+    env = app_settings(container) | {"checkpoint_dir": str(served_checkpoints), "api_key": "from-the-secret"}
+    async with serve(Settings(**env), ready=False) as (_, client):
+        assert (await client.get("/models")).status_code == 401
+        scrape = await client.get(annotations["prometheus.io/path"])
+        assert scrape.status_code == 200
+        assert f"{NAMESPACE}_build_info" in scrape.text
+
+
+@pytest.fixture(scope="module")
+def gpu_overlay() -> dict[str, Any]:
+    return yaml.safe_load((K8S_GPU_DIR / "kustomization.yaml").read_text())
+
+
+def test_k8s_gpu_overlay_patches_the_base_with_the_compose_cuda_image(gpu_overlay: dict[str, Any]) -> None:
+    assert gpu_overlay["resources"] == ["../k8s"]
+    on_disk = {p.name for p in K8S_GPU_DIR.glob("*.yaml")} - {"kustomization.yaml"}
+    assert sorted(p["path"] for p in gpu_overlay["patches"]) == sorted(on_disk)
+    name, tag = compose("docker-compose.gpu.yml")["services"]["api"]["image"].rsplit(":", 1)
+    assert [(i["name"], i["newTag"]) for i in gpu_overlay["images"]] == [(name, tag)]
+
+
+@pytest.mark.skipif(
+    shutil.which("kubectl") is None,
+    reason="kubectl not installed: it renders the GPU overlay here and in scripts/validate_deploy.sh",
+)
+def test_k8s_gpu_overlay_renders_one_gpu_per_pod(
+    k8s: dict[str, dict[str, Any]], container: dict[str, Any]
+) -> None:
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(K8S_GPU_DIR)], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    gpu = {doc["kind"]: doc for doc in yaml.safe_load_all(out) if doc}
+    assert set(gpu) == set(k8s)  # the same resources, patched
+    deployment = gpu["Deployment"]
+    (c,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert c["image"] == compose("docker-compose.gpu.yml")["services"]["api"]["image"]
+    assert int(c["resources"]["limits"]["nvidia.com/gpu"]) == 1
+    assert "replicas" not in deployment["spec"]
+    assert app_settings(c) == app_settings(container) | {"device": "cuda"}  # only the device differs
+    assert gpu["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+
+
+def test_shutdown_timeout_fits_the_grace_periods(
+    k8s: dict[str, dict[str, Any]], container: dict[str, Any]
+) -> None:
+    """SIGTERM comes after the preStop hook; the app must be gone before SIGKILL: its shutdown timeout (then the
+    lifespan's, a few seconds at most) within Kubernetes' terminationGracePeriodSeconds and compose's grace."""
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    timeout = float(env.get("APP_SHUTDOWN_TIMEOUT_S") or Settings.model_fields["shutdown_timeout_s"].default)
+    pre_stop = " ".join(container["lifecycle"]["preStop"]["exec"]["command"])
+    (sleep,) = re.findall(r"sleep\((\d+(?:\.\d+)?)\)", pre_stop)
+    grace = k8s["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert float(sleep) + timeout + 3 <= grace
+    stop_grace = compose("docker-compose.yml")["services"]["api"]["stop_grace_period"]
+    assert timeout + 3 <= float(stop_grace.removesuffix("s"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,40 @@ def test_cli_round_trip(
     assert main([*argv[:-1], str(tmp_path / "sentiment")]) == 2
     assert "only translators export to CTranslate2" in capsys.readouterr().err
     assert not (tmp_path / "sentiment").exists()
+
+
+def test_evaluate_with_the_ctranslate2_engine_scores_as_torch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m training evaluate --engine ctranslate2` (the server's CTranslate2 decoding): the same
+    translations as the torch engine at beam 4, length penalty 0.6 (re-ranked with our penalty)."""
+    refs = ["I don't know where he went.", "Hello.", "It's very cold this morning."] + ["Why?"] * 9
+    data = tmp_path / "test.tsv"
+    data.write_text("en\tfr\n" + "".join(f"{e}\t{f}\n" for e, f in zip(refs, FRENCH, strict=True)))
+    results = []
+    for engine in ("torch", "ctranslate2"):
+        argv = ["evaluate", "--checkpoint", str(SHIPPED), "--data", str(data), "--format", "tatoeba"]
+        assert main([*argv, "--engine", engine]) == 0
+        results.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+    torch_res, ct2_res = results
+    assert ct2_res["engine"] == "ctranslate2"
+    assert torch_res["decoding"] == ct2_res["decoding"]
+    assert torch_res["decoding"]["length_penalty"] == 0.6
+    assert (ct2_res["bleu"], ct2_res["chrf"]) == (torch_res["bleu"], torch_res["chrf"])
+    assert ct2_res["bleu"] > 10  # real translations
+
+
+def test_evaluate_engine_is_for_translators(tiny_sentiment_checkpoint: Path, tmp_path: Path) -> None:
+    data = tmp_path / "nsmc.txt"
+    data.write_text("id\tdocument\tlabel\n1\t좋아요\t1\n")
+    argv = [
+        "evaluate",
+        "--checkpoint",
+        str(tiny_sentiment_checkpoint),
+        "--data",
+        str(data),
+        "--format",
+        "nsmc",
+    ]
+    with pytest.raises(SystemExit, match="--engine ctranslate2 decodes translators"):
+        main([*argv, "--engine", "ctranslate2"])

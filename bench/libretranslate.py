@@ -1,0 +1,91 @@
+"""LibreTranslate clients batched together: closed-loop clients, each sending LibreTranslate form requests
+(one sentence, as libretranslatepy sends them) to /libretranslate/translate, against the server decoding each
+request alone (APP_MAX_BATCH_SIZE=1, as LibreTranslate does) and with its cross-request batching (the
+default) -> requests/s, latency percentiles, mean batch size.
+
+    python -m bench.libretranslate [--checkpoint-dir checkpoints] [--concurrency 16] [--duration 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.load import FR_WORDS, percentile, texts
+from bench.server import REPO, serve
+
+MODES = {"one request per forward pass": {"APP_MAX_BATCH_SIZE": "1"}, "batched (default)": {}}
+
+
+async def load(url: str, bodies: list[dict[str, str]], concurrency: int, duration: float) -> dict[str, Any]:
+    """`concurrency` clients for `duration` s -> req/s, p50/p95 ms, errors."""
+    latencies: list[float] = []
+    errors = 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        await client.post("/libretranslate/translate", data=bodies[0])  # connect, and the batcher exists
+        end = time.perf_counter() + duration
+
+        async def client_loop(k: int) -> None:
+            nonlocal errors
+            i = k
+            while time.perf_counter() < end:
+                t0 = time.perf_counter()
+                r = await client.post("/libretranslate/translate", data=bodies[i % len(bodies)])
+                latencies.append((time.perf_counter() - t0) * 1000)
+                errors += r.status_code != 200
+                i += concurrency
+
+        start = time.perf_counter()
+        await asyncio.gather(*(client_loop(k) for k in range(concurrency)))
+        elapsed = time.perf_counter() - start
+        metrics = (await client.get("/metrics")).text
+    latencies.sort()
+    return {
+        "rps": len(latencies) / elapsed,
+        "p50": percentile(latencies, 50),
+        "p95": percentile(latencies, 95),
+        "errors": errors,
+        "batch": mean_batch_size(metrics),
+    }
+
+
+def mean_batch_size(metrics: str) -> float:
+    """Items per forward pass over every translation model (the batch_size histogram's sum / count)."""
+    sums = re.findall(r'batch_size_sum\{model="translate-[^"]*"\} (\S+)', metrics)
+    counts = re.findall(r'batch_size_count\{model="translate-[^"]*"\} (\S+)', metrics)
+    count = sum(map(float, counts))
+    return sum(map(float, sums)) / count if count else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--checkpoint-dir", type=Path, default=REPO / "checkpoints")
+    ap.add_argument("--source", default="fr", help="the pair's source language (target: en)")
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--duration", type=float, default=20.0, help="seconds per mode")
+    args = ap.parse_args(argv)
+    bodies = [{"q": t, "source": args.source, "target": "en"} for t in texts(FR_WORDS, lengths=(3, 5, 8, 12))]
+    rows = []
+    for mode, env in MODES.items():
+        with serve(args.checkpoint_dir, env | {"APP_LOG_LEVEL": "warning"}) as (url, _, _):
+            cell = asyncio.run(load(url, bodies, args.concurrency, args.duration))
+        rows.append((mode, cell))
+    print(f"{args.concurrency} LibreTranslate clients, form bodies, one {args.source}->en sentence each:\n")
+    print("| server | req/s | p50 ms | p95 ms | sentences per forward | errors |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for mode, c in rows:
+        print(
+            f"| {mode} | {c['rps']:.1f} | {c['p50']:.0f} | {c['p95']:.0f} | {c['batch']:.1f} | {c['errors']} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,369 @@
+"""Connection limits (app/connections.py) against real `python -m app` subprocesses, with raw sockets: the
+deadlines, the head limits, the connection cap and the bounded shutdown. Timeouts are short via settings."""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.__main__ import raise_fd_limit
+from app.connections import refusal_slots
+from app.settings import REPO_ROOT, SettingsError
+from bench.server import free_port, server_env, stop, wait_ready
+
+PARTIAL_BODY = (
+    b"POST /sentiment HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    b'{"text": '
+)
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def connect(self) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", self.port), timeout=10)
+
+    def fds(self) -> int:
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+
+@contextmanager
+def run_server(checkpoint_dir: Path, **env: str) -> Iterator[Server]:
+    """`python -m app` (the image's command) on a free port with APP_* `env`, until /ready is 200."""
+    port = free_port()
+    base = {"APP_CHECKPOINT_DIR": str(checkpoint_dir), "APP_PORT": str(port), "APP_LOG_LEVEL": "info"}
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "server.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "app"],
+                env=server_env(base | env),
+                cwd=REPO_ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        server = Server(proc, port, log)
+        try:
+            wait_ready(proc, server.url, output=server.output)
+            yield server
+        finally:
+            stop(proc)
+
+
+@pytest.fixture(scope="module")
+def server(sentiment_only_dir: Path) -> Iterator[Server]:
+    with run_server(
+        sentiment_only_dir,
+        APP_HEADER_TIMEOUT_S="0.5",
+        APP_BODY_TIMEOUT_S="0.5",
+        APP_KEEPALIVE_TIMEOUT_S="0.5",
+        APP_MAX_HEADER_BYTES="4096",
+        APP_MAX_HEADERS="20",
+    ) as s:
+        yield s
+
+
+def read_until_closed(sock: socket.socket, timeout: float = 10.0) -> tuple[bytes, float]:
+    """Everything the server sends until it closes -> (bytes, seconds it took); fails if still open."""
+    start, data = time.monotonic(), b""
+    sock.settimeout(timeout)
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        except TimeoutError:
+            pytest.fail(f"still open after {timeout} s; got {data!r}")
+        if not chunk:
+            break
+        data += chunk
+    return data, time.monotonic() - start
+
+
+def get(sock: socket.socket, path: bytes = b"/health") -> bytes:
+    """GET `path` on a kept-alive connection -> the whole response (head and Content-Length body)."""
+    sock.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: t\r\n\r\n")
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(ln for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:"))[15:])
+    while len(body) < length:
+        body += sock.recv(65536)
+    return data
+
+
+def health_ok(server: Server) -> float:
+    """GET /health on a new connection -> seconds; asserts 200."""
+    start = time.monotonic()
+    r = httpx.get(f"{server.url}/health", timeout=10)
+    assert r.status_code == 200, r.text
+    return time.monotonic() - start
+
+
+# --- deadlines ----------------------------------------------------------------------------------------------
+
+
+def test_idle_new_connection_is_closed_after_the_header_timeout(server: Server) -> None:
+    with server.connect() as sock:
+        data, took = read_until_closed(sock)
+    assert data == b""  # nothing was asked: nothing to answer
+    assert 0.4 < took < 5
+
+
+def test_partial_head_gets_408_after_the_header_timeout(server: Server) -> None:
+    with server.connect() as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n")
+        data, took = read_until_closed(sock)
+    assert data.startswith(b"HTTP/1.1 408 "), data
+    assert b"APP_HEADER_TIMEOUT_S" in data
+    assert 0.4 < took < 5
+
+
+def test_partial_head_pipelined_behind_a_request_is_cut_too(server: Server) -> None:
+    with server.connect() as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\nGET /health HTTP/1.1\r\n")
+        data, took = read_until_closed(sock)
+    assert data.startswith(b"HTTP/1.1 200 "), data
+    assert b"HTTP/1.1 408 " in data
+    assert 0.4 < took < 5
+
+
+def test_a_head_sent_in_pieces_within_the_timeout_is_served(server: Server) -> None:
+    with server.connect() as sock:
+        for piece in (b"GET /hea", b"lth HTTP/1.1\r\nHo", b"st: t\r\n", b"\r\n"):
+            sock.sendall(piece)
+            time.sleep(0.05)
+        assert sock.recv(100).startswith(b"HTTP/1.1 200 ")
+
+
+def test_kept_alive_connection_is_closed_when_idle(server: Server) -> None:
+    with server.connect() as sock:
+        assert get(sock).startswith(b"HTTP/1.1 200 ")
+        assert get(sock).startswith(b"HTTP/1.1 200 ")  # still open: a second request on it
+        data, took = read_until_closed(sock)
+    assert data == b""
+    assert 0.4 < took < 5
+
+
+def test_stalled_body_gets_408_and_the_server_goes_on(server: Server) -> None:
+    with server.connect() as sock:
+        sock.sendall(PARTIAL_BODY)
+        data, took = read_until_closed(sock)
+    assert data.startswith(b"HTTP/1.1 408 "), data
+    assert b"APP_BODY_TIMEOUT_S" in data
+    assert 0.4 < took < 5
+    r = httpx.post(f"{server.url}/sentiment", json={"text": "a good film"}, timeout=10)
+    assert r.status_code == 200
+    assert "Traceback" not in server.output()
+
+
+# --- head limits --------------------------------------------------------------------------------------------
+
+
+def test_huge_header_is_refused_quickly_while_health_answers(server: Server) -> None:
+    """A header sent in 4 KB writes (the issue's 128 MB attack, cut short): 431 after about the limit, at
+    almost no CPU, and /health answers meanwhile."""
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def cpu_s() -> float:
+        fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    cpu, answer, sent = cpu_s(), b"", 0
+    health: list[float] = []
+    with server.connect() as sock:
+        start = time.monotonic()
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\nX-Big: ")
+        with suppress(OSError):  # the server may reset the connection once it has answered
+            while sent < 64 << 20 and not answer:
+                sock.sendall(b"a" * 4096)
+                sent += 4096
+                if select.select([sock], [], [], 0)[0]:
+                    answer = sock.recv(1000)
+                if sent % (256 << 10) == 0:
+                    health.append(health_ok(server))
+        took = time.monotonic() - start
+        answer = answer or read_until_closed(sock)[0]
+    assert answer.startswith(b"HTTP/1.1 431 "), answer
+    assert b"APP_MAX_HEADER_BYTES" in answer
+    assert took < 3, f"refused after {took:.1f} s and {sent >> 10} KB"
+    assert cpu_s() - cpu < 1.0
+    assert max(health, default=0) < 2.0  # 1 s in the acceptance; slack for a loaded test machine
+    health_ok(server)
+
+
+def test_too_many_header_fields_get_431(server: Server) -> None:
+    head = b"GET /health HTTP/1.1\r\nHost: t\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(25)) + b"\r\n"
+    with server.connect() as sock:
+        sock.sendall(head)
+        data, _ = read_until_closed(sock)
+    assert data.startswith(b"HTTP/1.1 431 "), data
+    assert b"APP_MAX_HEADERS" in data
+
+
+def test_long_url_counts_towards_the_head_limit(server: Server) -> None:
+    with server.connect() as sock:
+        sock.sendall(b"GET /health?" + b"q" * 5000 + b" HTTP/1.1\r\nHost: t\r\n\r\n")
+        data, _ = read_until_closed(sock)
+    assert data.startswith(b"HTTP/1.1 431 "), data
+
+
+def cuts(server: Server, reason: str) -> float:
+    """transformer_serving_connections_cut_total{reason} from /metrics."""
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    found = re.search(rf'^transformer_serving_connections_cut_total{{reason="{reason}"}} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_cuts_are_counted_in_metrics(server: Server) -> None:
+    before = cuts(server, "too_many_headers")
+    with server.connect() as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\n" + b"X-A: 1\r\n" * 30 + b"\r\n")
+        assert read_until_closed(sock)[0].startswith(b"HTTP/1.1 431 ")
+    assert cuts(server, "too_many_headers") == before + 1
+
+
+def test_head_within_the_limits_is_served(server: Server) -> None:
+    headers = {f"x-{i}": "v" * 150 for i in range(15)}  # 18 fields, ~3 KB: under 20 fields and 4096 bytes
+    assert httpx.get(f"{server.url}/health", headers=headers, timeout=10).status_code == 200
+
+
+# --- the connection cap -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def capped(sentiment_only_dir: Path) -> Iterator[Server]:
+    with run_server(sentiment_only_dir, APP_MAX_CONNECTIONS="16", APP_BODY_TIMEOUT_S="30") as s:
+        yield s
+
+
+def test_idle_connections_past_the_cap_make_room_for_new_ones(capped: Server) -> None:
+    base = capped.fds()
+    idle = [capped.connect() for _ in range(100)]
+    try:
+        for _ in range(3):
+            health_ok(capped)  # each new connection closes the longest-waiting idle one
+        time.sleep(0.2)
+        assert capped.fds() <= base + 16 + 1
+        closed = 0
+        for sock in idle:
+            sock.settimeout(0.001)
+            with suppress(TimeoutError):
+                closed += sock.recv(1) == b""
+        assert closed >= 100 - 16
+        assert cuts(capped, "evicted") >= closed
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_past_the_cap_with_every_connection_busy_probes_pass_and_others_get_503(capped: Server) -> None:
+    busy = [capped.connect() for _ in range(16)]
+    try:
+        for sock in busy:
+            sock.sendall(PARTIAL_BODY)  # a request in progress: never closed to make room
+        time.sleep(0.3)
+        with capped.connect() as sock:
+            sock.sendall(b"POST /sentiment HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}")
+            data, _ = read_until_closed(sock)
+        assert data.startswith(b"HTTP/1.1 503 "), data
+        assert b"APP_MAX_CONNECTIONS" in data
+        assert b"retry-after: 1" in data
+        for path in (b"/health", b"/ready"):
+            with capped.connect() as sock:
+                sock.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: t\r\n\r\n")
+                data, _ = read_until_closed(sock)  # answered, then closed
+            assert data.startswith(b"HTTP/1.1 200 "), data
+        with capped.connect() as sock:  # a refused one gets a second for its head
+            sock.sendall(b"GET /health HTTP/1.1\r\n")
+            data, took = read_until_closed(sock)
+        assert data.startswith(b"HTTP/1.1 503 "), data
+        assert 0.9 < took < 3
+        # refused connections that send nothing wait 1 s at most, and only so many at once
+        base = capped.fds()
+        waiting = [capped.connect() for _ in range(60)]
+        time.sleep(0.3)
+        assert capped.fds() <= base + refusal_slots(16)
+        time.sleep(1.2)
+        assert capped.fds() <= base
+        for sock in waiting:
+            sock.close()
+    finally:
+        for sock in busy:
+            sock.close()
+    time.sleep(0.2)
+    r = httpx.post(f"{capped.url}/sentiment", json={"text": "a good film"}, timeout=10)
+    assert r.status_code == 200
+
+
+# --- shutdown -----------------------------------------------------------------------------------------------
+
+
+def test_sigterm_with_a_half_sent_body_exits_within_the_shutdown_timeout(sentiment_only_dir: Path) -> None:
+    with run_server(sentiment_only_dir, APP_SHUTDOWN_TIMEOUT_S="1", APP_BODY_TIMEOUT_S="60") as s:
+        stalled, idle = s.connect(), s.connect()
+        stalled.sendall(PARTIAL_BODY)
+        assert get(idle).startswith(b"HTTP/1.1 200 ")
+        time.sleep(0.2)
+        s.proc.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        answers: list[bytes] = []
+        reader = threading.Thread(target=lambda: answers.append(read_until_closed(stalled)[0]))
+        reader.start()
+        assert read_until_closed(idle)[0] == b""  # an idle connection is closed at once
+        code = s.proc.wait(timeout=10)
+        took = time.monotonic() - start
+        reader.join()
+        stalled.close()
+        idle.close()
+        output = s.output()
+    assert code in (0, -signal.SIGTERM), output
+    assert took < 1 + 5, output  # the timeout, then the lifespan's shutdown (no batch running)
+    assert answers[0].startswith(b"HTTP/1.1 503 "), answers
+    assert b"APP_SHUTDOWN_TIMEOUT_S" in answers[0]
+    assert "Traceback" not in output
+    assert "Application shutdown complete" in output
+
+
+# --- the descriptor limit -----------------------------------------------------------------------------------
+
+
+def test_fd_limit_is_raised_to_fit_the_cap_or_refused() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard < 4096:
+        pytest.skip(f"needs a finite hard RLIMIT_NOFILE >= 4096, got {hard}")
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+        assert raise_fd_limit(2048) >= 2048 + 64
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= 2048 + 64
+        with pytest.raises(SettingsError, match="APP_MAX_CONNECTIONS"):
+            raise_fd_limit(hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

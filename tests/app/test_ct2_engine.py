@@ -1,0 +1,335 @@
+"""APP_TRANSLATION_ENGINE=ctranslate2: /translate answers exactly as the torch engine does (float32), through
+the same batchers; /attention stays on torch; settings that cannot run fail at start-up."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import threading
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from asgi_lifespan import LifespanManager
+
+from app.ct2_engine import CT2TranslationHandler
+from app.main import create_app
+from app.settings import Settings, SettingsError
+from model import Translator, save_checkpoint
+from tests.app.conftest import serve
+from tests.conftest import tiny_translation_config
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+pytestmark = pytest.mark.anyio
+
+FR = "Le chat aime la maison. Un chien voit un livre !\nMon ami lit."
+ES = ["le chat aime la musique", "elle", "mon ami voit un livre aujourd'hui. Ce film est lent.", "un chien"]
+
+
+@pytest.fixture(scope="module")
+def engine_checkpoint_dir(
+    tmp_path_factory: pytest.TempPathFactory,
+    tiny_translator_checkpoint: Path,
+    multi_translator_checkpoint: Path,
+    tiny_tokenizer_path: Path,
+    tiny_vocab_size: int,
+) -> Path:
+    """The shared random translators (their outputs run to the length limit) and `translate-ends`: es ->
+    en/fr with target-language start tags, its EOS output row scaled so that most outputs end early, at
+    varied lengths (beam search then finishes hypotheses along the way, as trained models do)."""
+    root = tmp_path_factory.mktemp("engine-checkpoints")
+    for ckpt in (tiny_translator_checkpoint, multi_translator_checkpoint):
+        (root / ckpt.name).symlink_to(ckpt, target_is_directory=True)
+    torch.manual_seed(1)
+    cfg = tiny_translation_config(
+        tiny_vocab_size,
+        source_langs=("es",),
+        target_langs=("en", "fr"),
+        target_lang_ids={"en": 4, "fr": 5},
+        tie_embeddings=False,
+    )
+    model = Translator(cfg).eval()
+    with torch.no_grad():
+        model.generator.weight[cfg.eos_id] *= 6.0
+    save_checkpoint(root / "translate-ends", model, tiny_tokenizer_path, dtype=torch.float32)
+    return root
+
+
+@pytest.fixture(scope="module")
+async def torch_client(engine_checkpoint_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
+    async with serve(Settings(checkpoint_dir=engine_checkpoint_dir)) as (_, client):
+        yield client
+
+
+@pytest.fixture(scope="module")
+async def ct2_server(engine_checkpoint_dir: Path) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
+    settings = Settings(checkpoint_dir=engine_checkpoint_dir, translation_engine="ctranslate2")
+    async with serve(settings) as pair:
+        yield pair
+
+
+def _handler(app: Any, name: str) -> CT2TranslationHandler:
+    handler = app.state.service.translation[name]
+    assert isinstance(handler, CT2TranslationHandler)
+    return handler
+
+
+BODIES = [
+    pytest.param({"text": FR, "source_lang": "fr", "beam_size": 1, "return_scores": True}, id="greedy"),
+    pytest.param(
+        {"texts": ES, "source_lang": "es", "beam_size": 1, "return_scores": True}, id="greedy-texts-en"
+    ),
+    pytest.param(
+        {"texts": ES, "source_lang": "es", "target_lang": "fr", "beam_size": 1, "return_scores": True},
+        id="greedy-texts-fr",
+    ),
+    pytest.param(
+        {"texts": ES, "source_lang": "es", "beam_size": 4, "length_penalty": 0, "return_scores": True},
+        id="beam4-lp0",
+    ),
+    pytest.param(
+        {
+            "texts": ES,
+            "source_lang": "es",
+            "beam_size": 4,
+            "length_penalty": 0,
+            "num_hypotheses": 3,
+            "return_scores": True,
+        },
+        id="beam4-nbest3",
+    ),  # fmt: skip
+    pytest.param(
+        {
+            "texts": ES,
+            "source_lang": "es",
+            "target_lang": "fr",
+            "beam_size": 4,
+            "length_penalty": 0,
+            "num_hypotheses": 3,
+            "return_scores": True,
+        },
+        id="beam4-nbest3-fr",
+    ),  # fmt: skip
+    pytest.param(
+        {
+            "texts": ES,
+            "source_lang": "es",
+            "beam_size": 3,
+            "length_penalty": 0,
+            "max_length": 3,
+            "num_hypotheses": 2,
+            "return_scores": True,
+        },
+        id="beam3-max_length3",
+    ),  # fmt: skip
+    pytest.param(
+        {"text": FR, "source_lang": "fr", "beam_size": 1, "max_length": 4, "return_scores": True},
+        id="greedy-max_length4",
+    ),
+    pytest.param(
+        {
+            "text": FR,
+            "source_lang": "fr",
+            "beam_size": 4,
+            "length_penalty": 0,
+            "num_hypotheses": 3,
+            "return_scores": True,
+        },
+        id="beam4-at-the-limit",
+    ),  # fmt: skip
+    pytest.param(
+        {
+            "texts": ["Hallo.", "Der Hund."],
+            "source_lang": "de",
+            "target_lang": "fr",
+            "beam_size": 1,
+            "return_scores": True,
+        },
+        id="greedy-multilingual-at-the-limit",
+    ),  # fmt: skip
+    pytest.param(
+        {
+            "texts": ["Hallo.", "Der Hund."],
+            "source_lang": "de",
+            "beam_size": 1,
+            "max_length": 1,
+            "return_scores": True,
+        },
+        id="greedy-multilingual-max_length1",
+    ),  # fmt: skip
+]
+
+
+def assert_same_answer(got: dict[str, Any], want: dict[str, Any]) -> None:
+    """Equal translations; scores equal within 1e-4 (two engines' float32 sums)."""
+    assert got["model"] == want["model"]
+    for g, w in zip(got["results"], want["results"], strict=True):
+        assert g["translation"] == w["translation"]
+        assert g.get("score") == pytest.approx(w.get("score"), abs=1e-4)
+        assert [h["translation"] for h in g.get("hypotheses", [])] == [
+            h["translation"] for h in w.get("hypotheses", [])
+        ]
+        assert [h["score"] for h in g.get("hypotheses", [])] == pytest.approx(
+            [h["score"] for h in w.get("hypotheses", [])], abs=1e-4
+        )
+
+
+@pytest.mark.parametrize("body", BODIES)
+async def test_ctranslate2_answers_as_torch(
+    torch_client: httpx.AsyncClient, ct2_server: tuple[Any, httpx.AsyncClient], body: dict[str, Any]
+) -> None:
+    want = await torch_client.post("/translate", json=body)
+    got = await ct2_server[1].post("/translate", json=body)
+    assert want.status_code == got.status_code == 200, (want.text, got.text)
+    assert_same_answer(got.json(), want.json())
+
+
+async def test_ctranslate2_decodes_what_ends_before_the_limit(
+    ct2_server: tuple[Any, httpx.AsyncClient],
+) -> None:
+    """The torch decoder redoes only beam searches that reach their limit: not the sentences of
+    translate-ends (all but one end early), never a greedy one (its limit is kept in CTranslate2)."""
+    app, client = ct2_server
+    engine = _handler(app, "translate-ends").engine
+    before = engine.redone
+    for beam in (1, 4):
+        body = {"texts": ES, "source_lang": "es", "beam_size": beam, "length_penalty": 0}
+        assert (await client.post("/translate", json=body)).status_code == 200
+        if beam == 1:
+            assert engine.redone == before
+    sentences = len(ES) + 1
+    assert engine.redone - before < sentences / 2
+    tiny = _handler(app, "translate-fr-en").engine
+    before = tiny.redone
+    r = await client.post("/translate", json={"text": FR, "source_lang": "fr", "beam_size": 1})
+    assert r.status_code == 200
+    assert tiny.redone == before  # greedy at the limit: cut and scored in CTranslate2
+
+
+async def test_concurrent_requests_are_batched_and_answered_as_torch(
+    torch_client: httpx.AsyncClient,
+    ct2_server: tuple[Any, httpx.AsyncClient],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    app, client = ct2_server
+    handler = _handler(app, "translate-ends")
+    sizes: list[int] = []
+    decode = handler.engine.translate_ids
+
+    def recording(seqs: list[list[int]], *args: Any, **kwargs: Any) -> Any:
+        sizes.append(len(seqs))
+        return decode(seqs, *args, **kwargs)
+
+    monkeypatch.setattr(handler.engine, "translate_ids", recording)
+    bodies = [
+        {"text": t, "source_lang": "es", "beam_size": b, "length_penalty": 0, "return_scores": True}
+        for t in ES * 4
+        for b in (1, 4)
+    ]
+    wants = [(await torch_client.post("/translate", json=b)).json() for b in bodies]
+    answers = await asyncio.gather(*(client.post("/translate", json=b) for b in bodies))
+    for r, want in zip(answers, wants, strict=True):
+        assert r.status_code == 200, r.text
+        assert_same_answer(r.json(), want)
+    assert max(sizes) > 1, sizes  # several requests' sentences decoded in one CTranslate2 call
+
+
+async def test_attention_stays_on_torch(
+    torch_client: httpx.AsyncClient, ct2_server: tuple[Any, httpx.AsyncClient]
+) -> None:
+    body = {"text": "le chat aime la musique", "model": "translate-ends", "target_lang": "fr"}
+    want = await torch_client.post("/attention", json=body)
+    got = await ct2_server[1].post("/attention", json=body)
+    assert want.status_code == got.status_code == 200, got.text
+    assert got.json() == want.json()  # the greedy translation comes from CTranslate2, the maps from torch
+
+
+def test_two_workers_decode_side_by_side_without_the_gil(engine_checkpoint_dir: Path) -> None:
+    """One translator, inter_threads=2 (as with 2 inference workers): two calls run at once, and a Python
+    thread keeps running while they do (translate_batch releases the GIL)."""
+    from model import load_checkpoint
+    from model.ct2_decode import load_ct2_decoder
+
+    loaded = load_checkpoint(engine_checkpoint_dir / "translate-fr-en")
+    settings = Settings(
+        checkpoint_dir=engine_checkpoint_dir, translation_engine="ctranslate2", inference_workers=2
+    )
+    kwargs = settings.ctranslate2_kwargs(torch.device("cpu"), torch.float32)
+    assert kwargs is not None
+    assert kwargs["inter_threads"] == 2
+    translator = load_ct2_decoder(loaded, **kwargs).translator
+    source = [loaded.tokenizer.pieces(loaded.tokenizer.encode(FR))] * 32  # runs to 200 tokens, beam 4
+    start, done = threading.Barrier(3), threading.Event()
+    active, spins = [0], [0]
+
+    def translate() -> None:
+        start.wait()
+        translator.translate_batch(source, beam_size=4, max_decoding_length=200, min_decoding_length=200)
+
+    def watch() -> None:
+        start.wait()
+        while not done.is_set():
+            active[0] = max(active[0], translator.num_active_batches)
+            spins[0] += 1
+
+    threads = [threading.Thread(target=translate) for _ in range(2)]
+    watcher = threading.Thread(target=watch)
+    for t in [*threads, watcher]:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    watcher.join()
+    assert active[0] == 2
+    assert spins[0] > 1000  # the watcher ran while both translations did
+
+
+def test_settings_map_device_dtype_and_quantize(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Settings(translation_engine="ctranslate2", quantize="int8", inference_workers=2, torch_threads=1)
+    kwargs = s.ctranslate2_kwargs(torch.device("cpu"), torch.float32)
+    assert kwargs == {
+        "device": "cpu", "device_index": 0, "compute_type": "int8", "inter_threads": 2, "intra_threads": 1,
+    }  # fmt: skip
+    assert Settings().ctranslate2_kwargs(torch.device("cpu"), torch.float32) is None  # the torch engine
+    # on a GPU (simulated: which compute types a device runs is CTranslate2's answer)
+    monkeypatch.setattr(ctranslate2, "get_supported_compute_types", lambda *_: {"float32", "float16"})
+    s = Settings(translation_engine="ctranslate2", inference_workers=1, torch_threads=4)
+    kwargs = s.ctranslate2_kwargs(torch.device("cuda", 1), torch.float16)
+    assert kwargs is not None
+    assert (kwargs["device"], kwargs["device_index"], kwargs["compute_type"]) == ("cuda", 1, "float16")
+    with pytest.raises(
+        SettingsError, match="APP_DTYPE=bfloat16: CTranslate2 runs float16, float32 on this cuda"
+    ):
+        s.ctranslate2_kwargs(torch.device("cuda"), torch.bfloat16)
+
+
+async def test_a_compute_type_ctranslate2_cannot_run_fails_start_up(engine_checkpoint_dir: Path) -> None:
+    if "float16" in ctranslate2.get_supported_compute_types("cpu"):
+        pytest.skip("this CPU runs float16 in CTranslate2")
+    settings = Settings(
+        checkpoint_dir=engine_checkpoint_dir, translation_engine="ctranslate2", dtype="float16"
+    )
+    with pytest.raises(SettingsError, match="APP_TRANSLATION_ENGINE=ctranslate2 with APP_DTYPE=float16"):
+        async with LifespanManager(create_app(settings)):
+            pass
+
+
+async def test_the_engine_without_the_package_names_the_install(
+    engine_checkpoint_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    find_spec: Callable[..., Any] = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ctranslate2" else find_spec(name, *a)
+    )
+    settings = Settings(checkpoint_dir=engine_checkpoint_dir, translation_engine="ctranslate2")
+    with pytest.raises(SettingsError, match=r"not installed \(pip install ctranslate2, or the extra"):
+        async with LifespanManager(create_app(settings)):
+            pass
+
+
+def test_unknown_engine_is_refused() -> None:
+    with pytest.raises(ValueError, match="translation_engine"):
+        Settings(translation_engine="onnx")  # type: ignore[arg-type]

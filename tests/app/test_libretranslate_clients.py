@@ -1,0 +1,108 @@
+"""LibreTranslate client libraries from PyPI against a real uvicorn server (APP_API_KEY set, so the key
+travels as the clients send it, in the body): libretranslatepy (urlencoded forms through urllib, one string)
+and libretranslate-aio (httpx forms: lists, HTML, alternatives, frontend settings). The tiny models translate
+nonsense: answers are compared with the native /translate's."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from libretranslate_aio import ForbiddenError, LibreTranslate
+from libretranslatepy import LibreTranslateAPI
+
+from bench.server import serve
+
+KEY = "s3cret"
+
+
+@pytest.fixture(scope="module")
+def server(app_checkpoint_dir: Path) -> Iterator[str]:
+    with serve(app_checkpoint_dir, {"APP_API_KEY": KEY, "APP_MAX_BATCH_DELAY_MS": "20"}) as (url, _, _):
+        yield url
+
+
+def native(url: str, texts: list[str], **kw: Any) -> list[dict[str, Any]]:
+    body = {"texts": texts, "source_lang": "fr", "target_lang": "en"} | kw
+    r = httpx.post(f"{url}/translate", json=body, headers={"X-API-Key": KEY}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()["results"]  # type: ignore[no-any-return]
+
+
+def test_libretranslatepy(server: str) -> None:
+    lt = LibreTranslateAPI(f"{server}/libretranslate", api_key=KEY)
+    text = "Le chat dort. Il fait beau."
+    [expected] = native(server, [text])
+    assert lt.translate(text, "fr", "en", timeout=30) == expected["translation"]
+    assert lt.languages(timeout=30) == [
+        {"code": "de", "name": "German", "targets": ["en", "fr"]},
+        {"code": "en", "name": "English", "targets": []},
+        {"code": "fr", "name": "French", "targets": ["en"]},
+    ]
+    fr, de = "Le chat dort sur le canapé.", "Der Hund schläft im Garten."
+    assert (
+        lt.translate(fr, "auto", "en", timeout=30)
+        == native(server, [fr], source_lang="auto")[0]["translation"]
+    )
+    detected = lt.detect(de, timeout=30)
+    assert detected[0]["language"] == "de"
+    assert detected[0]["confidence"] > 90
+    with pytest.raises(urllib.error.HTTPError) as e:
+        LibreTranslateAPI(f"{server}/libretranslate", api_key="wrong").translate(text, "fr", "en", timeout=30)
+    with e.value:  # urllib leaves the error's response open
+        assert (e.value.code, e.value.read()) == (403, b'{"error":"Invalid API key"}')
+    with pytest.raises(urllib.error.HTTPError) as e:
+        lt.translate(text, "es", "en", timeout=30)
+    with e.value:
+        assert e.value.code == 400
+        assert json.loads(e.value.read())["error"].startswith("source/target: no model translates es -> en")
+
+
+def test_libretranslate_aio(server: str) -> None:
+    with LibreTranslate(f"{server}/libretranslate", api_key=KEY, timeout=30) as lt:
+        texts = ["Le chat dort.", "Il fait beau. Je lis un livre."]
+        got = lt.translate(texts, "fr", "en")
+        assert got.translated_text == [r["translation"] for r in native(server, texts)]
+        assert (got.detected_language, got.alternatives) == (None, None)
+
+        got = lt.translate(texts[1], "fr", "en", alternatives=2)
+        [expected] = native(server, [texts[1]], num_hypotheses=3)
+        assert got.translated_text == expected["translation"]
+        assert got.alternatives == [h["translation"] for h in expected["hypotheses"][1:]]
+
+        html = '<p class="a">Le chat <b>dort</b>.</p><script>x("<p>Le chien</p>")</script>'
+        got = lt.translate(html, "fr", "en", format="html")
+        t = [r["translation"] for r in native(server, ["Le chat", "dort"])]
+        assert (
+            got.translated_text
+            == f'<p class="a">{t[0]} <b>{t[1]}</b>.</p><script>x("<p>Le chien</p>")</script>'
+        )
+
+        fr, de = "Le chat dort sur le canapé.", "Der Hund schläft im Garten."
+        got = lt.translate([fr, de], "auto", "en")
+        assert got.translated_text == [r["translation"] for r in native(server, [fr, de], source_lang="auto")]
+        assert isinstance(got.detected_language, list)
+        assert [d.language for d in got.detected_language] == ["fr", "de"]
+        assert all(d.confidence > 90 for d in got.detected_language)
+        [best, *_] = lt.detect(fr)
+        assert (best.language, best.confidence > 90) == ("fr", True)
+
+        assert [(x.code, x.targets) for x in lt.languages()] == [
+            ("de", ["en", "fr"]),
+            ("en", []),
+            ("fr", ["en"]),
+        ]
+        settings = lt.frontend_settings()
+        assert (settings.char_limit, settings.key_required, settings.api_keys) == (2000, True, True)
+        assert (settings.language.source.code, settings.language.target.code) == ("auto", "en")
+
+    with (
+        LibreTranslate(f"{server}/libretranslate", api_key="wrong", timeout=30) as lt,
+        pytest.raises(ForbiddenError, match="Invalid API key"),
+    ):
+        lt.translate("Le chat", "fr", "en")

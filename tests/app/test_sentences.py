@@ -1,0 +1,52 @@
+"""Sentence splitting for /translate (app.sentences) on the corpus tests/app/data/sentence_splits.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+
+from app.sentences import split_line, split_sentences
+
+CORPUS: list[dict[str, Any]] = json.loads(
+    (Path(__file__).parent / "data" / "sentence_splits.json").read_text()
+)["cases"]
+
+
+def test_the_corpus_covers_each_language() -> None:
+    counts = {lang: sum(c["lang"] == lang for c in CORPUS) for lang in ("de", "fr", "es", "en")}
+    assert sum(counts.values()) >= 30
+    assert min(counts.values()) >= 5
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=lambda c: f"{c['lang']}:{c['text'][:30]}")
+def test_corpus_case(case: dict[str, Any]) -> None:
+    assert split_line(case["lang"], case["text"]) == case["sentences"]
+
+
+def test_lines_stay_lines_and_joined_sentences_keep_their_spacing() -> None:
+    text = "M. Dupont est là.  Il part.\n\n  Oui… Non !\n"
+    assert split_sentences(text, "fr") == [["M. Dupont est là.", "Il part."], [], ["Oui…", "Non !"], []]
+    assert split_line("es", "Vivo en el n.º  5. Ven.") == ["Vivo en el n.º  5.", "Ven."]
+
+
+def test_lower_case_sentences_stay_apart() -> None:
+    assert split_line("fr", "le chat. le chien !") == ["le chat.", "le chien !"]
+
+
+def test_a_language_without_its_own_rules_still_splits() -> None:
+    assert split_line("ko", "안녕하세요. 반가워요!") == ["안녕하세요.", "반가워요!"]
+    assert split_line("xx", "Dr. Smith is here. He left.") == ["Dr. Smith is here.", "He left."]
+
+
+@pytest.mark.anyio
+async def test_translate_items_follow_the_splitter(app: FastAPI) -> None:
+    """One batch item per sentence; the layout puts each line back (TextLayout contract)."""
+    handler = app.state.service.translation["translate-fr-en"]
+    texts = ["M. Dupont est là. Il part.\nOui.", "Voir p. 12 pour les détails."]
+    items, layouts = handler.sentences(texts, ["fr", "fr"], "texts", 1)
+    assert len(items) == 4
+    assert [lay.lines for lay in layouts] == [[[0, 1], [2]], [[3]]]
