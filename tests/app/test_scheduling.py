@@ -197,7 +197,7 @@ async def test_live_decoding_queues_are_bounded(
             asyncio.ensure_future(client.post("/translate", json={"text": "le chat", "beam_size": b} | FR))
             for b in (1, 2)
         ]
-        await eventually(lambda: held.started == 1)  # both queues hold a request (one runs, one waits)
+        await eventually(lambda: sum(not b.idle for _, b in service.pool.items()) == 2)  # one runs, one waits
         r = await client.post("/translate", json={"text": "le chat", "beam_size": 3} | FR)
         assert r.status_code == 429
         assert "APP_MAX_DECODE_QUEUES" in r.json()["detail"]
@@ -256,13 +256,14 @@ async def test_sentiment_is_served_while_translations_hold_the_expensive_lane(
     two_models_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = Settings(checkpoint_dir=two_models_dir, inference_workers=2, torch_threads=1)
-    async with serve(settings) as (_, client):
+    async with serve(settings) as (app, client):
         held = HeldTranslations(monkeypatch)
         translations = [
             asyncio.ensure_future(client.post("/translate", json={"text": "le chat", "beam_size": b} | FR))
             for b in (1, 2)  # two decoding modes: two batches, one of them waiting for the lane
         ]
-        await eventually(lambda: held.started == 1)
+        workers = app.state.service.worker
+        await eventually(lambda: held.started == 1 and workers.busy_expensive == 2)  # both submitted
         r = await client.post("/sentiment", json={"text": "good"})
         assert r.status_code == 200
         assert held.started == 1  # the second translation still waits for the expensive lane
@@ -294,22 +295,27 @@ async def test_expensive_batches_are_cut_by_work() -> None:
 async def test_a_batch_whose_requests_left_stops_decoding(
     two_models_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings = Settings(checkpoint_dir=two_models_dir, request_timeout_s=0.5)
+    settings = Settings(checkpoint_dir=two_models_dir, request_timeout_s=1.0)
     async with serve(settings) as (app, client):
         steps = CountedSteps(monkeypatch, hold_at=2)  # once loaded: tracing and warm-up decode too
         service: Service = app.state.service
         body = {"text": "le chat aime la musique", "beam_size": 2, "max_length": 40} | FR
         r = await client.post("/translate", json=body)  # held at step 2 past its deadline
         assert r.status_code == 504
-        assert steps.holding.is_set()
+        held = steps.holding.is_set()  # else a loaded machine reached step 2 only after the deadline
         steps.release.set()
         assert service.worker is not None
         await eventually(lambda: service.worker.busy == 0)
-        assert steps.steps == 2  # not one step after the one in progress when the request left
         [batcher] = [b for key, b in service.pool.items() if key[0] == "translation"]
-        assert (batcher.stats.stopped, batcher.stats.abandoned) == (1, 0)
+        if held:
+            assert steps.steps == 2  # not one step after the one in progress when the request left
+            assert batcher.stats.stopped == 1
+        else:
+            assert steps.steps < 2
+            assert batcher.stats.stopped + batcher.stats.skipped == 1
+        assert batcher.stats.abandoned == 0
         text = (await client.get("/metrics")).text
-        assert metric(text, "stopped_items_total", "translate-fr-en") == 1
+        assert metric(text, "stopped_items_total", "translate-fr-en") == batcher.stats.stopped
         assert metric(text, "abandoned_items_total", "translate-fr-en") == 0
 
 
