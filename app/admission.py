@@ -25,6 +25,11 @@ def sentence_work(key: DecodeKey, max_len: int) -> Callable[[Sentence], int]:
     return lambda s: len(s.ids) + beam * min(opts.limit(len(s.ids)), max_len)
 
 
+def sentence_floor(key: DecodeKey, max_len: int) -> int:
+    """The least a sentence can cost under `key` (one token: its EOS), known before tokenizing."""
+    return sentence_work(key, max_len)(Sentence([0]))
+
+
 def token_work(item: Any) -> int:
     """A classifier item ((ids, text)) or an attention item (source, target): its tokens."""
     if isinstance(item, tuple):

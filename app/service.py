@@ -12,6 +12,7 @@ from functools import partial
 from typing import Any
 
 from app import __version__
+from app.admission import sentence_floor
 from app.attention_maps import AttentionHandler, AttentionItem
 from app.attention_png import PngRenderer
 from app.batching import Batcher, InferenceWorkers
@@ -34,6 +35,7 @@ from app.schemas import (
     TranslateRequest,
     TranslateResponse,
 )
+from app.sentences import split_sentences
 from app.settings import Settings
 from app.wait import Disconnected, wait_all
 
@@ -215,10 +217,22 @@ class Service:
                     registry.auto_translator(found, req.target_lang, req.model, loc), []
                 ).append(i)
         key = DecodeKey(req.target_lang, req.beam_size, req.length_penalty, req.max_length)
+        langs_of = {  # model -> its texts' languages
+            name: [req.source_lang if detected is None else detected[i][0].language for i in idxs]
+            for name, idxs in groups.items()
+        }
+        floor = 0  # far over budget is refused before tokenizing (a hostile loop costs the split only)
+        for name, idxs in groups.items():
+            sentences = sum(
+                len(line)
+                for i, lang in zip(idxs, langs_of[name], strict=True)
+                for line in split_sentences(texts[i], lang)
+            )
+            floor += sentences * sentence_floor(key, self.translation[name].max_len)
+        self._check_work(floor, field, "at least ")
         jobs, layouts = [], []
         for name, idxs in groups.items():
-            handler = self.translation[name]
-            langs = [req.source_lang if detected is None else detected[i][0].language for i in idxs]
+            handler, langs = self.translation[name], langs_of[name]
             items, lays = handler.sentences([texts[i] for i in idxs], langs, field, req.num_hypotheses, idxs)
             jobs.append((self.queues.translation(name, handler, key), items))
             layouts.append(lays)
@@ -336,6 +350,17 @@ class Service:
             )
         return lang
 
+    def _check_work(self, work: int, field: str, at_least: str = "") -> None:
+        """422 naming APP_MAX_WORK when a request costs more work units than it allows."""
+        if work > self.settings.max_work:
+            raise invalid(
+                (field,),
+                f"this request costs {at_least}{work:,} work units, more than APP_MAX_WORK "
+                f"({self.settings.max_work:,}); a translated sentence costs its source tokens + beam_size x "
+                "its output length limit: send fewer texts or sentences, or a smaller beam_size or max_length",
+                "too_long",
+            )
+
     def _deadline(self) -> float:
         return asyncio.get_running_loop().time() + self.settings.request_timeout_s
 
@@ -349,15 +374,7 @@ class Service:
         """Enqueue each (batcher, items) job and wait for all results, the deadline, or the client leaving.
         422 when the request's work exceeds APP_MAX_WORK or a model's queue could never hold it."""
         futures: list[asyncio.Future[list[Any]]] = []
-        work = sum(batcher.work(items) for batcher, items in jobs)
-        if work > self.settings.max_work:
-            raise invalid(
-                (field,),
-                f"this request costs {work:,} work units, more than APP_MAX_WORK ({self.settings.max_work:,}); "
-                "a translated sentence costs its source tokens + beam_size x its output length limit: send "
-                "fewer texts or sentences, or a smaller beam_size or max_length",
-                "too_long",
-            )
+        self._check_work(sum(batcher.work(items) for batcher, items in jobs), field)
         for batcher, items in jobs:  # a 429 could never clear for these: nothing is queued yet
             if len(items) > batcher.queue.max_items:
                 raise invalid(

@@ -137,10 +137,31 @@ async def test_a_request_over_budget_is_422_naming_the_setting_its_cost_and_the_
         [detail] = r.json()["detail"]
         assert detail["loc"] == ["body", "texts"]
         assert "more than APP_MAX_WORK (300)" in detail["msg"]
-        cost = int(detail["msg"].split("costs ")[1].split(" work units")[0].replace(",", ""))
-        assert cost > 300
+        cost = detail["msg"].split("costs ")[1].removeprefix("at least ").split(" work units")[0]
+        assert int(cost.replace(",", "")) > 300
         one = {"text": "Le chat dort.", "beam_size": 1} | FR  # cheap enough
         assert (await client.post("/translate", json=one)).status_code == 200
+
+
+async def test_a_request_far_over_budget_is_refused_before_tokenizing(
+    two_models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serve(Settings(checkpoint_dir=two_models_dir, max_work=1000)) as (_, client):
+        encoded: list[str] = []
+        original = TranslationHandler.encode_source
+        monkeypatch.setattr(
+            TranslationHandler, "encode_source", lambda h, t, loc: encoded.append(t) or original(h, t, loc)
+        )
+        body = {"texts": ["Le chat dort. Il fait beau !"] * 8, "beam_size": 4} | FR  # 16 x (1 + 4 x 12) = 784
+        assert (await client.post("/translate", json=body)).status_code == 422
+        assert len(encoded) == 16  # under the floor: tokenized, then refused at its real cost
+        encoded.clear()
+        r = await client.post("/translate", json=body | {"beam_size": 16})  # at least 16 x (1 + 16 x 12)
+        assert r.status_code == 422
+        assert (
+            "costs at least 3,088 work units, more than APP_MAX_WORK (1,000)" in r.json()["detail"][0]["msg"]
+        )
+        assert encoded == []
 
 
 # --- per-model queue limits and bounded decoding queues ------------------------------------------------------
