@@ -1,12 +1,14 @@
 """Cross-request dynamic batching (MLServer's AdaptiveBatcher, LitServe's collate loop).
 
 One Batcher per batch-compatible key (model + decoding options). A request enqueues its items (texts or
-sentences) and gets one Future for all of them; the loop flushes at `max_batch_size` items, when the
-monotonic deadline `first item queued + max_delay` passes, or as soon as a shared inference worker is
-idle (waiting longer would only leave it idle: no added latency at low load, and under load batches grow
-while the workers run the previous ones). The batch runs in a worker thread; each result goes back to its
-own request. Items of requests that are already done (timed out, disconnected, failed elsewhere) are skipped at
-batch time. A failing batch fails only its requests.
+sentences) and gets one Future for all of them; the loop flushes at `max_batch_size` items or
+`max_batch_work` work units, when the monotonic deadline `first item queued + max_delay` passes, or as soon
+as an inference worker is free for it (waiting longer would only leave it idle: no added latency at low
+load, and under load batches grow while the workers run the previous ones). The batch runs in a worker
+thread (app/workers.py: expensive batches leave a lane to cheap ones); each result goes back to its own
+request. Items of requests that are already done (timed out, disconnected, failed elsewhere) are skipped at
+batch time, and a decoding batch whose requests have all gone stops between two steps. A failing batch
+fails only its requests. Admission is per model (app/admission.py: ModelQueue).
 """
 
 from __future__ import annotations
@@ -17,17 +19,18 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-import torch
-
-from app.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
+from app.admission import ModelQueue
+from app.errors import DeadlineExceeded, InferenceFailed, Unavailable
 from app.metrics import Metrics
 from app.request_id import CURRENT, RequestInfo, serving
+from app.workers import InferenceWorkers
+from model.decoding import DecodingStopped
 
+__all__ = ["BatchStats", "Batcher", "InferenceWorkers", "OnIdle"]
 log = logging.getLogger(__name__)
 I = TypeVar("I")  # noqa: E741 - one item in
 O = TypeVar("O")  # noqa: E741 - one result out
@@ -44,6 +47,10 @@ class _Pending(Generic[O]):
     failed: bool = False  # set by the inference thread when one of its batches raised
     request: RequestInfo | None = None  # its X-Request-ID (batch logs name it); told its model and batch size
 
+    def gone(self, now: float) -> bool:
+        """Nobody waits for its results (done elsewhere, failed, or past its deadline)."""
+        return self.failed or self.future.done() or now >= self.deadline
+
 
 @dataclass(eq=False, slots=True)
 class _Item:
@@ -51,86 +58,68 @@ class _Item:
     index: int
     payload: Any
     queued_at: float
+    work: int = 1
+
+
+@dataclass(eq=False, slots=True)
+class _Batch:
+    items: list[_Item]
+    work: int
+    started: bool = False  # set by the worker thread that runs it
 
 
 @dataclass
 class BatchStats:
     batches: int = 0
     items: int = 0
-    skipped: int = 0
+    skipped: int = 0  # not computed: their request was gone when the batch started
+    stopped: int = 0  # decoding stopped between steps: every request of the batch had gone
+    abandoned: int = 0  # computed, but their request had gone by the time the batch ended
     seconds_ewma: float = field(default=0.0)
 
 
-class InferenceWorkers:
-    """The threads that run forward passes (`workers` at a time), and whether all of them are busy.
-
-    One worker serves one batch at a time with `threads` intra-op threads. On a CPU, two single-threaded
-    workers running two batches side by side use the cores better than one two-threaded worker: an
-    intra-op pool stalls at each op's barrier whenever the event loop takes one of its cores.
-    """
-
-    def __init__(self, workers: int = 1, threads: int = 0) -> None:
-        self.workers = workers
-        init = (torch.set_num_threads, (threads,)) if threads else (None, ())  # OpenMP: per thread
-        self.executor = ThreadPoolExecutor(
-            workers, thread_name_prefix="inference", initializer=init[0], initargs=init[1]
-        )
-        self.busy = 0  # calls submitted and not finished
-        self._on_idle: set[Callable[[], None]] = set()
-
-    @property
-    def saturated(self) -> bool:
-        """Every worker has a call (a new one would wait)."""
-        return self.busy >= self.workers
-
-    async def run(self, fn: Callable[..., O], *args: Any) -> O:
-        self.busy += 1
-        try:
-            # in the caller's context: what the batch logs in the thread names its requests
-            ctx = contextvars.copy_context()
-            return await asyncio.get_running_loop().run_in_executor(self.executor, ctx.run, fn, *args)
-        finally:
-            self.busy -= 1
-            if self.busy < self.workers:
-                callbacks, self._on_idle = self._on_idle, set()
-                for callback in callbacks:
-                    callback()
-
-    def when_idle(self, callback: Callable[[], None]) -> None:
-        """Call `callback` (once) when a worker is next free."""
-        self._on_idle.add(callback)
-
-    def shutdown(self) -> None:
-        self.executor.shutdown(wait=True)
-
-
 class Batcher(Generic[I, O]):
-    """Queue + loop for one key; `run(items) -> results` executes on `worker` (one forward pass)."""
+    """Queue + loop for one key; `run(items) -> results` executes on `worker` (one forward pass).
+
+    cost(item) -> work units (default 1); queue: the model's shared admission limits (default: a queue of
+    its own holding max_queue items); expensive: runs in the workers' expensive lane; stoppable: run takes
+    `should_stop=` and may raise DecodingStopped.
+    """
 
     def __init__(
         self,
         name: str,
-        run: Callable[[list[I]], list[O]],
+        run: Callable[..., list[O]],
         worker: InferenceWorkers,
         *,
         max_batch_size: int,
         max_delay_s: float,
-        max_queue: int,
+        max_queue: int | None = None,
+        queue: ModelQueue | None = None,
+        cost: Callable[[I], int] | None = None,
+        max_batch_work: int | None = None,
+        expensive: bool = False,
+        stoppable: bool = False,
         metrics: Metrics | None = None,
         model: str = "",
         idle_timeout_s: float | None = None,
         on_idle: Callable[[Batcher[Any, Any]], None] | None = None,
     ) -> None:
         assert max_batch_size >= 1, max_batch_size
-        assert max_queue >= 1, max_queue
         assert max_delay_s >= 0, max_delay_s
+        assert (queue is None) != (max_queue is None), "give max_queue or a shared queue"
         self.name, self.model = name, model or name
-        self.max_batch_size, self.max_delay_s, self.max_queue = max_batch_size, max_delay_s, max_queue
-        self._run, self._worker, self._metrics = run, worker, metrics
+        self.max_batch_size, self.max_delay_s = max_batch_size, max_delay_s
+        self.max_batch_work = max_batch_work
+        self.queue = queue if queue is not None else ModelQueue(self.model, max_queue or 1)
+        self.queue.batchers.add(self)
+        self.expensive, self._stoppable = expensive, stoppable
+        self._run, self._worker, self._metrics, self._cost = run, worker, metrics, cost
         self._idle_timeout_s, self._on_idle = idle_timeout_s, on_idle
         self._queue: deque[_Item] = deque()
-        # this key's submitted, unfinished batches (running or waiting for a worker): size, oldest first
-        self._submitted: dict[asyncio.Task[None], int] = {}
+        self._queued_work = 0
+        # this key's submitted, unfinished batches (running or waiting for a worker), oldest first
+        self._submitted: dict[asyncio.Task[None], _Batch] = {}
         self._wakeup = asyncio.Event()
         self._closing = self._closed = False
         self.stats = BatchStats()
@@ -140,19 +129,33 @@ class Batcher(Generic[I, O]):
         )
 
     def __len__(self) -> int:
-        """Items waiting: queued here, or in a batch submitted behind a running one."""
-        waiting = list(self._submitted.values())[self._worker.workers :]  # the oldest ones have a worker
-        return len(self._queue) + sum(waiting)
+        """Items waiting: queued here, or in a submitted batch that no worker has started."""
+        return self.waiting()[0]
+
+    def waiting(self) -> tuple[int, int]:
+        """(items, work units) queued here or in submitted batches not started yet."""
+        items, work = len(self._queue), self._queued_work
+        for batch in self._submitted.values():
+            if not batch.started:
+                items, work = items + len(batch.items), work + batch.work
+        return items, work
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued, nothing submitted."""
+        return not self._queue and not self._submitted
+
+    def work(self, payloads: Sequence[I]) -> int:
+        """The work units of these items."""
+        return len(payloads) if self._cost is None else sum(map(self._cost, payloads))
 
     def enqueue(self, payloads: Sequence[I], deadline: float) -> asyncio.Future[list[O]]:
-        """Queue one request's items; the Future gets their results in order (or the batch's error)."""
+        """Queue one request's items; the Future gets their results in order (or the batch's error).
+        QueueFull when the model's queue cannot take them."""
         if self._closing or self._closed:
             raise Unavailable("the server is shutting down")
-        if len(self) + len(payloads) > self.max_queue:
-            raise QueueFull(
-                f"queue {self.name} is full ({len(self)} of {self.max_queue} items queued); retry later",
-                self.retry_after(),
-            )
+        works = [1] * len(payloads) if self._cost is None else [self._cost(p) for p in payloads]
+        self.queue.admit(len(payloads), sum(works))
         loop = asyncio.get_running_loop()
         now = loop.time()
         pending: _Pending[O] = _Pending(
@@ -160,19 +163,38 @@ class Batcher(Generic[I, O]):
         )
         if not payloads:
             pending.future.set_result([])
-        self._queue.extend(_Item(pending, i, p, now) for i, p in enumerate(payloads))
+        self._queue.extend(
+            _Item(pending, i, p, now, w) for i, (p, w) in enumerate(zip(payloads, works, strict=True))
+        )
+        self._queued_work += sum(works)
         self._wakeup.set()
         return pending.future
 
-    def retry_after(self) -> int:
-        """Seconds until the queue has drained at the recent batch rate (at least 1)."""
-        batches = math.ceil(len(self) / self.max_batch_size) + 1
-        return max(1, math.ceil(batches * self.stats.seconds_ewma))
+    def purge(self) -> None:
+        """Drop the queued items of requests that are done (left, timed out): they would only be skipped."""
+        kept = deque(i for i in self._queue if not i.pending.future.done())
+        if len(kept) < len(self._queue):
+            self.stats.skipped += len(self._queue) - len(kept)
+            self._queue, self._queued_work = kept, sum(i.work for i in kept)
+
+    def drain_seconds(self) -> float:
+        """Seconds to run what waits here at the recent batch rate (0 when nothing waits)."""
+        items, work = self.waiting()
+        if not items:
+            return 0.0
+        batches = math.ceil(items / self.max_batch_size)
+        if self.max_batch_work:
+            batches = max(batches, math.ceil(work / self.max_batch_work))
+        return (batches + 1) * self.stats.seconds_ewma
+
+    def stop_soon(self) -> None:
+        """Stop accepting; the loop ends once what is queued has run (close() waits for that)."""
+        self._closing = True
+        self._wakeup.set()
 
     async def close(self) -> None:
         """Stop accepting, finish every queued item, then stop the loop."""
-        self._closing = True
-        self._wakeup.set()
+        self.stop_soon()
         await asyncio.shield(self._task)
 
     async def _loop(self) -> None:
@@ -182,22 +204,31 @@ class Batcher(Generic[I, O]):
 
         try:
             while batch := await self._collect():
-                task = asyncio.get_running_loop().create_task(self._execute_guarded(batch))
-                self._submitted[task] = len(batch)
+                info = _Batch(batch, sum(i.work for i in batch))
+                task = asyncio.get_running_loop().create_task(self._execute_guarded(info))
+                self._submitted[task] = info
                 task.add_done_callback(done)
         finally:
             if self._submitted:  # drain: every submitted item gets its result
                 await asyncio.gather(*self._submitted, return_exceptions=True)
             self._closed = True
+            self.queue.batchers.discard(self)
+
+    def _full(self) -> bool:
+        """The queue holds a whole batch (by items or by work units)."""
+        if len(self._queue) >= self.max_batch_size:
+            return True
+        return self.max_batch_work is not None and self._queued_work >= self.max_batch_work
 
     async def _collect(self) -> list[_Item]:
         """The next batch ([] = stop): the queued items, as soon as one of these holds:
 
-        - they fill a batch and at most `workers` of this key's batches are submitted: it goes to a free
-          worker or is queued right behind a running batch, so that a worker moves on to it without a
-          round trip through the event loop (busy sending responses at thousands of requests/s);
-        - none of this key's batches runs and a worker is free: waiting would only leave it idle;
-        - the first item has waited max_delay, and a worker is free or none of this key's batches runs.
+        - they fill a batch and at most `capacity` of this key's batches are submitted (capacity: the
+          workers this kind of batch may hold): it goes to a free worker or is queued right behind a running
+          batch, so that a worker moves on to it without a round trip through the event loop (busy sending
+          responses at thousands of requests/s);
+        - none of this key's batches runs and a worker is free for it: waiting would only leave it idle;
+        - the first item has waited max_delay, and a worker is free for it or none of this key's batches runs.
         Otherwise they wait for more items, a free worker, or one of this key's batches to finish.
         """
         loop = asyncio.get_running_loop()
@@ -218,11 +249,11 @@ class Batcher(Generic[I, O]):
             if self._closing:
                 break
             timer = None
-            if len(self._queue) >= self.max_batch_size:
-                if len(running) <= self._worker.workers:
+            if self._full():
+                if len(running) <= self._worker.capacity(self.expensive):
                     break
             else:
-                free = not self._worker.saturated
+                free = self._worker.free_for(self.expensive)
                 flush_at = self._queue[0].queued_at + self.max_delay_s
                 if (free and not running) or (loop.time() >= flush_at and (free or not running)):
                     break
@@ -233,25 +264,35 @@ class Batcher(Generic[I, O]):
             await self._wakeup.wait()  # a new item, the first item's deadline, a free worker, a batch done
             if timer is not None:
                 timer.cancel()
-        n = min(self.max_batch_size, len(self._queue))
-        return [self._queue.popleft() for _ in range(n)]
+        batch = [self._queue.popleft()]  # at least one item, whatever its work
+        work = batch[0].work
+        while self._queue and len(batch) < self.max_batch_size:
+            if self.max_batch_work is not None and work + self._queue[0].work > self.max_batch_work:
+                break
+            batch.append(self._queue.popleft())
+            work += batch[-1].work
+        self._queued_work -= work
+        return batch
 
-    async def _execute_guarded(self, batch: list[_Item]) -> None:
-        serving(item.pending.request for item in batch)  # this task's (and its thread's) logs name them
+    async def _execute_guarded(self, batch: _Batch) -> None:
+        serving(item.pending.request for item in batch.items)  # this task's (and its thread's) logs name them
         try:
             await self._execute(batch)
         except Exception:  # a bug here must not wedge the queue: fail the batch, keep serving
             log.exception("batcher %s: unexpected error", self.name)
-            for item in batch:
+            for item in batch.items:
                 if not item.pending.future.done():
                     item.pending.future.set_exception(InferenceFailed("internal batching error"))
 
-    async def _execute(self, batch: list[_Item]) -> None:
+    async def _execute(self, info: _Batch) -> None:
         loop = asyncio.get_running_loop()
+        batch = info.items
         start = time.perf_counter()
         try:
             offset = loop.time() - time.monotonic()  # the loop's clock, readable from the worker thread
-            live, outputs = await self._worker.run(self._run_live, batch, lambda: time.monotonic() + offset)
+            live, outputs = await self._worker.run(
+                self._run_live, info, lambda: time.monotonic() + offset, expensive=self.expensive
+            )
         except Exception as e:
             log.exception("batch of %d item(s) failed in %s", len(batch), self.name)
             error = InferenceFailed(f"inference failed for this batch ({type(e).__name__}: {e})")
@@ -260,9 +301,14 @@ class Batcher(Generic[I, O]):
                     item.pending.future.set_exception(error)
             self._record(len(batch), time.perf_counter() - start)
             return
-        if live:
-            self._record(len(live), time.perf_counter() - start)
         self.stats.skipped += len(batch) - len(live)
+        if outputs is None:  # stopped: nobody waited any more
+            self.stats.stopped += len(live)
+            if self._metrics is not None:
+                self._metrics.observe_dropped(self.model, stopped=len(live))
+            live = []
+        elif live:
+            self._record(len(live), time.perf_counter() - start)
         computed = {id(item) for item in live}
         for item in batch:  # skipped: done already (timed out, client gone), failed in another batch, expired
             pending = item.pending
@@ -274,34 +320,54 @@ class Batcher(Generic[I, O]):
                 )
             else:
                 pending.future.set_exception(DeadlineExceeded("request timed out while queued"))
-        for item, out in zip(live, outputs, strict=True):
+        abandoned = 0
+        for item, out in zip(live, outputs or [], strict=True):
             pending = item.pending
             if pending.request is not None:
                 pending.request.ran(self.model, len(live))
-            if pending.future.done():  # cancelled while the batch ran: drop its result
+            if pending.future.done():  # gone while the batch ran: its result is dropped
+                abandoned += 1
                 continue
             pending.results[item.index] = out
             pending.remaining -= 1
             if pending.remaining == 0:
                 pending.future.set_result(pending.results)
+        if abandoned:
+            self.stats.abandoned += abandoned
+            if self._metrics is not None:
+                self._metrics.observe_dropped(self.model, abandoned=abandoned)
 
-    def _run_live(self, batch: list[_Item], now: Callable[[], float]) -> tuple[list[_Item], list[O]]:
+    def _run_live(self, info: _Batch, now: Callable[[], float]) -> tuple[list[_Item], list[O] | None]:
         """In a worker thread: run the items still wanted when the worker gets to them (a batch may have
-        waited behind another). done() is a plain read; `now` is the loop's clock (loop.time() itself may
-        not be called off the loop: uvloop updates its clock there)."""
+        waited behind another); outputs None when decoding stopped because every request had gone.
+        done() is a plain read; `now` is the loop's clock (loop.time() itself may not be called off the
+        loop: uvloop updates its clock there)."""
+        info.started = True
         t = now()
-        live = [
-            i for i in batch if not (i.pending.failed or i.pending.future.done()) and t < i.pending.deadline
-        ]
+        live = [i for i in info.items if not i.pending.gone(t)]
+        if not live:
+            return live, []
         try:
-            return live, (self._run_checked([i.payload for i in live]) if live else [])
+            return live, self._run_checked(live, now)
+        except DecodingStopped:
+            return live, None
         except Exception:  # the loop fails these requests soon; a batch queued behind must skip them now
             for item in live:
                 item.pending.failed = True
             raise
 
-    def _run_checked(self, payloads: list[I]) -> list[O]:
-        outputs = self._run(payloads)
+    def _run_checked(self, live: list[_Item], now: Callable[[], float]) -> list[O]:
+        payloads = [i.payload for i in live]
+        if self._stoppable:
+            pendings = list({id(i.pending): i.pending for i in live}.values())
+
+            def should_stop() -> bool:  # between decoder steps: a few reads per request of the batch
+                t = now()
+                return all(p.gone(t) for p in pendings)
+
+            outputs = self._run(payloads, should_stop=should_stop)
+        else:
+            outputs = self._run(payloads)
         if len(outputs) != len(payloads):  # LitServe's "Batch size mismatch"
             raise RuntimeError(f"batch size mismatch: {len(payloads)} items in, {len(outputs)} results out")
         return outputs
@@ -315,32 +381,3 @@ class Batcher(Generic[I, O]):
 
 
 OnIdle = Callable[[Batcher[Any, Any]], None]
-
-
-class BatcherPool:
-    """Batchers by key, created on first use; dynamic keys (decoding options) retire when idle."""
-
-    def __init__(self) -> None:
-        self._batchers: dict[Hashable, Batcher[Any, Any]] = {}
-
-    def get(self, key: Hashable, create: Callable[[OnIdle], Batcher[Any, Any]]) -> Batcher[Any, Any]:
-        """The batcher of `key`; `create(on_idle)` makes it on first use (on_idle retires it from the pool)."""
-        batcher = self._batchers.get(key)
-        if batcher is None:
-            batcher = self._batchers[key] = create(lambda b: self._retire(key, b))
-        return batcher
-
-    def _retire(self, key: Hashable, batcher: Batcher[Any, Any]) -> None:
-        if self._batchers.get(key) is batcher:
-            del self._batchers[key]
-
-    def __len__(self) -> int:
-        return len(self._batchers)
-
-    def items(self) -> list[tuple[Hashable, Batcher[Any, Any]]]:
-        return list(self._batchers.items())
-
-    async def close(self) -> None:
-        """Drain and stop every batcher (their queued items are still computed)."""
-        batchers, self._batchers = list(self._batchers.values()), {}
-        await asyncio.gather(*(b.close() for b in batchers))

@@ -13,8 +13,9 @@ import logging
 from typing import Any
 
 from app.handlers import TranslationHandler
-from model import DecodeOptions, Hypothesis, LoadedModel
+from model import DecodeOptions, DecodingStopped, Hypothesis, LoadedModel
 from model.ct2_decode import load_ct2_decoder
+from model.decoding import StopCheck
 
 log = logging.getLogger(__name__)
 
@@ -29,5 +30,10 @@ class CT2TranslationHandler(TranslationHandler):
         self.engine = load_ct2_decoder(loaded, **translator_kwargs)
         log.info("%s: CTranslate2 %s", self.name, ", ".join(f"{k}={v}" for k, v in translator_kwargs.items()))
 
-    def decode(self, seqs: list[list[int]], opts: DecodeOptions, target_lang: str) -> list[list[Hypothesis]]:
+    def decode(
+        self, seqs: list[list[int]], opts: DecodeOptions, target_lang: str, should_stop: StopCheck = None
+    ) -> list[list[Hypothesis]]:
+        """should_stop: checked once, before the batch (CTranslate2 decodes it in one call)."""
+        if should_stop is not None and should_stop():
+            raise DecodingStopped(0)
         return self.engine.translate_ids(seqs, opts, target_lang, batch_size=max(1, len(seqs)))

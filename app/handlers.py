@@ -25,6 +25,7 @@ from model import (
     Tokenizer,
     Translator,
 )
+from model.decoding import StopCheck
 from model.inference import classify_ids, compile_classifier, translate_ids
 from model.preprocess import classifier_ids, source_ids
 
@@ -169,21 +170,26 @@ class TranslationHandler:
             layouts.append(TextLayout(lines))
         return items, layouts
 
-    def run(self, items: list[Sentence], key: DecodeKey) -> list[list[SentenceTranslation]]:
+    def run(
+        self, items: list[Sentence], key: DecodeKey, should_stop: StopCheck = None
+    ) -> list[list[SentenceTranslation]]:
         """Per item its own n-best, detokenized: the batch decodes with the largest n and each item keeps
-        its first num_hypotheses (translate_ids sorts by length and pads per chunk)."""
+        its first num_hypotheses (translate_ids sorts by length and pads per chunk). should_stop: checked
+        between decoder steps (True raises model.DecodingStopped)."""
         opts = key.options(max(s.num_hypotheses for s in items), self.max_len)
-        output = self.decode([s.ids for s in items], opts, key.target_lang)
+        output = self.decode([s.ids for s in items], opts, key.target_lang, should_stop)
         decode = self.tokenizer.decode
         return [
             [SentenceTranslation(decode(h.tokens), h.score, h.tokens) for h in hyps[: s.num_hypotheses]]
             for hyps, s in zip(output, items, strict=True)
         ]
 
-    def decode(self, seqs: list[list[int]], opts: DecodeOptions, target_lang: str) -> list[list[Hypothesis]]:
+    def decode(
+        self, seqs: list[list[int]], opts: DecodeOptions, target_lang: str, should_stop: StopCheck = None
+    ) -> list[list[Hypothesis]]:
         """One dynamic batch of source ids -> n-best hypotheses per item (the engine's part of `run`)."""
         with torch.inference_mode():
-            return translate_ids(self.model, seqs, opts, target_lang, batch_size=max(1, len(seqs)))
+            return translate_ids(self.model, seqs, opts, target_lang, max(1, len(seqs)), should_stop)
 
     def join(
         self, layout: TextLayout, outputs: list[list[SentenceTranslation]], n: int, return_scores: bool

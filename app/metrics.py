@@ -75,12 +75,27 @@ class Metrics:
         # series stay one per model whatever decoding options clients send, and enqueueing costs nothing here
         self.queue_depth = Gauge(
             "queue_depth",
-            "Items waiting in a model's queues (all its decoding modes)",
+            "Items waiting for a model: in its queues (all its decoding modes) or in batches waiting for a worker",
             ["model"],
             namespace=ns,
             registry=r,
         )
         self.models_loaded = Gauge("models_loaded", "Models loaded and warmed up", namespace=ns, registry=r)
+        # work for nobody: computed for a request that had left, or a decoding stopped because all had left
+        self.abandoned = Counter(
+            "abandoned_items",
+            "Items computed after their request had left (timed out or disconnected), per model",
+            ["model"],
+            namespace=ns,
+            registry=r,
+        )
+        self.stopped = Counter(
+            "stopped_items",
+            "Items whose decoding stopped between two steps because every request of the batch had left",
+            ["model"],
+            namespace=ns,
+            registry=r,
+        )
         self.connections_cut = Counter(
             "connections_cut",
             "Connections answered or closed by the connection limits (app/connections.py), by reason",
@@ -119,6 +134,12 @@ class Metrics:
             )
         children[0].observe(size)
         children[1].observe(seconds)
+
+    def observe_dropped(self, model: str, *, abandoned: int = 0, stopped: int = 0) -> None:
+        if abandoned:
+            self.abandoned.labels(model=model).inc(abandoned)
+        if stopped:
+            self.stopped.labels(model=model).inc(stopped)
 
     def watch_queues(self, model: str, depth: Callable[[], int]) -> None:
         """queue_depth{model} is depth() at each scrape (called on the event loop, by GET /metrics)."""

@@ -76,6 +76,7 @@ EXACTLY_ONE_TEXT: dict[str, Any] = {
     ]
 }
 DEFAULT_LENGTH_PENALTY = 0.6
+LENGTH_PENALTY_STEP = 0.05  # length_penalty is a multiple of this: each value makes a decoding queue
 AUTO = "auto"  # source_lang: detect each text's language (app.langid)
 # the most APP_MAX_TEXTS may be: a longer list fails at the schema with one error (the 4,097th item stops it)
 MAX_TEXTS = 4096
@@ -163,7 +164,7 @@ class TranslateRequest(_TextsRequest):
         ge=0.0,
         le=2.0,
         allow_inf_nan=False,
-        description="GNMT alpha; 0 = plain log-probability.",
+        description=f"GNMT alpha, a multiple of {LENGTH_PENALTY_STEP}; 0 = plain log-probability.",
     )
     num_hypotheses: int = Field(
         1, ge=1, le=16, description="n-best list size, at most beam_size (fewer when fewer distinct exist)."
@@ -174,6 +175,14 @@ class TranslateRequest(_TextsRequest):
     model: ModelName | None = Field(
         None, description="Model name; default: the model covering the language pair."
     )
+
+    @field_validator("length_penalty")
+    @classmethod
+    def _on_grid(cls, v: float) -> float:
+        steps = v / LENGTH_PENALTY_STEP
+        if abs(steps - round(steps)) > 1e-6:
+            raise ValueError(f"must be a multiple of {LENGTH_PENALTY_STEP} (0, 0.05, ..., 2), got {v}")
+        return round(round(steps) * LENGTH_PENALTY_STEP, 2)  # equal values make equal decoding keys
 
     @field_validator("num_hypotheses")
     @classmethod

@@ -7,18 +7,21 @@ import contextlib
 import gc
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
 from app import __version__
+from app.admission import sentence_floor
 from app.attention_maps import AttentionHandler, AttentionItem
-from app.batching import Batcher, BatcherPool, InferenceWorkers, OnIdle
+from app.attention_png import PngRenderer
+from app.batching import Batcher, InferenceWorkers
 from app.ct2_engine import CT2TranslationHandler
 from app.errors import DeadlineExceeded, Unavailable, invalid
 from app.handlers import DecodeKey, Sentence, SentimentHandler, TranslationHandler
 from app.langid import Detection, LanguageDetector
 from app.metrics import Metrics
+from app.queues import Queues
 from app.registry import Registry
 from app.schemas import (
     AUTO,
@@ -32,11 +35,11 @@ from app.schemas import (
     TranslateRequest,
     TranslateResponse,
 )
+from app.sentences import split_sentences
 from app.settings import Settings
 from app.wait import Disconnected, wait_all
 
 log = logging.getLogger(__name__)
-IDLE_BATCHER_S = 300.0  # a decoding-option queue unused this long is retired
 INLINE_DETECT = (4, 2000)  # texts, characters: ~0.06 ms a short text, so up to ~0.3 ms on the event loop
 
 
@@ -45,7 +48,9 @@ class Service:
         self.settings, self.metrics = settings, metrics
         self.registry: Registry | None = None
         self.worker: InferenceWorkers | None = None
-        self.pool = BatcherPool()
+        self.queues = Queues(settings, metrics)  # every model's batchers and admission limits
+        self.pool = self.queues.pool
+        self.png = PngRenderer()
         self.sentiment: dict[str, SentimentHandler] = {}
         self.translation: dict[str, TranslationHandler] = {}
         self.attention_handlers: dict[str, AttentionHandler] = {}
@@ -72,9 +77,13 @@ class Service:
         self.registry = Registry.discover(self.settings.check_checkpoint_dir(), device, dtype, quantize)
         self.model_status = dict.fromkeys(self.registry.entries, "loading")
         self.detector = await asyncio.to_thread(LanguageDetector, self.registry.languages)  # 0.1 s
+        cheap = any(e.task == "sentiment" for e in self.registry.entries.values())
         self.worker = InferenceWorkers(  # forward passes off the event loop
-            self.settings.inference_workers_count(), self.settings.inference_threads()
+            self.settings.inference_workers_count(),
+            self.settings.inference_threads(),
+            self.settings.expensive_workers_count(cheap),
         )
+        self.queues.worker = self.worker
         self._switch_interval = sys.getswitchinterval()  # process-wide: restored by stop()
         sys.setswitchinterval(self.settings.gil_switch_interval_ms / 1000)
         self._loader = asyncio.create_task(self._load_all(), name="load-models")
@@ -127,7 +136,7 @@ class Service:
             await self.worker.run(handler.warmup)
         self.model_status[name] = "ready"
         self.metrics.models_loaded.inc()
-        self.metrics.watch_queues(name, partial(self._queue_depth, name))
+        self.metrics.watch_queues(name, partial(self.queues.depth, name))
 
     async def stop(self) -> None:
         """Stop accepting (ready -> 503), finish queued and in-flight items, stop batchers and the thread."""
@@ -137,6 +146,7 @@ class Service:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loader
         await self.pool.close()
+        await asyncio.to_thread(self.png.shutdown)
         if self.worker is not None:
             try:
                 await asyncio.to_thread(self.worker.shutdown)
@@ -164,7 +174,9 @@ class Service:
         jobs = []
         for name, idxs in groups.items():
             handler = self.sentiment[name]
-            jobs.append((self._sentiment_batcher(name), [handler.tokenize(texts[i]) for i in idxs]))
+            jobs.append(
+                (self.queues.sentiment(name, handler.run), [handler.tokenize(texts[i]) for i in idxs])
+            )
         outputs = await self._submit(jobs, deadline, disconnected, req.field)
         results: list[Any] = [None] * len(texts)
         for (name, idxs), probs in zip(groups.items(), outputs, strict=True):
@@ -205,12 +217,24 @@ class Service:
                     registry.auto_translator(found, req.target_lang, req.model, loc), []
                 ).append(i)
         key = DecodeKey(req.target_lang, req.beam_size, req.length_penalty, req.max_length)
+        langs_of = {  # model -> its texts' languages
+            name: [req.source_lang if detected is None else detected[i][0].language for i in idxs]
+            for name, idxs in groups.items()
+        }
+        floor = 0  # far over budget is refused before tokenizing (a hostile loop costs the split only)
+        for name, idxs in groups.items():
+            sentences = sum(
+                len(line)
+                for i, lang in zip(idxs, langs_of[name], strict=True)
+                for line in split_sentences(texts[i], lang)
+            )
+            floor += sentences * sentence_floor(key, self.translation[name].max_len)
+        self._check_work(floor, field, "at least ")
         jobs, layouts = [], []
         for name, idxs in groups.items():
-            handler = self.translation[name]
-            langs = [req.source_lang if detected is None else detected[i][0].language for i in idxs]
+            handler, langs = self.translation[name], langs_of[name]
             items, lays = handler.sentences([texts[i] for i in idxs], langs, field, req.num_hypotheses, idxs)
-            jobs.append((self._translation_batcher(name, key), items))
+            jobs.append((self.queues.translation(name, handler, key), items))
             layouts.append(lays)
         outputs = await self._submit(jobs, self._deadline(), disconnected, field)
         results: list[Any] = [None] * len(texts)
@@ -229,6 +253,14 @@ class Service:
         self, req: AttentionRequest, png: bool, disconnected: Disconnected = None
     ) -> tuple[bytes, str]:
         """The JSON body (AttentionResponse) or a PNG, with its media type."""
+        if not png:
+            return await self._attention(req, False, disconnected)
+        with self.png.admit():  # 429 beyond a few PNG requests at once: each draws for ~1 s of CPU
+            return await self._attention(req, True, disconnected)
+
+    async def _attention(
+        self, req: AttentionRequest, png: bool, disconnected: Disconnected
+    ) -> tuple[bytes, str]:
         entry = self._registry().get_any(req.model)
         self._check_texts([req.text], "text")
         if req.target is not None:
@@ -248,8 +280,8 @@ class Service:
             if req.target is not None:
                 item = AttentionItem(item.source, handler.decoder_input(req.target, lang))
             else:  # greedy translation through the batcher, like /translate with beam_size=1
-                greedy = self._translation_batcher(
-                    entry.name, DecodeKey(lang, 1, DEFAULT_LENGTH_PENALTY, None)
+                greedy = self.queues.translation(
+                    entry.name, self.translation[entry.name], DecodeKey(lang, 1, DEFAULT_LENGTH_PENALTY, None)
                 )
                 [[[best]]] = await self._submit([(greedy, [Sentence(item.source)])], deadline, disconnected)
                 translation = best.text
@@ -260,13 +292,12 @@ class Service:
                 (field,), f"only translation models take a {field}; {entry.name} is a {entry.task} model"
             )
         handler.check_size(item, sel)  # the target is known now (given or translated)
-        [[maps]] = await self._submit([(self._attention_batcher(entry.name), [item])], deadline, disconnected)
+        maps_batcher = self.queues.attention(entry.name, handler.run)
+        [[maps]] = await self._submit([(maps_batcher, [item])], deadline, disconnected)
         # megabytes of JSON (or a rendered PNG) for a long text: built off the event loop, and still
         # answered 504 past the deadline
         if png:
-            from app.attention_png import render_attention
-
-            body, media = await asyncio.to_thread(render_attention, handler, item, maps, sel), "image/png"
+            body, media = await self.png.render(handler, item, maps, sel), "image/png"
         else:
             body = await asyncio.to_thread(handler.encode_json, item, maps, sel, translation)
             media = "application/json"
@@ -319,58 +350,19 @@ class Service:
             )
         return lang
 
-    def _queue_depth(self, name: str) -> int:
-        """Items waiting in every queue of model `name` (pool keys: (kind, model, ...))."""
-        return sum(len(b) for key, b in self.pool.items() if isinstance(key, tuple) and key[1] == name)
+    def _check_work(self, work: int, field: str, at_least: str = "") -> None:
+        """422 naming APP_MAX_WORK when a request costs more work units than it allows."""
+        if work > self.settings.max_work:
+            raise invalid(
+                (field,),
+                f"this request costs {at_least}{work:,} work units, more than APP_MAX_WORK "
+                f"({self.settings.max_work:,}); a translated sentence costs its source tokens + beam_size x "
+                "its output length limit: send fewer texts or sentences, or a smaller beam_size or max_length",
+                "too_long",
+            )
 
     def _deadline(self) -> float:
         return asyncio.get_running_loop().time() + self.settings.request_timeout_s
-
-    def _new_batcher(
-        self,
-        name: str,
-        run: Callable[[list[Any]], list[Any]],
-        *,
-        model: str | None = None,
-        max_batch_size: int | None = None,
-        idle_timeout_s: float | None = None,
-        on_idle: OnIdle | None = None,
-    ) -> Batcher[Any, Any]:
-        assert self.worker is not None
-        s = self.settings
-        return Batcher(
-            name,
-            run,
-            self.worker,
-            max_batch_size=max_batch_size or s.max_batch_size,
-            max_delay_s=0.0 if max_batch_size == 1 else s.max_batch_delay_ms / 1000,
-            max_queue=s.max_queue,
-            metrics=self.metrics,
-            model=model or name,
-            idle_timeout_s=idle_timeout_s,
-            on_idle=on_idle,
-        )
-
-    def _sentiment_batcher(self, name: str) -> Batcher[Any, Any]:
-        return self.pool.get(("sentiment", name), lambda _: self._new_batcher(name, self.sentiment[name].run))
-
-    def _attention_batcher(self, name: str) -> Batcher[Any, Any]:
-        """Attention maps are rare and take the weights path: their own queue, one item per forward."""
-        run = self.attention_handlers[name].run
-        return self.pool.get(
-            ("attention", name), lambda _: self._new_batcher(f"{name}/attention", run, max_batch_size=1)
-        )
-
-    def _translation_batcher(self, name: str, key: DecodeKey) -> Batcher[Any, Any]:
-        """The queue of one model and decoding mode (created on first use, retired when idle)."""
-        run = partial(self.translation[name].run, key=key)
-        label = f"{name}:{key.target_lang}:beam{key.beam_size}:lp{key.length_penalty:g}:max{key.max_length or 'auto'}"
-        return self.pool.get(
-            ("translation", name, key),
-            lambda on_idle: self._new_batcher(
-                label, run, model=name, idle_timeout_s=IDLE_BATCHER_S, on_idle=on_idle
-            ),
-        )
 
     async def _submit(
         self,
@@ -379,14 +371,16 @@ class Service:
         disconnected: Disconnected,
         field: str = "text",
     ) -> list[list[Any]]:
-        """Enqueue each (batcher, items) job and wait for all results, the deadline, or the client leaving."""
+        """Enqueue each (batcher, items) job and wait for all results, the deadline, or the client leaving.
+        422 when the request's work exceeds APP_MAX_WORK or a model's queue could never hold it."""
         futures: list[asyncio.Future[list[Any]]] = []
+        self._check_work(sum(batcher.work(items) for batcher, items in jobs), field)
         for batcher, items in jobs:  # a 429 could never clear for these: nothing is queued yet
-            if len(items) > batcher.max_queue:
+            if len(items) > batcher.queue.max_items:
                 raise invalid(
                     (field,),
                     f"this request makes {len(items)} items (texts or sentences) for one model, more than its "
-                    f"queue holds ({batcher.max_queue}, APP_MAX_QUEUE)",
+                    f"queue holds ({batcher.queue.max_items}, APP_MAX_QUEUE)",
                     "too_long",
                 )
         try:

@@ -34,7 +34,14 @@ class Settings(BaseSettings):
     max_batch_delay_ms: float = Field(
         default=5.0, ge=0, le=10_000
     )  # while a batch of its key runs or every worker is busy: the longest a partial batch waits for more
-    max_queue: int = Field(default=1024, ge=1)  # queued items per batcher before 429
+    max_queue: int = Field(default=1024, ge=1)  # items waiting per model (all its queues) before 429
+    # work units (app/admission.py: tokens through a model; a translated sentence: its source tokens +
+    # beam_size x its output length limit): one request's budget (422 above), what may wait per model
+    # (429 above), and the most one translation or attention batch takes (a bound on its duration)
+    max_work: int = Field(default=50_000, ge=1)
+    max_queue_work: int = Field(default=200_000, ge=1)
+    max_batch_work: int = Field(default=8_192, ge=1)
+    max_decode_queues: int = Field(default=64, ge=1)  # live translation queues (distinct decoding options)
     request_timeout_s: float = Field(default=30.0, gt=0)  # 504 past this deadline
     max_texts: int = Field(default=64, ge=1, le=MAX_TEXTS)  # texts per request (the schema's hard cap)
     max_chars: int = Field(default=2000, ge=1)  # characters per text
@@ -54,6 +61,9 @@ class Settings(BaseSettings):
     # forward passes that run at once, each in its own thread; 0 = auto: 2 on a CPU with 2+ cores (two
     # single-threaded batches side by side beat one batch on two threads), 1 on CUDA
     inference_workers: int = Field(default=0, ge=0, le=64)
+    # of those, how many may run expensive batches (decoding, attention maps) at once; 0 = auto: all but one
+    # when there are 2+ workers and a classifier is served (a lane for its cheap batches), else all
+    expensive_workers: int = Field(default=0, ge=0, le=64)
     # intra-op threads per worker; 0 = auto: on CPU the cores left after one for the event loop, shared by
     # the workers (at least 1 each); on CUDA torch's default
     torch_threads: int = Field(default=0, ge=0)
@@ -113,6 +123,13 @@ class Settings(BaseSettings):
     def _empty_key_is_none(cls, v: object) -> object:
         return None if isinstance(v, str) and not v.strip() else v
 
+    @field_validator("max_queue_work")
+    @classmethod
+    def _holds_a_request(cls, v: int, info: ValidationInfo) -> int:
+        if (budget := info.data.get("max_work")) is not None and v < budget:
+            raise ValueError(f"must be at least APP_MAX_WORK ({budget}): a request within budget must fit")
+        return v
+
     @field_validator("api_key", "metrics_api_key")
     @classmethod
     def _key_can_match(cls, v: SecretStr | None) -> SecretStr | None:
@@ -145,6 +162,14 @@ class Settings(BaseSettings):
         if self.inference_workers:
             return self.inference_workers
         return 2 if self.torch_device().type == "cpu" and torch.get_num_threads() >= 2 else 1
+
+    def expensive_workers_count(self, cheap_models: bool) -> int:
+        """APP_EXPENSIVE_WORKERS (at most the workers), or for 0: workers - 1 with 2+ workers and cheap
+        (classifier) models to serve, else every worker."""
+        workers = self.inference_workers_count()
+        if self.expensive_workers:
+            return min(self.expensive_workers, workers)
+        return workers - 1 if workers >= 2 and cheap_models else workers
 
     def inference_threads(self) -> int:
         """APP_TORCH_THREADS, or for 0: on CPU (cores - 1) // workers, at least 1; on CUDA torch's default."""

@@ -3,7 +3,7 @@
 from model.checkpoint import CheckpointError, LoadedModel, build_model, load_checkpoint, save_checkpoint
 from model.classifier import SentimentClassifier
 from model.config import ModelConfig
-from model.decoding import DecodeOptions, Hypothesis, beam_search, decode, greedy_decode
+from model.decoding import DecodeOptions, DecodingStopped, Hypothesis, beam_search, decode, greedy_decode
 from model.preprocess import pad_ids
 from model.tokenizer import Tokenizer
 from model.translator import AttentionMaps, Translator
@@ -12,6 +12,7 @@ __all__ = [
     "AttentionMaps",
     "CheckpointError",
     "DecodeOptions",
+    "DecodingStopped",
     "Hypothesis",
     "LoadedModel",
     "ModelConfig",

@@ -2,11 +2,14 @@
 
 Greedy is beam search with beam_size=1 (CTranslate2's convention); `greedy_decode` is a dedicated, cheaper
 loop that `decode` takes for beam_size 1 (a parity test pins it to beam search with K=1). Both force EOS at each example's length limit.
+Both take an optional `should_stop()`, called before each decoder step: when it returns True they raise
+DecodingStopped (a server stops a batch whose requests have all left).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -45,6 +48,17 @@ class DecodeOptions:
         )
 
 
+StopCheck = Callable[[], bool] | None  # called between decoder steps; True stops decoding
+
+
+class DecodingStopped(Exception):
+    """should_stop() returned True: nobody wants this batch's results any more."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__(f"decoding stopped after {steps} decoder step(s)")
+        self.steps = steps
+
+
 @dataclass
 class Hypothesis:
     tokens: list[int]  # generated ids, without the start token and EOS
@@ -78,7 +92,11 @@ def _force_eos(log_probs: Tensor, rows: Tensor, eos_id: int) -> Tensor:
 
 @torch.inference_mode()
 def greedy_decode(
-    model: Translator, src: Tensor, options: DecodeOptions | None = None, start_ids: Tensor | None = None
+    model: Translator,
+    src: Tensor,
+    options: DecodeOptions | None = None,
+    start_ids: Tensor | None = None,
+    should_stop: StopCheck = None,
 ) -> list[list[Hypothesis]]:
     """src (B, S) padded ids -> one hypothesis per example; finished rows leave the batch."""
     opts = options or DecodeOptions(beam_size=1)
@@ -90,6 +108,8 @@ def greedy_decode(
     log_prob = [0.0] * len(src_lens)
     results: list[list[Hypothesis]] = [[] for _ in src_lens]
     for t in range(int(limits.max())):
+        if should_stop is not None and should_stop():
+            raise DecodingStopped(t)
         log_probs, state = model.decode_step(tokens, state)
         log_probs = _force_eos(log_probs, limits[active] == t + 1, eos)
         best, tokens = log_probs.max(-1)
@@ -117,7 +137,11 @@ def greedy_decode(
 
 @torch.inference_mode()
 def beam_search(
-    model: Translator, src: Tensor, options: DecodeOptions | None = None, start_ids: Tensor | None = None
+    model: Translator,
+    src: Tensor,
+    options: DecodeOptions | None = None,
+    start_ids: Tensor | None = None,
+    should_stop: StopCheck = None,
 ) -> list[list[Hypothesis]]:
     """src (B, S) padded ids -> per example, `num_hypotheses` hypotheses sorted best first.
 
@@ -140,6 +164,8 @@ def beam_search(
     active = list(range(n))  # example index of each block of K rows
     finished: list[list[Hypothesis]] = [[] for _ in range(n)]
     for t in range(max(limits)):
+        if should_stop is not None and should_stop():
+            raise DecodingStopped(t)
         log_probs, state = model.decode_step(tokens, state)  # (A*K, V)
         at_limit = torch.tensor([limits[ex] == t + 1 for ex in active], device=dev).repeat_interleave(k)
         log_probs = _force_eos(log_probs, at_limit, eos)
@@ -184,9 +210,13 @@ def beam_search(
 
 
 def decode(
-    model: Translator, src: Tensor, options: DecodeOptions, start_ids: Tensor | None = None
+    model: Translator,
+    src: Tensor,
+    options: DecodeOptions,
+    start_ids: Tensor | None = None,
+    should_stop: StopCheck = None,
 ) -> list[list[Hypothesis]]:
     """Dispatch: beam_size 1 takes the dedicated greedy loop (same tokens as beam search with K=1)."""
     if options.beam_size == 1:
-        return greedy_decode(model, src, options, start_ids)
-    return beam_search(model, src, options, start_ids)
+        return greedy_decode(model, src, options, start_ids, should_stop)
+    return beam_search(model, src, options, start_ids, should_stop)

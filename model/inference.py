@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from model.classifier import SentimentClassifier
-from model.decoding import DecodeOptions, Hypothesis, decode
+from model.decoding import DecodeOptions, Hypothesis, StopCheck, decode
 from model.jit import WARNINGS_LOCK
 from model.ngram import CHUNK, NgramSpec, bags, text_units
 from model.preprocess import classifier_ids, pad_ids, source_ids
@@ -206,15 +206,18 @@ def translate_ids(
     options: DecodeOptions,
     target_lang: str | None = None,
     batch_size: int = 64,
+    should_stop: StopCheck = None,
 ) -> list[list[Hypothesis]]:
-    """Source id lists (each ending in EOS) -> n-best hypotheses per source, in input order."""
+    """Source id lists (each ending in EOS) -> n-best hypotheses per source, in input order.
+
+    should_stop: called before each decoder step; True raises model.decoding.DecodingStopped."""
     results: list[list[Hypothesis]] = [[] for _ in seqs]
     dev = _device(model)
     start = model.cfg.start_id(target_lang)
     for chunk in length_sorted_chunks([len(s) for s in seqs], batch_size):
         src = pad_ids([seqs[i] for i in chunk], model.cfg.pad_id, dev)
         starts = torch.full((len(chunk),), start, dtype=torch.long, device=dev)
-        for i, hyps in zip(chunk, decode(model, src, options, starts), strict=True):
+        for i, hyps in zip(chunk, decode(model, src, options, starts, should_stop), strict=True):
             results[i] = hyps
     return results
 

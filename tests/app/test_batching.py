@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from app.batching import Batcher, BatcherPool, InferenceWorkers
+from app.batching import Batcher, InferenceWorkers
 from app.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
 from app.metrics import Metrics
+from app.queues import BatcherPool
 from tests.app.conftest import eventually
 
 pytestmark = pytest.mark.anyio
@@ -286,10 +287,12 @@ async def test_a_full_batch_queues_behind_the_running_one(
     b = make(rec, max_batch_size=2, max_delay_s=30.0)
     peak, run = 0, executor.run
 
-    async def counted(fn: Callable[..., Any], *args: Any) -> Any:  # calls submitted at once, at most
+    async def counted(
+        fn: Callable[..., Any], *args: Any, **kw: Any
+    ) -> Any:  # calls submitted at once, at most
         nonlocal peak
         peak = max(peak, executor.busy + 1)
-        return await run(fn, *args)
+        return await run(fn, *args, **kw)
 
     executor.run = counted  # type: ignore[method-assign]
     first = b.enqueue([1, 2], FAR)
@@ -362,12 +365,12 @@ async def test_a_part_skipped_because_another_failed_gets_500_not_504(
     make: Callable[..., Batcher[int, int]],
 ) -> None:
     """The thread skips it before the failure of the other batch reaches the loop (two workers)."""
-    from app.batching import _Item, _Pending
+    from app.batching import _Batch, _Item, _Pending
 
     b = make(Recorder())
     loop = asyncio.get_running_loop()
     pending: _Pending[int] = _Pending(loop.create_future(), [None, None], 2, FAR, failed=True)
-    await b._execute([_Item(pending, 1, 2, loop.time())])
+    await b._execute(_Batch([_Item(pending, 1, 2, loop.time())], 1))
     with pytest.raises(InferenceFailed, match="another part"):
         await pending.future
     await b.close()

@@ -64,7 +64,10 @@ def queued(app: FastAPI) -> int:
 
 def in_batchers(app: FastAPI) -> int:
     """Items queued or submitted to a worker, not yet answered, in all of the app's batchers."""
-    return sum(len(b._queue) + sum(b._submitted.values()) for _, b in app.state.service.pool.items())
+    return sum(
+        len(b._queue) + sum(len(x.items) for x in b._submitted.values())
+        for _, b in app.state.service.pool.items()
+    )
 
 
 async def test_sentiment_batching_parity_and_batches_form(

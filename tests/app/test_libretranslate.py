@@ -362,10 +362,10 @@ async def test_queue_full_is_429_with_slowdown(
     running, release = threading.Event(), threading.Event()
     original = TranslationHandler.run
 
-    def held(handler: TranslationHandler, items: list[Any], key: Any) -> Any:
+    def held(handler: TranslationHandler, items: list[Any], key: Any, **kw: Any) -> Any:
         running.set()
         assert release.wait(10)
-        return original(handler, items, key)
+        return original(handler, items, key, **kw)
 
     settings = make_settings(max_queue=1, max_batch_size=1, max_batch_delay_ms=0, inference_workers=1)
     async with serve(settings) as (app, client):
@@ -374,7 +374,7 @@ async def test_queue_full_is_429_with_slowdown(
         first = asyncio.ensure_future(client.post(f"{LT}/translate", json=fields))
         await asyncio.to_thread(running.wait, 5)  # the one worker is busy
         second = asyncio.ensure_future(client.post(f"{LT}/translate", data=fields))
-        await eventually(lambda: app.state.service._queue_depth("translate-fr-en") == 1)  # the queue is full
+        await eventually(lambda: app.state.service.queues.depth("translate-fr-en") == 1)  # the queue is full
         r = await client.post(f"{LT}/translate", json=fields)
         assert r.status_code == 429
         assert r.json()["error"].startswith("Slowdown: ")
@@ -393,12 +393,12 @@ async def test_libretranslate_and_native_requests_share_batches(
     batches: list[int] = []
     original = TranslationHandler.run
 
-    def held(handler: TranslationHandler, items: list[Any], key: Any) -> Any:
+    def held(handler: TranslationHandler, items: list[Any], key: Any, **kw: Any) -> Any:
         batches.append(len(items))
         if [s.ids for s in items] == [handler.encode_source("Un.", ("q",))]:  # the batch to hold
             running.set()
             assert release.wait(10)
-        return original(handler, items, key)
+        return original(handler, items, key, **kw)
 
     async with serve(make_settings(inference_workers=1, max_batch_delay_ms=0)) as (app, client):
         monkeypatch.setattr(TranslationHandler, "run", held)  # after the warm-up, before the first batcher
@@ -414,7 +414,7 @@ async def test_libretranslate_and_native_requests_share_batches(
                 client.post(f"{LT}/translate", json=fields | {"q": f"<i>{texts[3]}</i>", "format": "html"})
             ),
         ]
-        await eventually(lambda: app.state.service._queue_depth("translate-fr-en") == 4)
+        await eventually(lambda: app.state.service.queues.depth("translate-fr-en") == 4)
         release.set()
         await first
         answers = await asyncio.gather(*rest)

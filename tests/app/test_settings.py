@@ -95,6 +95,10 @@ async def test_start_up_logs_the_dtype_warning(
         ("MAX_BATCH_SIZE", "many", "max_batch_size"),
         ("MAX_BATCH_DELAY_MS", "-1", "max_batch_delay_ms"),
         ("MAX_QUEUE", "0", "max_queue"),
+        ("MAX_WORK", "0", "max_work"),
+        ("MAX_QUEUE_WORK", "10", "max_queue_work"),  # below APP_MAX_WORK
+        ("MAX_BATCH_WORK", "0", "max_batch_work"),
+        ("MAX_DECODE_QUEUES", "0", "max_decode_queues"),
         ("REQUEST_TIMEOUT_S", "0", "request_timeout_s"),
         ("MAX_TEXTS", "0", "max_texts"),
         ("MAX_CHARS", "0", "max_chars"),

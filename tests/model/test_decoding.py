@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from model import DecodeOptions, Translator, beam_search, decode, greedy_decode, pad_ids
+from model import DecodeOptions, DecodingStopped, Translator, beam_search, decode, greedy_decode, pad_ids
 from model.decoding import length_penalty
 from model.translator import DecoderState
 from tests.conftest import tiny_translation_config
@@ -307,6 +307,41 @@ def test_decode_dispatches_on_beam_size() -> None:
         opts = DecodeOptions(beam_size=k)
         expected = greedy_decode(model, src, opts) if k == 1 else beam_search(model, src, opts)
         assert decode(model, src, opts) == expected
+
+
+# --- stopping between steps ----------------------------------------------------------------------------
+
+
+class CountedSteps(NoEarlyEos):
+    """Counts decoder steps (every example runs to its limit, so a run has a known number of them)."""
+
+    steps = 0
+
+    def decode_step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
+        CountedSteps.steps += 1
+        return super().decode_step(tokens, state)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+@pytest.mark.parametrize("stop_after", [0, 1, 5])
+def test_should_stop_ends_decoding_before_the_next_step(beam_size: int, stop_after: int) -> None:
+    model = make_translator(cls=CountedSteps)
+    src = pad_ids(random_seqs(SRC_LENGTHS), PAD)
+    opts = DecodeOptions(beam_size=beam_size, max_length=20)
+    calls = 0
+
+    def should_stop() -> bool:
+        nonlocal calls
+        calls += 1
+        return calls > stop_after
+
+    CountedSteps.steps = 0
+    with pytest.raises(DecodingStopped, match=f"after {stop_after} decoder step"):
+        decode(model, src, opts, should_stop=should_stop)
+    assert CountedSteps.steps == stop_after  # checked before every step: no step once it says stop
+    CountedSteps.steps = 0
+    assert decode(model, src, opts, should_stop=lambda: False) == decode(model, src, opts)
+    assert CountedSteps.steps == 2 * 20  # never stopped: every step of both runs (20 = the length limit)
 
 
 # --- limits, banned tokens, options ---------------------------------------------------------------------

@@ -1,0 +1,133 @@
+"""The inference workers: the threads that run forward passes, with a lane kept for cheap work.
+
+Each of `workers` threads runs one call at a time. Calls are cheap (a classifier batch: milliseconds) or
+expensive (decoding, attention maps: up to a second per batch). Expensive calls hold at most
+`expensive_slots` workers (default all but one; the service's APP_EXPENSIVE_WORKERS), so with 2+ workers a
+cheap call never waits behind more than the one running cheap call; otherwise calls are taken oldest first. The threads pick their next call themselves, so a batch submitted
+behind a running one starts the moment that one ends, without a round trip through the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+
+O = TypeVar("O")  # noqa: E741 - a call's result
+
+
+@dataclass(eq=False, slots=True)
+class _Call:
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    expensive: bool
+    future: Future[Any]
+
+
+class InferenceWorkers:
+    """`workers` threads with `threads` intra-op threads each (0: torch's default); the rest of the workers
+    beyond `expensive_slots` is the cheap lane.
+
+    On a CPU, two single-threaded workers running two batches side by side use the cores better than one
+    two-threaded worker: an intra-op pool stalls at each op's barrier whenever the event loop takes one of
+    its cores.
+    """
+
+    def __init__(self, workers: int = 1, threads: int = 0, expensive: int | None = None) -> None:
+        """expensive: how many workers expensive calls may hold (default: all but one, at least 1)."""
+        assert workers >= 1, workers
+        self.workers = workers
+        self.expensive_slots = max(1, min(workers, workers - 1 if expensive is None else expensive))
+        self.busy = 0  # calls submitted and not finished (event loop side)
+        self.busy_expensive = 0
+        self._on_idle: set[Callable[[], None]] = set()
+        self._cond = threading.Condition()
+        self._waiting: deque[_Call] = deque()  # submitted, not started; guarded by _cond
+        self._running_expensive = 0  # guarded by _cond
+        self._stopping = False
+        self._threads = [
+            threading.Thread(target=self._serve, args=(threads,), name=f"inference_{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def capacity(self, expensive: bool) -> int:
+        """How many calls of this kind may run at once."""
+        return self.expensive_slots if expensive else self.workers
+
+    def free_for(self, expensive: bool) -> bool:
+        """A call of this kind submitted now would start at once."""
+        return self.busy < self.workers and (not expensive or self.busy_expensive < self.expensive_slots)
+
+    @property
+    def saturated(self) -> bool:
+        """Every worker has a call (a new cheap one would wait)."""
+        return not self.free_for(False)
+
+    async def run(self, fn: Callable[..., O], *args: Any, expensive: bool = False) -> O:
+        """fn(*args) on a worker; cancelled before it starts, it never runs."""
+        self.busy += 1
+        self.busy_expensive += expensive
+        # in the caller's context: what the batch logs in the thread names its requests
+        call = _Call(contextvars.copy_context().run, (fn, *args), expensive, Future())
+        try:
+            with self._cond:
+                if self._stopping:
+                    raise RuntimeError("the inference workers are shut down")
+                self._waiting.append(call)
+                self._cond.notify()
+            return await asyncio.wrap_future(call.future)  # type: ignore[no-any-return]
+        finally:
+            self.busy -= 1
+            self.busy_expensive -= expensive
+            callbacks, self._on_idle = self._on_idle, set()  # a waiting batcher checks again for itself
+            for callback in callbacks:
+                callback()
+
+    def when_idle(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (once) when a call next finishes (a worker may be free for the caller)."""
+        self._on_idle.add(callback)
+
+    def shutdown(self) -> None:
+        """Run the calls already submitted, then stop the threads."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        for t in self._threads:
+            t.join()
+
+    def _next(self) -> _Call | None:
+        """The oldest waiting call this thread may start (under _cond)."""
+        for call in self._waiting:
+            if not call.expensive or self._running_expensive < self.expensive_slots:
+                self._waiting.remove(call)
+                self._running_expensive += call.expensive
+                return call
+        return None
+
+    def _serve(self, threads: int) -> None:
+        if threads:
+            torch.set_num_threads(threads)  # OpenMP: per thread
+        while True:
+            with self._cond:
+                while (call := self._next()) is None:
+                    if self._stopping and not self._waiting:
+                        return
+                    self._cond.wait()
+            if call.future.set_running_or_notify_cancel():
+                try:
+                    call.future.set_result(call.fn(*call.args))
+                except BaseException as e:  # noqa: BLE001 - handed to the caller
+                    call.future.set_exception(e)
+            with self._cond:
+                self._running_expensive -= call.expensive
+                if call.expensive:
+                    self._cond.notify_all()  # an expensive call may have waited for this slot

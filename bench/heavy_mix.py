@@ -1,0 +1,155 @@
+"""Heavy requests beside cheap sentiment clients (issue 20 §2): does a cheap model keep its latency?
+
+Starts the server (bench/server.py), runs N closed-loop /sentiment clients alone (unloaded), then the same
+clients beside H clients looping on the heavy /translate (64 texts x 16 sentences, beam 16) and P clients
+looping on /attention PNGs. Prints the /sentiment throughput and p50/p99 of both phases, the heavy and PNG
+requests' outcomes by status, and from /metrics the items computed after their request had left
+(abandoned_items_total) and the items whose decoding stopped early (stopped_items_total).
+
+    python -m bench.heavy_mix --sentiment-clients 64 --heavy-clients 2 --seconds 60
+    python -m bench.heavy_mix --sentiment-clients 64 --heavy-clients 0 --png-clients 4 --seconds 60
+    python -m bench.heavy_mix --env APP_MAX_WORK=1000000 --env APP_MAX_QUEUE_WORK=4000000  # heavy admitted
+    python -m bench.heavy_mix --url http://127.0.0.1:8000  # a server already running (e.g. another checkout)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import re
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+from app.metrics import NAMESPACE
+from bench.load import FR_WORDS, SHORT_TEXTS, percentile
+from bench.server import REPO, serve
+
+HEAVY_TEXTS, HEAVY_SENTENCES, HEAVY_BEAM = 64, 16, 16
+PNG_BODY = {
+    "model": "sentiment-en",
+    "text": "A wonderful film, with great acting and music.",
+    "format": "png",
+}
+
+
+def heavy_body(seed: int = 0) -> dict[str, object]:
+    """64 texts of 16 French sentences (4-9 words each), beam 16."""
+    rng = random.Random(seed)
+
+    def sentence() -> str:
+        return " ".join(rng.choice(FR_WORDS) for _ in range(rng.randint(4, 9))).capitalize() + "."
+
+    texts = [" ".join(sentence() for _ in range(HEAVY_SENTENCES)) for _ in range(HEAVY_TEXTS)]
+    return {"texts": texts, "source_lang": "fr", "beam_size": HEAVY_BEAM}
+
+
+def counters(metrics_text: str, name: str) -> float | None:
+    """The sum of a counter over its models, named with or without the server's namespace (None when the
+    server has no such metric)."""
+    for full in (f"{NAMESPACE}_{name}", name):
+        if f"# TYPE {full} counter" in metrics_text:
+            values = re.findall(rf"^{full}{{[^}}]*}} (\S+)$", metrics_text, re.MULTILINE)
+            return sum(float(v) for v in values)
+    return None
+
+
+async def sentiment_clients(url: str, clients: int, seconds: float) -> tuple[list[float], int]:
+    """Closed-loop /sentiment clients -> (sorted latencies in ms, non-200 answers)."""
+    latencies: list[float] = []
+    errors = 0
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+        end = time.perf_counter() + seconds
+
+        async def loop() -> None:
+            nonlocal errors
+            while time.perf_counter() < end:
+                t0 = time.perf_counter()
+                r = await client.post("/sentiment", json={"text": SHORT_TEXTS["en"]})
+                latencies.append((time.perf_counter() - t0) * 1000)
+                errors += r.status_code != 200
+
+        await asyncio.gather(*(loop() for _ in range(clients)))
+    return sorted(latencies), errors
+
+
+async def looping_clients(
+    url: str, path: str, body: dict[str, object], clients: int, seconds: float, timeout: float
+) -> Counter[str]:
+    """Clients looping on one request -> outcomes by status ("timeout": the client gave up and left)."""
+    outcomes: Counter[str] = Counter()
+    async with httpx.AsyncClient(base_url=url, timeout=timeout) as client:
+        end = time.perf_counter() + seconds
+
+        async def loop() -> None:
+            while time.perf_counter() < end:
+                try:
+                    r = await client.post(path, json=body)
+                    outcomes[str(r.status_code)] += 1
+                except httpx.TimeoutException:
+                    outcomes["timeout"] += 1
+
+        await asyncio.gather(*(loop() for _ in range(clients)))
+    return outcomes
+
+
+async def run(url: str, args: argparse.Namespace) -> None:
+    async with httpx.AsyncClient(base_url=url) as c:
+        for _ in range(20):  # warm
+            await c.post("/sentiment", json={"text": SHORT_TEXTS["en"]})
+    unloaded, unloaded_errors = await sentiment_clients(url, args.sentiment_clients, args.seconds / 2)
+    before = httpx.get(f"{url}/metrics").text
+    (loaded, loaded_errors), heavy, png = await asyncio.gather(
+        sentiment_clients(url, args.sentiment_clients, args.seconds),
+        looping_clients(
+            url, "/translate", heavy_body(), args.heavy_clients, args.seconds, args.heavy_timeout
+        ),
+        looping_clients(url, "/attention", PNG_BODY, args.png_clients, args.seconds, args.heavy_timeout),
+    )
+    await asyncio.sleep(args.heavy_timeout)  # let abandoned batches end before reading the counters
+    after = httpx.get(f"{url}/metrics").text
+    print(f"{'phase':<10} {'requests':>9} {'req/s':>7} {'errors':>7} {'p50 ms':>8} {'p99 ms':>8}")
+    for phase, lat, err, secs in (
+        ("unloaded", unloaded, unloaded_errors, args.seconds / 2),
+        ("loaded", loaded, loaded_errors, args.seconds),
+    ):
+        print(
+            f"{phase:<10} {len(lat):>9} {len(lat) / secs:>7.0f} {err:>7} {percentile(lat, 50):>8.1f} "
+            f"{percentile(lat, 99):>8.1f}"
+        )
+    print(f"p99 loaded / unloaded: {percentile(loaded, 99) / percentile(unloaded, 99):.1f}x")
+    print("heavy /translate outcomes:", dict(sorted(heavy.items())))
+    print("/attention PNG outcomes:", dict(sorted(png.items())))
+    for name in ("abandoned_items_total", "stopped_items_total"):
+        a, b = counters(before, name), counters(after, name)
+        print(f"{name}: {'n/a (not exported)' if a is None or b is None else f'{b - a:g}'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint-dir", type=Path, default=REPO / "checkpoints")
+    p.add_argument("--sentiment-clients", type=int, default=64)
+    p.add_argument("--heavy-clients", type=int, default=2)
+    p.add_argument("--png-clients", type=int, default=0, help="clients looping on /attention PNGs")
+    p.add_argument("--seconds", type=float, default=60.0, help="loaded phase; the unloaded one is half")
+    p.add_argument("--heavy-timeout", type=float, default=35.0, help="client timeout of a heavy request")
+    p.add_argument("--env", action="append", default=[], help="KEY=VALUE server settings, repeatable")
+    p.add_argument("--url", help="measure this running server instead of starting one (--env is ignored)")
+    args = p.parse_args(argv)
+    if args.url:
+        print(f"server {args.url}")
+        asyncio.run(run(args.url.rstrip("/"), args))
+        return 0
+    env = dict(kv.split("=", 1) for kv in args.env)
+    with serve(args.checkpoint_dir, env) as (url, _, _):
+        print(f"server {url} with {env or 'default settings'}")
+        asyncio.run(run(url, args))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
