@@ -11,44 +11,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.load import FR_WORDS, percentile, texts
+from bench.load import FR_WORDS, httpx_load, percentile, texts
 from bench.server import REPO, serve
 
 MODES = {"one request per forward pass": {"APP_MAX_BATCH_SIZE": "1"}, "batched (default)": {}}
 
 
 async def load(url: str, bodies: list[dict[str, str]], concurrency: int, duration: float) -> dict[str, Any]:
-    """`concurrency` clients for `duration` s -> req/s, p50/p95 ms, errors."""
-    latencies: list[float] = []
-    errors = 0
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
-        await client.post("/libretranslate/translate", data=bodies[0])  # connect, and the batcher exists
-        end = time.perf_counter() + duration
-
-        async def client_loop(k: int) -> None:
-            nonlocal errors
-            i = k
-            while time.perf_counter() < end:
-                t0 = time.perf_counter()
-                r = await client.post("/libretranslate/translate", data=bodies[i % len(bodies)])
-                latencies.append((time.perf_counter() - t0) * 1000)
-                errors += r.status_code != 200
-                i += concurrency
-
-        start = time.perf_counter()
-        await asyncio.gather(*(client_loop(k) for k in range(concurrency)))
-        elapsed = time.perf_counter() - start
+    """`concurrency` clients posting forms for `duration` s -> req/s, p50/p95 ms, errors, mean batch size."""
+    rps, latencies, errors = await httpx_load(
+        f"{url}/libretranslate/translate", bodies, concurrency, duration, form=True
+    )
+    async with httpx.AsyncClient(base_url=url) as client:
         metrics = (await client.get("/metrics")).text
-    latencies.sort()
     return {
-        "rps": len(latencies) / elapsed,
+        "rps": rps,
         "p50": percentile(latencies, 50),
         "p95": percentile(latencies, 95),
         "errors": errors,

@@ -132,14 +132,16 @@ def percentile(sorted_ms: list[float], q: float) -> float:
 
 
 async def httpx_load(
-    url: str, bodies: list[dict[str, Any]], concurrency: int, duration: float
+    url: str, bodies: list[dict[str, Any]], concurrency: int, duration: float, *, form: bool = False
 ) -> tuple[float, list[float], int]:
-    """`concurrency` closed-loop clients for `duration` s -> (req/s, sorted latencies in ms, errors)."""
+    """`concurrency` closed-loop clients for `duration` s -> (req/s, sorted latencies in ms, errors); the
+    bodies go as JSON, or as urlencoded forms with `form`."""
     latencies: list[float] = []
     errors = 0
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
-        await client.post(url, json=bodies[0])  # connect + warm
+        kind = "data" if form else "json"
+        await client.post(url, **{kind: bodies[0]})  # connect + warm
         end = time.perf_counter() + duration
 
         async def worker(k: int) -> None:
@@ -147,7 +149,7 @@ async def httpx_load(
             i = k
             while time.perf_counter() < end:
                 t0 = time.perf_counter()
-                r = await client.post(url, json=bodies[i % len(bodies)])
+                r = await client.post(url, **{kind: bodies[i % len(bodies)]})
                 latencies.append((time.perf_counter() - t0) * 1000)
                 errors += r.status_code != 200
                 i += concurrency
