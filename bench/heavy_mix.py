@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import random
 import re
+import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,10 +26,11 @@ from pathlib import Path
 import httpx
 
 from app.metrics import NAMESPACE
-from bench.load import FR_WORDS, SHORT_TEXTS, percentile
+from bench.load import FR_WORDS, SHORT_TEXTS, percentile, wrk_load
 from bench.server import REPO, serve
 
 HEAVY_TEXTS, HEAVY_SENTENCES, HEAVY_BEAM = 64, 16, 16
+Phase = tuple[int, int, float, float]  # requests, errors, p50 ms, p99 ms
 PNG_BODY = {
     "model": "sentiment-en",
     "text": "A wonderful film, with great acting and music.",
@@ -97,14 +99,29 @@ async def looping_clients(
     return outcomes
 
 
+async def sentiment_load(url: str, clients: int, seconds: float, use_wrk: bool) -> Phase:
+    """The /sentiment clients' (requests, errors, p50 ms, p99 ms): wrk (in its own process, so the client
+    is not the bottleneck) or the httpx clients above."""
+    if use_wrk:
+        body = {"text": SHORT_TEXTS["en"]}
+        rps, p50, _, p99, errors = await asyncio.to_thread(
+            wrk_load, f"{url}/sentiment", [body], clients, seconds
+        )
+        return round(rps * seconds), errors, p50, p99
+    lat, errors = await sentiment_clients(url, clients, seconds)
+    return len(lat), errors, percentile(lat, 50), percentile(lat, 99)
+
+
 async def run(url: str, args: argparse.Namespace) -> None:
     async with httpx.AsyncClient(base_url=url) as c:
         for _ in range(20):  # warm
             await c.post("/sentiment", json={"text": SHORT_TEXTS["en"]})
-    unloaded, unloaded_errors = await sentiment_clients(url, args.sentiment_clients, args.seconds / 2)
+    use_wrk = args.client == "wrk" or (args.client == "auto" and shutil.which("wrk") is not None)
+    print(f"/sentiment load: {'wrk' if use_wrk else 'httpx'}, {args.sentiment_clients} connections")
+    unloaded = await sentiment_load(url, args.sentiment_clients, args.seconds / 2, use_wrk)
     before = httpx.get(f"{url}/metrics").text
-    (loaded, loaded_errors), heavy, png = await asyncio.gather(
-        sentiment_clients(url, args.sentiment_clients, args.seconds),
+    loaded, heavy, png = await asyncio.gather(
+        sentiment_load(url, args.sentiment_clients, args.seconds, use_wrk),
         looping_clients(
             url, "/translate", heavy_body(), args.heavy_clients, args.seconds, args.heavy_timeout
         ),
@@ -113,15 +130,12 @@ async def run(url: str, args: argparse.Namespace) -> None:
     await asyncio.sleep(args.heavy_timeout)  # let abandoned batches end before reading the counters
     after = httpx.get(f"{url}/metrics").text
     print(f"{'phase':<10} {'requests':>9} {'req/s':>7} {'errors':>7} {'p50 ms':>8} {'p99 ms':>8}")
-    for phase, lat, err, secs in (
-        ("unloaded", unloaded, unloaded_errors, args.seconds / 2),
-        ("loaded", loaded, loaded_errors, args.seconds),
+    for phase, (n, err, p50, p99), secs in (
+        ("unloaded", unloaded, args.seconds / 2),
+        ("loaded", loaded, args.seconds),
     ):
-        print(
-            f"{phase:<10} {len(lat):>9} {len(lat) / secs:>7.0f} {err:>7} {percentile(lat, 50):>8.1f} "
-            f"{percentile(lat, 99):>8.1f}"
-        )
-    print(f"p99 loaded / unloaded: {percentile(loaded, 99) / percentile(unloaded, 99):.1f}x")
+        print(f"{phase:<10} {n:>9} {n / secs:>7.0f} {err:>7} {p50:>8.1f} {p99:>8.1f}")
+    print(f"p99 loaded / unloaded: {loaded[3] / unloaded[3]:.1f}x")
     print("heavy /translate outcomes:", dict(sorted(heavy.items())))
     print("/attention PNG outcomes:", dict(sorted(png.items())))
     for name in ("abandoned_items_total", "stopped_items_total"):
@@ -138,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=60.0, help="loaded phase; the unloaded one is half")
     p.add_argument("--heavy-timeout", type=float, default=35.0, help="client timeout of a heavy request")
     p.add_argument("--env", action="append", default=[], help="KEY=VALUE server settings, repeatable")
+    p.add_argument("--client", choices=("auto", "wrk", "httpx"), default="auto", help="the /sentiment load")
     p.add_argument("--url", help="measure this running server instead of starting one (--env is ignored)")
     args = p.parse_args(argv)
     if args.url:
