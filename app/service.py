@@ -82,6 +82,7 @@ class Service:
             self.settings.inference_workers_count(),
             self.settings.inference_threads(),
             self.settings.expensive_workers_count(cheap),
+            self.settings.cheap_lane_hold_s(),
         )
         self.queues.worker = self.worker
         self._switch_interval = sys.getswitchinterval()  # process-wide: restored by stop()

@@ -15,6 +15,9 @@ from app.schemas import MAX_TEXTS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENV_PREFIX = "APP_"
+# APP_EXPENSIVE_WORKERS=0 (auto) keeps the cheap lane this long after the last cheap call; then decoding may
+# use every worker (a translation-only load keeps its throughput)
+CHEAP_LANE_HOLD_S = 2.0
 
 
 class SettingsError(ValueError):
@@ -62,7 +65,8 @@ class Settings(BaseSettings):
     # single-threaded batches side by side beat one batch on two threads), 1 on CUDA
     inference_workers: int = Field(default=0, ge=0, le=64)
     # of those, how many may run expensive batches (decoding, attention maps) at once; 0 = auto: all but one
-    # when there are 2+ workers and a classifier is served (a lane for its cheap batches), else all
+    # when there are 2+ workers and a classifier is served (a lane for its cheap batches), held for
+    # CHEAP_LANE_HOLD_S after the last cheap batch (then all); else all
     expensive_workers: int = Field(default=0, ge=0, le=64)
     # intra-op threads per worker; 0 = auto: on CPU the cores left after one for the event loop, shared by
     # the workers (at least 1 each); on CUDA torch's default
@@ -170,6 +174,10 @@ class Settings(BaseSettings):
         if self.expensive_workers:
             return min(self.expensive_workers, workers)
         return workers - 1 if workers >= 2 and cheap_models else workers
+
+    def cheap_lane_hold_s(self) -> float | None:
+        """How long the auto lane is held after a cheap call (None: APP_EXPENSIVE_WORKERS is a hard cap)."""
+        return None if self.expensive_workers else CHEAP_LANE_HOLD_S
 
     def inference_threads(self) -> int:
         """APP_TORCH_THREADS, or for 0: on CPU (cores - 1) // workers, at least 1; on CUDA torch's default."""

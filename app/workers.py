@@ -3,7 +3,10 @@
 Each of `workers` threads runs one call at a time. Calls are cheap (a classifier batch: milliseconds) or
 expensive (decoding, attention maps: up to a second per batch). Expensive calls hold at most
 `expensive_slots` workers (default all but one; the service's APP_EXPENSIVE_WORKERS), so with 2+ workers a
-cheap call never waits behind more than the one running cheap call; otherwise calls are taken oldest first. The threads pick their next call themselves, so a batch submitted
+cheap call never waits behind more than the one running cheap call; otherwise calls are taken oldest first.
+With `lane_hold_s` the lane is kept only that long after the last cheap call: without cheap traffic expensive
+calls take every worker (translation-only load keeps its throughput), and the first cheap call after a quiet
+spell waits for at most one running batch. The threads pick their next call themselves, so a batch submitted
 behind a running one starts the moment that one ends, without a round trip through the event loop.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -40,11 +44,20 @@ class InferenceWorkers:
     its cores.
     """
 
-    def __init__(self, workers: int = 1, threads: int = 0, expensive: int | None = None) -> None:
-        """expensive: how many workers expensive calls may hold (default: all but one, at least 1)."""
+    def __init__(
+        self,
+        workers: int = 1,
+        threads: int = 0,
+        expensive: int | None = None,
+        lane_hold_s: float | None = None,
+    ) -> None:
+        """expensive: how many workers expensive calls may hold (default: all but one, at least 1);
+        lane_hold_s: hold that limit only this long after a cheap call was last submitted (None: always)."""
         assert workers >= 1, workers
         self.workers = workers
         self.expensive_slots = max(1, min(workers, workers - 1 if expensive is None else expensive))
+        self.lane_hold_s = lane_hold_s
+        self._last_cheap = -float("inf")  # time.monotonic() of the last cheap call (a float: atomic to read)
         self.busy = 0  # calls submitted and not finished (event loop side)
         self.busy_expensive = 0
         self._on_idle: set[Callable[[], None]] = set()
@@ -60,12 +73,18 @@ class InferenceWorkers:
             t.start()
 
     def capacity(self, expensive: bool) -> int:
-        """How many calls of this kind may run at once."""
-        return self.expensive_slots if expensive else self.workers
+        """How many calls of this kind may run at once now."""
+        return self._expensive_limit() if expensive else self.workers
 
     def free_for(self, expensive: bool) -> bool:
         """A call of this kind submitted now would start at once."""
-        return self.busy < self.workers and (not expensive or self.busy_expensive < self.expensive_slots)
+        return self.busy < self.workers and (not expensive or self.busy_expensive < self._expensive_limit())
+
+    def _expensive_limit(self) -> int:
+        """expensive_slots while the lane is held (always, or within lane_hold_s of a cheap call), else all."""
+        if self.lane_hold_s is None or time.monotonic() - self._last_cheap < self.lane_hold_s:
+            return self.expensive_slots
+        return self.workers
 
     @property
     def saturated(self) -> bool:
@@ -76,6 +95,8 @@ class InferenceWorkers:
         """fn(*args) on a worker; cancelled before it starts, it never runs."""
         self.busy += 1
         self.busy_expensive += expensive
+        if not expensive:
+            self._last_cheap = time.monotonic()
         # in the caller's context: what the batch logs in the thread names its requests
         call = _Call(contextvars.copy_context().run, (fn, *args), expensive, Future())
         try:
@@ -106,8 +127,9 @@ class InferenceWorkers:
 
     def _next(self) -> _Call | None:
         """The oldest waiting call this thread may start (under _cond)."""
+        limit = self._expensive_limit()
         for call in self._waiting:
-            if not call.expensive or self._running_expensive < self.expensive_slots:
+            if not call.expensive or self._running_expensive < limit:
                 self._waiting.remove(call)
                 self._running_expensive += call.expensive
                 return call
@@ -121,7 +143,10 @@ class InferenceWorkers:
                 while (call := self._next()) is None:
                     if self._stopping and not self._waiting:
                         return
-                    self._cond.wait()
+                    # a held lane expires without a notify: look again then
+                    self._cond.wait(
+                        None if self.lane_hold_s is None or not self._waiting else self.lane_hold_s
+                    )
             if call.future.set_running_or_notify_cancel():
                 try:
                     call.future.set_result(call.fn(*call.args))

@@ -278,6 +278,7 @@ async def test_sentiment_is_served_while_translations_hold_the_expensive_lane(
 ) -> None:
     settings = Settings(checkpoint_dir=two_models_dir, inference_workers=2, torch_threads=1)
     async with serve(settings) as (app, client):
+        assert (await client.post("/sentiment", json={"text": "fine"})).status_code == 200  # the lane is held
         held = HeldTranslations(monkeypatch)
         translations = [
             asyncio.ensure_future(client.post("/translate", json={"text": "le chat", "beam_size": b} | FR))
@@ -290,6 +291,41 @@ async def test_sentiment_is_served_while_translations_hold_the_expensive_lane(
         assert held.started == 1  # the second translation still waits for the expensive lane
         held.release.set()
         assert [(await t).status_code for t in translations] == [200, 200]
+
+
+async def test_without_recent_cheap_calls_expensive_ones_take_every_worker() -> None:
+    """The auto lane (lane_hold_s) is held only after cheap calls: a translation-only load uses every worker,
+    and a cheap call makes the next expensive one wait for the lane again."""
+    release = threading.Event()
+    running: list[str] = []
+
+    def expensive(name: str) -> str:
+        running.append(name)
+        assert release.wait(10)
+        return name
+
+    idle = InferenceWorkers(2, threads=1, expensive=1, lane_hold_s=0.0)  # expired at once
+    assert idle.free_for(True)
+    assert idle.capacity(True) == 2
+    both = [asyncio.ensure_future(idle.run(expensive, n, expensive=True)) for n in ("e1", "e2")]
+    await eventually(lambda: len(running) == 2)  # both started: no lane kept without cheap traffic
+    release.set()
+    assert await asyncio.gather(*both) == ["e1", "e2"]
+    idle.shutdown()
+
+    release.clear()
+    running.clear()
+    busy = InferenceWorkers(2, threads=1, expensive=1, lane_hold_s=60.0)
+    assert busy.capacity(True) == 2  # no cheap call yet
+    assert await busy.run(lambda: "cheap") == "cheap"
+    assert busy.capacity(True) == 1  # held for 60 s after it
+    calls = [asyncio.ensure_future(busy.run(expensive, n, expensive=True)) for n in ("e1", "e2")]
+    await eventually(lambda: running == ["e1"])
+    assert await busy.run(lambda: "cheap 2") == "cheap 2"  # the lane, while e2 waits for it
+    assert running == ["e1"]
+    release.set()
+    assert await asyncio.gather(*calls) == ["e1", "e2"]
+    busy.shutdown()
 
 
 async def test_expensive_batches_are_cut_by_work() -> None:
