@@ -177,3 +177,16 @@ def tiny_translator_checkpoint(
     torch.manual_seed(SEED)
     model = Translator(tiny_translation_config(tiny_vocab_size))
     return _save(tiny_checkpoints_dir, "translate-fr-en", model, tiny_tokenizer_path, metrics={"bleu": 0.0})
+
+
+@pytest.fixture(scope="session")
+def two_models_dir(
+    tmp_path_factory: pytest.TempPathFactory,
+    tiny_sentiment_checkpoint: Path,
+    tiny_translator_checkpoint: Path,
+) -> Path:
+    """A checkpoint dir like the image's: sentiment-en (cheap) and translate-fr-en (expensive), tiny, random."""
+    root = tmp_path_factory.mktemp("two-models")
+    for checkpoint in (tiny_sentiment_checkpoint, tiny_translator_checkpoint):
+        (root / checkpoint.name).symlink_to(checkpoint, target_is_directory=True)
+    return root

@@ -31,19 +31,6 @@ FAR = 1e9  # a deadline that never passes
 FR = {"source_lang": "fr"}
 
 
-@pytest.fixture(scope="module")
-def two_models_dir(
-    tmp_path_factory: pytest.TempPathFactory,
-    tiny_sentiment_checkpoint: Path,
-    tiny_translator_checkpoint: Path,
-) -> Path:
-    """sentiment-en (cheap) and translate-fr-en (expensive): quick to start."""
-    root = tmp_path_factory.mktemp("two-models")
-    for ckpt in (tiny_sentiment_checkpoint, tiny_translator_checkpoint):
-        (root / ckpt.name).symlink_to(ckpt, target_is_directory=True)
-    return root
-
-
 class HeldTranslations:
     """TranslationHandler.run blocks until `release` (every call); `running` counts calls that started."""
 

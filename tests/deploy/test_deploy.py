@@ -134,21 +134,8 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def served_checkpoints(
-    tmp_path_factory: pytest.TempPathFactory,
-    tiny_sentiment_checkpoint: Path,
-    tiny_translator_checkpoint: Path,
-) -> Path:
-    """A checkpoint dir like the image's /app/checkpoints: sentiment-en and translate-fr-en (tiny, random)."""
-    root = tmp_path_factory.mktemp("served-checkpoints")
-    for checkpoint in (tiny_sentiment_checkpoint, tiny_translator_checkpoint):
-        (root / checkpoint.name).symlink_to(checkpoint, target_is_directory=True)
-    return root
-
-
-@pytest.fixture(scope="module")
 def image_server(
-    final_stage: Stage, served_checkpoints: Path, tmp_path_factory: pytest.TempPathFactory
+    final_stage: Stage, two_models_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
     """The Dockerfile's final CMD with its ENV, from the repo root (the image's WORKDIR /app holds the same tree),
     on 127.0.0.1 and a free port; `python` is this interpreter (the image's is /opt/venv's)."""
@@ -160,7 +147,7 @@ def image_server(
     env |= {
         "APP_HOST": "127.0.0.1",
         "APP_PORT": str(port),
-        "APP_CHECKPOINT_DIR": str(served_checkpoints),
+        "APP_CHECKPOINT_DIR": str(two_models_dir),
         "OMP_NUM_THREADS": "1",
     }
     log = tmp_path_factory.mktemp("image-server") / "server.log"
@@ -471,7 +458,7 @@ def app_settings(container: dict[str, Any]) -> dict[str, str]:
 
 @pytest.mark.anyio
 async def test_k8s_prometheus_scrapes_the_pods_with_an_api_key_set(
-    k8s: dict[str, dict[str, Any]], container: dict[str, Any], served_checkpoints: Path
+    k8s: dict[str, dict[str, Any]], container: dict[str, Any], two_models_dir: Path
 ) -> None:
     """The prometheus.io annotations send no credentials: with the pod's settings and the secret's APP_API_KEY,
     the annotated path answers without a key while the model routes need it."""
@@ -479,7 +466,7 @@ async def test_k8s_prometheus_scrapes_the_pods_with_an_api_key_set(
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/path"] == METRICS_PATH
     assert annotations["prometheus.io/port"] == str(container["ports"][0]["containerPort"])
-    env = app_settings(container) | {"checkpoint_dir": str(served_checkpoints), "api_key": "from-the-secret"}
+    env = app_settings(container) | {"checkpoint_dir": str(two_models_dir), "api_key": "from-the-secret"}
     async with serve(Settings(**env), ready=False) as (_, client):
         assert (await client.get("/models")).status_code == 401
         scrape = await client.get(annotations["prometheus.io/path"])
