@@ -15,7 +15,6 @@ import torch
 
 from app.errors import invalid
 from app.schemas import ScoredTranslation, SentimentResult, TranslationResult
-from app.sentences import split_sentences
 from model import (
     DecodeOptions,
     Hypothesis,
@@ -151,20 +150,20 @@ class TranslationHandler:
 
     def sentences(
         self,
-        texts: Sequence[str],
-        langs: Sequence[str],
+        texts: Sequence[list[list[str]]],
         field: str,
         num_hypotheses: int,
         indices: Sequence[int] | None = None,
     ) -> tuple[list[Sentence], list[TextLayout]]:
-        """Every sentence of every text (in its language, langs[i]) as one item, plus the layouts to put the texts
-        back together; `indices`: the texts' places in the request (for error locations), default 0, 1, ..."""
+        """Every sentence of every text (each split into lines of sentences: app.sentences.split_sentences) as
+        one item, plus the layouts to put the texts back together; `indices`: the texts' places in the request
+        (for error locations), default 0, 1, ..."""
         items: list[Sentence] = []
         layouts = []
-        for t, text, lang in zip(indices or range(len(texts)), texts, langs, strict=True):
+        for t, text in zip(indices or range(len(texts)), texts, strict=True):
             loc: tuple[str | int, ...] = (field,) if field == "text" else (field, t)
             lines = []
-            for sentences in split_sentences(text, lang):
+            for sentences in text:
                 lines.append(list(range(len(items), len(items) + len(sentences))))
                 items += [Sentence(self.encode_source(s, loc), num_hypotheses) for s in sentences]
             layouts.append(TextLayout(lines))

@@ -218,23 +218,19 @@ class Service:
                     registry.auto_translator(found, req.target_lang, req.model, loc), []
                 ).append(i)
         key = DecodeKey(req.target_lang, req.beam_size, req.length_penalty, req.max_length)
-        langs_of = {  # model -> its texts' languages
-            name: [req.source_lang if detected is None else detected[i][0].language for i in idxs]
-            for name, idxs in groups.items()
-        }
+        split = [  # each text as lines of sentences, in its language: split once, priced, then tokenized
+            split_sentences(text, req.source_lang if detected is None else detected[i][0].language)
+            for i, text in enumerate(texts)
+        ]
         floor = 0  # far over budget is refused before tokenizing (a hostile loop costs the split only)
         for name, idxs in groups.items():
-            sentences = sum(
-                len(line)
-                for i, lang in zip(idxs, langs_of[name], strict=True)
-                for line in split_sentences(texts[i], lang)
-            )
+            sentences = sum(len(line) for i in idxs for line in split[i])
             floor += sentences * sentence_floor(key, self.translation[name].max_len)
         self._check_work(floor, field, "at least ")
         jobs, layouts = [], []
         for name, idxs in groups.items():
-            handler, langs = self.translation[name], langs_of[name]
-            items, lays = handler.sentences([texts[i] for i in idxs], langs, field, req.num_hypotheses, idxs)
+            handler = self.translation[name]
+            items, lays = handler.sentences([split[i] for i in idxs], field, req.num_hypotheses, idxs)
             jobs.append((self.queues.translation(name, handler, key), items))
             layouts.append(lays)
         outputs = await self._submit(jobs, self._deadline(), disconnected, field)

@@ -47,6 +47,6 @@ async def test_translate_items_follow_the_splitter(app: FastAPI) -> None:
     """One batch item per sentence; the layout puts each line back (TextLayout contract)."""
     handler = app.state.service.translation["translate-fr-en"]
     texts = ["M. Dupont est là. Il part.\nOui.", "Voir p. 12 pour les détails."]
-    items, layouts = handler.sentences(texts, ["fr", "fr"], "texts", 1)
+    items, layouts = handler.sentences([split_sentences(t, "fr") for t in texts], "texts", 1)
     assert len(items) == 4
     assert [lay.lines for lay in layouts] == [[[0, 1], [2]], [[3]]]
