@@ -1,5 +1,5 @@
 """python -m app: one uvicorn worker (the batcher lives in the process) on APP_HOST:APP_PORT, with the
-connection limits of app/connections.py (the image, compose and Kubernetes all run this)."""
+connection limits of app/edge/connections.py (the image, compose and Kubernetes all run this)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 
 import uvicorn
 
-from app.connections import ConnectionLimits, protocol_class, refusal_slots
-from app.logs import configure_logging
-from app.metrics import Metrics
+from app.core.logs import configure_logging
+from app.core.metrics import Metrics
+from app.core.settings import ENV_PREFIX, Settings, SettingsError, load_settings
+from app.edge.connections import ConnectionLimits, protocol_class, refusal_slots
 from app.registry import Registry
-from app.settings import ENV_PREFIX, Settings, SettingsError, load_settings
 from model import CheckpointError
 
 log = logging.getLogger("app")

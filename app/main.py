@@ -1,6 +1,6 @@
 """The FastAPI application: `create_app(settings)` factory; models load in the lifespan, never at import.
 
-python -m app   (the connection limits of app/connections.py; a bare `uvicorn app.main:app` runs without them)
+python -m app   (the connection limits of app/edge/connections.py; a bare `uvicorn app.main:app` runs without them)
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from fastapi import FastAPI
 from starlette.routing import Mount, Route
 
 from app import __version__
-from app.errors import install_error_handlers
-from app.fastpath import FastPath
-from app.gate import Gate
-from app.metrics import Metrics
-from app.routes import attention, demo, detect, libretranslate, sentiment, system, translate
+from app.api.libretranslate import routes as libretranslate
+from app.api.routes import attention, demo, detect, sentiment, system, translate
+from app.core.errors import install_error_handlers
+from app.core.metrics import Metrics
+from app.core.settings import Settings, load_settings
+from app.edge.fastpath import FastPath
+from app.edge.gate import Gate
 from app.service import Service
-from app.settings import Settings, load_settings
 
 DESCRIPTION = """From-scratch Transformers (sentiment, translation) with cross-request dynamic batching.
 

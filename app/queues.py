@@ -1,6 +1,6 @@
 """The service's batchers: one per model and kind, and for translators per decoding mode (created on first
 use, retired when idle, at most APP_MAX_DECODE_QUEUES live); every batcher of a model is admitted against
-the model's one ModelQueue (app/admission.py)."""
+the model's one ModelQueue (app/batching/admission.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from collections.abc import Callable, Hashable
 from functools import partial
 from typing import Any
 
-from app.admission import ModelQueue, sentence_work, token_work
-from app.batching import Batcher, InferenceWorkers, OnIdle
-from app.errors import QueueFull
-from app.handlers import DecodeKey, TranslationHandler
-from app.metrics import Metrics
-from app.settings import Settings
+from app.batching.admission import ModelQueue, sentence_work, token_work
+from app.batching.batcher import Batcher, InferenceWorkers, OnIdle
+from app.core.errors import QueueFull
+from app.core.metrics import Metrics
+from app.core.settings import Settings
+from app.tasks.handlers import DecodeKey, TranslationHandler
 
 IDLE_BATCHER_S = 300.0  # a decoding-option queue unused this long is retired
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from app.errors import NotFound, Unavailable, invalid
-from app.langid import Detection
+from app.core.errors import NotFound, Unavailable, invalid
+from app.core.settings import ENV_PREFIX, SettingsError
 from app.schemas import MAX_MODEL_NAME
-from app.settings import ENV_PREFIX, SettingsError
+from app.text.langid import Detection
 from model import LoadedModel, ModelConfig, load_checkpoint
 from model.checkpoint import CONFIG, CheckpointError, read_config
 

@@ -77,7 +77,7 @@ EXACTLY_ONE_TEXT: dict[str, Any] = {
 }
 DEFAULT_LENGTH_PENALTY = 0.6
 LENGTH_PENALTY_STEP = 0.05  # length_penalty is a multiple of this: each value makes a decoding queue
-AUTO = "auto"  # source_lang: detect each text's language (app.langid)
+AUTO = "auto"  # source_lang: detect each text's language (app.text.langid)
 # the most APP_MAX_TEXTS may be: a longer list fails at the schema with one error (the 4,097th item stops it)
 MAX_TEXTS = 4096
 MAX_SELECTED = 256  # attention layers/heads listed in one request

@@ -12,15 +12,12 @@ from functools import partial
 from typing import Any
 
 from app import __version__
-from app.admission import sentence_floor
-from app.attention_maps import AttentionHandler, AttentionItem
-from app.attention_png import PngRenderer
-from app.batching import Batcher, InferenceWorkers
-from app.ct2_engine import CT2TranslationHandler
-from app.errors import DeadlineExceeded, Unavailable, invalid
-from app.handlers import DecodeKey, Sentence, SentimentHandler, TranslationHandler
-from app.langid import Detection, LanguageDetector
-from app.metrics import Metrics
+from app.batching.admission import sentence_floor
+from app.batching.batcher import Batcher, InferenceWorkers
+from app.batching.wait import Disconnected, wait_all
+from app.core.errors import DeadlineExceeded, Unavailable, invalid
+from app.core.metrics import Metrics
+from app.core.settings import Settings
 from app.queues import Queues
 from app.registry import Registry
 from app.schemas import (
@@ -35,9 +32,12 @@ from app.schemas import (
     TranslateRequest,
     TranslateResponse,
 )
-from app.sentences import split_sentences
-from app.settings import Settings
-from app.wait import Disconnected, wait_all
+from app.tasks.attention_maps import AttentionHandler, AttentionItem
+from app.tasks.attention_png import PngRenderer
+from app.tasks.ctranslate2 import CT2TranslationHandler
+from app.tasks.handlers import DecodeKey, Sentence, SentimentHandler, TranslationHandler
+from app.text.langid import Detection, LanguageDetector
+from app.text.sentences import split_sentences
 
 log = logging.getLogger(__name__)
 INLINE_DETECT = (4, 2000)  # texts, characters: ~0.06 ms a short text, so up to ~0.3 ms on the event loop
@@ -187,7 +187,7 @@ class Service:
 
     async def detect(self, texts: Sequence[str], field: str = "texts") -> list[list[Detection]]:
         """Per text its languages, best first, among those served (the first may be an unserved language
-        the text is clearly in; empty when the text has no letters): app.langid. Limits as the model routes
+        the text is clearly in; empty when the text has no letters): app.text.langid. Limits as the model routes
         (422 naming `field`)."""
         self._check_texts(texts, field)
         detector = self.detector

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from bench.load import FR_WORDS, SENTENCE_WORDS, sentiment_texts, texts
 
 if TYPE_CHECKING:
-    from app.settings import Settings
+    from app.core.settings import Settings
     from model import LoadedModel
 
 ARRIVAL = "/sentiment, arrival order"  # a second /sentiment ceiling: unsorted batches of 32
@@ -78,7 +78,7 @@ def ceiling(
         opts = DecodeOptions(beam_size=beam_size)
         run_ids: Callable[..., Any] = partial(translate_ids, m.model)
         if server_settings(settings or {}).translation_engine == "ctranslate2":  # the server's engine
-            from model.ct2_decode import load_ct2_decoder
+            from engines.ct2_decode import load_ct2_decoder
 
             ct2 = load_ct2_decoder(
                 m, compute_type=str(dtype).removeprefix("torch."), intra_threads=torch.get_num_threads()
@@ -99,14 +99,14 @@ def ceiling(
 def server_work(loaded: LoadedModel, inputs: list[str], settings: dict[str, str]) -> tuple[float, float]:
     """(texts/s, CPU ms per text) of the server's inference path without HTTP: as many threads as the
     server's inference workers, with its intra-op threads each (`settings`: the --set APP_* values over the
-    defaults; on 2 CPU cores, 2 workers of 1 thread), run app.handlers.SentimentHandler.run (one compiled
+    defaults; on 2 CPU cores, 2 workers of 1 thread), run app.tasks.handlers.SentimentHandler.run (one compiled
     graph for the encoder and the n-gram hashing and head, then the output lists) on the inputs in arrival order, 32 at a time,
     one batch per worker side by side; best of 5 runs of every batch on every worker."""
     from concurrent.futures import ThreadPoolExecutor
 
     import torch
 
-    from app.handlers import SentimentHandler
+    from app.tasks.handlers import SentimentHandler
 
     s = server_settings(settings)
     workers, threads = s.inference_workers_count(), s.inference_threads()
@@ -125,7 +125,7 @@ def server_work(loaded: LoadedModel, inputs: list[str], settings: dict[str, str]
 
 def server_settings(settings: dict[str, str]) -> Settings:
     """The server's Settings with the --set APP_* values over the defaults."""
-    from app.settings import Settings
+    from app.core.settings import Settings
 
     return Settings(**{k.removeprefix("APP_").lower(): v for k, v in settings.items()})
 

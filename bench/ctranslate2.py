@@ -3,7 +3,7 @@
   python -m bench.ctranslate2 [--checkpoint checkpoints/translate-fr-en] [--limit 200] [--parity-limit 0]
                               [--repeats 3]
 
-Converts the checkpoint (model/ct2_convert.py), checks on the test split that CTranslate2 float32 decodes the
+Converts the checkpoint (engines/ct2_convert.py), checks on the test split that CTranslate2 float32 decodes the
 tokens ours decodes (greedy and beam 4, length penalty 0: the only value both engines share; and beam 4 at
 0.6 through the server's CTranslate2 engine, which re-ranks with our penalty), then times both
 engines in one run on the first --limit test sentences: ours fp32 and int8 (`load_checkpoint(...,
@@ -31,9 +31,9 @@ from pathlib import Path
 import ctranslate2
 import torch
 
+from engines.ct2_convert import export_ctranslate2
+from engines.ct2_decode import CT2Decoder, translate_ids_ctranslate2
 from model import DecodeOptions, LoadedModel, Translator, load_checkpoint
-from model.ct2_convert import export_ctranslate2
-from model.ct2_decode import CT2Decoder, translate_ids_ctranslate2
 from model.inference import translate_ids
 from model.preprocess import source_ids
 from training.data import resolve_data_dir
@@ -137,7 +137,7 @@ def parity(engines: tuple[Decode, Decode], served: Decode, seqs: list[list[int]]
 
 
 def served(decoder: CT2Decoder, loaded: LoadedModel) -> Decode:
-    """APP_TRANSLATION_ENGINE=ctranslate2's decoding (model/ct2_decode.py CT2Decoder)."""
+    """APP_TRANSLATION_ENGINE=ctranslate2's decoding (engines/ct2_decode.py CT2Decoder)."""
     lang = loaded.config.target_langs[0]
 
     def decode(seqs: list[list[int]], opts: DecodeOptions, batch: int) -> list[list[int]]:

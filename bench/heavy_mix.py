@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from app.metrics import NAMESPACE
+from app.core.metrics import NAMESPACE
 from bench.load import FR_WORDS, SHORT_TEXTS, percentile, wrk_load
 from bench.server import REPO, serve
 

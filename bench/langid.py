@@ -4,9 +4,9 @@
 
 Texts: Tatoeba test fr, es and en (the fra-eng English side), Multi30k test de, NSMC test ko (`--n` each,
 evenly spaced over the file, so short and long Tatoeba rows alike). Each candidate ranks the served languages
-only (en, fr, es, de, ko; app.langid.restrict renormalises a full ranking over them); "auto" is the accuracy
+only (en, fr, es, de, ko; app.text.langid.restrict renormalises a full ranking over them); "auto" is the accuracy
 /translate's source_lang auto sees, where a text that the candidate confidently puts in an unserved language is
-rejected (app.langid's FLAG_UNSERVED rule; "–": the candidate only knows the served languages). "short" is the
+rejected (app.text.langid's FLAG_UNSERVED rule; "–": the candidate only knows the served languages). "short" is the
 accuracy on texts of at most 20 characters.
 
 Then /sentiment's routing (sentiment-en or sentiment-ko): app.registry.text_language (any Hangul -> ko) against
@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from app.langid import MAX_CHARS, Detection, restrict
+from app.text.langid import MAX_CHARS, Detection, restrict
 from training.data import load_split
 
 SERVED = ("en", "fr", "es", "de", "ko")
@@ -44,7 +44,7 @@ def _fasttext() -> tuple[Ranker, bool]:
 
 
 def _py3langid() -> tuple[Ranker, bool]:
-    from app.langid import Py3LangidRanker
+    from app.text.langid import Py3LangidRanker
 
     return Py3LangidRanker(), True
 
@@ -163,8 +163,8 @@ def measure(rank: Ranker, flags: bool, texts: dict[str, list[str]]) -> dict[str,
 
 
 def sentiment_routing(n: int, data: Path | None) -> None:
-    from app.langid import LanguageDetector
     from app.registry import text_language
+    from app.text.langid import LanguageDetector
 
     sets = {
         "ko": spaced([r.text for r in load_split("nsmc", "test", data)], n),  # type: ignore[union-attr]

@@ -30,7 +30,7 @@ def _regex() -> Splitter:
 
 
 def _served() -> Splitter:
-    from app.sentences import split_line
+    from app.text.sentences import split_line
 
     return split_line
 
@@ -75,7 +75,7 @@ def _blingfire() -> Splitter:
 
 CANDIDATES: dict[str, tuple[str | None, Callable[[], Splitter]]] = {
     "regex": (None, _regex),
-    "served": (None, _served),  # app.sentences, as /translate runs it
+    "served": (None, _served),  # app.text.sentences, as /translate runs it
     "sentencex": ("sentencex", _sentencex),
     "pysbd": ("pysbd", _pysbd),
     "syntok": ("syntok", _syntok),

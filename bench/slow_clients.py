@@ -5,7 +5,7 @@
 
 Per run it starts the server on a free 127.0.0.1 port with its descriptors capped at --server-fds (soft and
 hard, as a container's `ulimit -n`): `no-limits` is plain `uvicorn app.main:app` (uvicorn's defaults: no
-head or body deadline, no cap), `limits` is `python -m app` (app/connections.py, its APP_* defaults). Then:
+head or body deadline, no cap), `limits` is `python -m app` (app/edge/connections.py, its APP_* defaults). Then:
 
 - the flood (a child process, asyncio raw sockets): --slow connections, opened --connect-rate per second, each
   sending a GET head one byte per second; a connection the server closes is reopened --reconnect-delay s

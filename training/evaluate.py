@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
+from engines.ct2_decode import CT2Decoder, load_ct2_decoder
 from model import DecodeOptions, LoadedModel, Translator, load_checkpoint
-from model.ct2_decode import CT2Decoder, load_ct2_decoder
 from model.inference import classify_texts, translate_texts
 from model.preprocess import source_ids
 from model.quantize import MODES

@@ -2,8 +2,8 @@
 
   python -m training export --format ctranslate2 --checkpoint checkpoints/translate-fr-en --out DIR [--force]
 
-The converter is model/ct2_convert.py (the server's CTranslate2 engine uses it too); the directory's files
-are described there. `ctranslate2_options` (model/ct2_decode.py) maps our `DecodeOptions` to `translate_batch`
+The converter is engines/ct2_convert.py (the server's CTranslate2 engine uses it too); the directory's files
+are described there. `ctranslate2_options` (engines/ct2_decode.py) maps our `DecodeOptions` to `translate_batch`
 options; with them CTranslate2 float32 returns the tokens our decoder returns (`translate_ids_ctranslate2`).
 """
 
@@ -14,8 +14,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from model.ct2_convert import INSTALL_HINT, ctranslate2_spec, export_ctranslate2
-from model.ct2_decode import NO_EARLY_EXIT, ctranslate2_options, translate_ids_ctranslate2
+from engines.ct2_convert import INSTALL_HINT, ctranslate2_spec, export_ctranslate2
+from engines.ct2_decode import NO_EARLY_EXIT, ctranslate2_options, translate_ids_ctranslate2
 
 __all__ = [  # the converter's names, where the export CLI's users find them
     "FORMATS",

@@ -15,8 +15,8 @@ import torch
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
+from app.core.settings import Settings
 from app.main import create_app
-from app.settings import Settings
 from model import Translator, save_checkpoint
 from tests.conftest import tiny_translation_config
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 import torch
 
-from app import attention_maps
-from app.settings import Settings
+from app.core.settings import Settings
+from app.tasks import attention_maps
 from model import DecodeOptions, LoadedModel, Translator, load_checkpoint, save_checkpoint
 from model.inference import classify_texts, translate_ids
 from model.preprocess import classifier_ids, source_ids, target_ids

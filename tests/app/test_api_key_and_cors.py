@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from app.errors import UNAUTHORIZED
-from app.settings import Settings
+from app.core.errors import UNAUTHORIZED
+from app.core.settings import Settings
 from tests.app.conftest import serve
 
 pytestmark = pytest.mark.anyio

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from app.batching import Batcher, InferenceWorkers
-from app.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
-from app.metrics import Metrics
+from app.batching.batcher import Batcher, InferenceWorkers
+from app.core.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
+from app.core.metrics import Metrics
 from app.queues import BatcherPool
 from tests.app.conftest import eventually
 
@@ -365,7 +365,7 @@ async def test_a_part_skipped_because_another_failed_gets_500_not_504(
     make: Callable[..., Batcher[int, int]],
 ) -> None:
     """The thread skips it before the failure of the other batch reaches the loop (two workers)."""
-    from app.batching import _Batch, _Item, _Pending
+    from app.batching.batcher import _Batch, _Item, _Pending
 
     b = make(Recorder())
     loop = asyncio.get_running_loop()

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from app.settings import Settings
+from app.core.settings import Settings
 from tests.app.conftest import serve
 
 pytestmark = pytest.mark.anyio

@@ -15,9 +15,9 @@ import pytest
 import torch
 from fastapi import FastAPI
 
-from app.handlers import ClassifierItem, SentimentHandler
+from app.core.settings import Settings
 from app.service import Service
-from app.settings import Settings
+from app.tasks.handlers import ClassifierItem, SentimentHandler
 from tests.app.conftest import eventually, json_post_scope, serve, wait_ready
 from tests.conftest import make_corpus
 

@@ -1,4 +1,4 @@
-"""Connection limits (app/connections.py) against real `python -m app` subprocesses, with raw sockets: the
+"""Connection limits (app/edge/connections.py) against real `python -m app` subprocesses, with raw sockets: the
 deadlines, the head limits, the connection cap and the bounded shutdown. Timeouts are short via settings."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import httpx
 import pytest
 
 from app.__main__ import raise_fd_limit
-from app.connections import refusal_slots
-from app.settings import REPO_ROOT, SettingsError
+from app.core.settings import REPO_ROOT, SettingsError
+from app.edge.connections import refusal_slots
 from bench.server import free_port, server_env, stop, wait_ready
 
 PARTIAL_BODY = (

@@ -15,9 +15,9 @@ import pytest
 import torch
 from asgi_lifespan import LifespanManager
 
-from app.ct2_engine import CT2TranslationHandler
+from app.core.settings import Settings, SettingsError
 from app.main import create_app
-from app.settings import Settings, SettingsError
+from app.tasks.ctranslate2 import CT2TranslationHandler
 from model import Translator, save_checkpoint
 from tests.app.conftest import serve
 from tests.conftest import tiny_translation_config
@@ -250,8 +250,8 @@ async def test_attention_stays_on_torch(
 def test_two_workers_decode_side_by_side_without_the_gil(engine_checkpoint_dir: Path) -> None:
     """One translator, inter_threads=2 (as with 2 inference workers): two calls run at once, and a Python
     thread keeps running while they do (translate_batch releases the GIL)."""
+    from engines.ct2_decode import load_ct2_decoder
     from model import load_checkpoint
-    from model.ct2_decode import load_ct2_decoder
 
     loaded = load_checkpoint(engine_checkpoint_dir / "translate-fr-en")
     settings = Settings(

@@ -13,11 +13,11 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.fastpath import FastPath, lean_routes
-from app.routes import attention, system
-from app.routes import sentiment as sentiment_route
+from app.api.routes import attention, system
+from app.api.routes import sentiment as sentiment_route
+from app.core.settings import Settings
+from app.edge.fastpath import FastPath, lean_routes
 from app.schemas import DetectRequest, SentimentRequest, TranslateRequest
-from app.settings import Settings
 from tests.app.conftest import serve
 
 pytestmark = pytest.mark.anyio

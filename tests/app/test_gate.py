@@ -1,4 +1,4 @@
-"""app.gate.Gate, the one layer before routing: every request is routed by FastAPI and counted once."""
+"""app.edge.gate.Gate, the one layer before routing: every request is routed by FastAPI and counted once."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 
-from app.deps import get_service
+from app.api.deps import get_service
+from app.core.settings import Settings
 from app.service import Service
-from app.settings import Settings
 from tests.app.conftest import json_post_scope, serve
 
 pytestmark = pytest.mark.anyio

@@ -1,10 +1,10 @@
-"""app/html_text.py: the text nodes of an HTML document, and the document rebuilt around their translations."""
+"""app/api/libretranslate/html_text.py: the text nodes of an HTML document, and the document rebuilt around their translations."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.html_text import HtmlDocument
+from app.api.libretranslate.html_text import HtmlDocument
 
 
 @pytest.mark.parametrize(

@@ -18,10 +18,10 @@ import pytest
 import sentencepiece as spm
 import torch
 
-from app.api_key import authorized
+from app.core.settings import REPO_ROOT, Settings, SettingsError, load_settings
+from app.edge.api_key import authorized
 from app.registry import Registry
 from app.schemas import MAX_MODEL_NAME, is_blank
-from app.settings import REPO_ROOT, Settings, SettingsError, load_settings
 from model import CheckpointError
 from tests.app.conftest import serve
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from app.langid import FLAG_UNSERVED, Detection, LanguageDetector, restrict
+from app.text.langid import FLAG_UNSERVED, Detection, LanguageDetector, restrict
 
 pytestmark = pytest.mark.anyio
 SERVED = ("de", "en", "es", "fr", "ko")  # the shipped models' languages

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.handlers import TranslationHandler
-from app.html_text import HtmlDocument
-from app.settings import Settings
+from app.api.libretranslate.html_text import HtmlDocument
+from app.core.settings import Settings
+from app.tasks.handlers import TranslationHandler
 from tests.app.conftest import eventually, serve
 
 pytestmark = pytest.mark.anyio

@@ -20,10 +20,10 @@ import torch
 from fastapi import FastAPI
 
 from app import __version__
-from app.handlers import ClassifierItem, SentimentHandler
-from app.logs import JsonFormatter, RequestIdFilter, TextFormatter
-from app.metrics import NAMESPACE
-from app.settings import REPO_ROOT, Settings, SettingsError, load_settings
+from app.core.logs import JsonFormatter, RequestIdFilter, TextFormatter
+from app.core.metrics import NAMESPACE
+from app.core.settings import REPO_ROOT, Settings, SettingsError, load_settings
+from app.tasks.handlers import ClassifierItem, SentimentHandler
 from bench.server import free_port, server_env, stop, wait_ready
 from tests.app.conftest import eventually, serve
 from tests.app.test_concurrency import SLOW, Held, queued

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from asgi_lifespan import LifespanManager
 
+from app.core.settings import Settings, SettingsError
 from app.main import create_app
-from app.settings import Settings, SettingsError
 from model import DecodeOptions, Translator, load_checkpoint
 from model.inference import classify_texts, translate_texts
 from tests.app.conftest import serve

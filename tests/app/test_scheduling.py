@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 from torch import Tensor
 
-from app import attention_png
-from app.admission import sentence_work
-from app.batching import Batcher, InferenceWorkers
-from app.errors import QueueFull
-from app.handlers import DecodeKey, Sentence, TranslationHandler
-from app.heatmap import NICE
-from app.metrics import NAMESPACE
+from app.batching.admission import sentence_work
+from app.batching.batcher import Batcher, InferenceWorkers
+from app.core.errors import QueueFull
+from app.core.metrics import NAMESPACE
+from app.core.settings import Settings
 from app.service import Service
-from app.settings import Settings
+from app.tasks import attention_png
+from app.tasks.handlers import DecodeKey, Sentence, TranslationHandler
+from app.tasks.heatmap import NICE
 from model import Translator
 from model.translator import DecoderState
 from tests.app.conftest import eventually, serve

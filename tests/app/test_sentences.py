@@ -1,4 +1,4 @@
-"""Sentence splitting for /translate (app.sentences) on the corpus tests/app/data/sentence_splits.json."""
+"""Sentence splitting for /translate (app.text.sentences) on the corpus tests/app/data/sentence_splits.json."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 
-from app.sentences import split_line, split_sentences
+from app.text.sentences import split_line, split_sentences
 
 CORPUS: list[dict[str, Any]] = json.loads(
     (Path(__file__).parent / "data" / "sentence_splits.json").read_text()

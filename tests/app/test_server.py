@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.settings import REPO_ROOT
+from app.core.settings import REPO_ROOT
 from bench.server import free_port, server_env, stop, uvicorn_cmd, wait_ready
 
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from asgi_lifespan import LifespanManager
 
+from app.core.settings import REPO_ROOT, Settings, SettingsError, load_settings
 from app.main import create_app
-from app.settings import REPO_ROOT, Settings, SettingsError, load_settings
 
 
 def test_defaults() -> None:

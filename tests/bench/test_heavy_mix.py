@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.metrics import Metrics
-from app.sentences import split_sentences
+from app.core.metrics import Metrics
+from app.text.sentences import split_sentences
 from bench.heavy_mix import counters, heavy_body
 
 

@@ -27,8 +27,8 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from app.metrics import METRICS_PATH, NAMESPACE
-from app.settings import Settings
+from app.core.metrics import METRICS_PATH, NAMESPACE
+from app.core.settings import Settings
 from bench.server import free_port, stop
 from tests.app.conftest import serve
 
@@ -304,7 +304,7 @@ def _runtime_distributions() -> set[str]:
 
 def _third_party_imports(*packages: str) -> dict[str, set[str]]:
     """Top-level modules imported anywhere (lazy imports included) in the given packages -> the importing files."""
-    first_party = {"app", "model", "training"}
+    first_party = {"app", "model", "engines", "training"}
     found: dict[str, set[str]] = {}
     for package in packages:
         for path in (REPO / package).rglob("*.py"):
@@ -333,7 +333,7 @@ def test_image_dependencies_cover_the_serving_code_imports() -> None:
     runtime = _runtime_distributions()
     missing = {
         module: sorted(files)
-        for module, files in _third_party_imports("app", "model").items()
+        for module, files in _third_party_imports("app", "model", "engines").items()
         if not {canonicalize_name(d) for d in distributions.get(module, [module])} & runtime
     }
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
@@ -347,7 +347,7 @@ def test_serving_code_imports_without_the_optional_engines() -> None:
     """Every app/ and model/ module imports with the optional engines missing (as in the image)."""
     modules = sorted(
         ".".join(p.relative_to(REPO).with_suffix("").parts)
-        for package in ("app", "model")
+        for package in ("app", "model", "engines")
         for p in (REPO / package).rglob("*.py")
         if p.name != "__main__.py"
     )

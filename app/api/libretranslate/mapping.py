@@ -1,0 +1,307 @@
+"""The LibreTranslate API mapped onto the service: its request fields and limits, its answers and errors.
+
+A translation is one Service.translate call (a TranslateRequest, like POST /translate), so LibreTranslate
+clients share the batchers with native clients and with each other. HTML: the text nodes of every document
+of a request go in that one call. Errors are LibreTranslate's: {"error": message} with 400 for bad input
+(what the native API answers 404/422), 403 for the key, 429 for a full queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Literal, TypeVar
+
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from app.api.libretranslate.html_text import HtmlDocument
+from app.batching.wait import Disconnected
+from app.core.errors import NotFound, ServiceError
+from app.schemas import AUTO, MAX_TEXTS, Str, TranslateRequest, TranslateResponse, TranslationResult
+from app.service import Service
+
+# n-best = 1 + alternatives, within TranslateRequest's num_hypotheses limit
+MAX_ALTERNATIVES = (
+    next(m.le for m in TranslateRequest.model_fields["num_hypotheses"].metadata if hasattr(m, "le")) - 1
+)
+DEFAULT_BEAM = TranslateRequest.model_fields["beam_size"].default
+# LibreTranslate's detectedLanguage for a text without language (here: a blank q)
+NOTHING_DETECTED = {"confidence": 0.0, "language": "en"}
+FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's default: how long its page waits after typing before it asks
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish", "de": "German",
+    "el": "Greek", "en": "English", "es": "Spanish", "et": "Estonian", "fa": "Persian", "fi": "Finnish",
+    "fr": "French", "ga": "Irish", "he": "Hebrew", "hi": "Hindi", "hu": "Hungarian", "id": "Indonesian",
+    "it": "Italian", "ja": "Japanese", "ko": "Korean", "lt": "Lithuanian", "lv": "Latvian", "nb": "Norwegian",
+    "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak",
+    "sl": "Slovenian", "sv": "Swedish", "th": "Thai", "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese",
+    "zh": "Chinese",
+}  # fmt: skip
+_FIELDS = {"texts": "q", "text": "q", "source_lang": "source", "target_lang": "target"}  # ours -> theirs
+
+
+class LtError(Exception):
+    """An answer in LibreTranslate's error shape: {"error": message} with this status."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers
+
+
+class _Params(BaseModel):
+    # lax: form fields are strings ("alternatives": "3"); unknown fields are ignored, as LibreTranslate does
+    model_config = ConfigDict(extra="ignore")
+
+    q: Str | list[Str] = Field(description="Text, or a list of texts (a form repeats the field).")
+    api_key: str | None = Field(None, description="Or Authorization: Bearer / X-API-Key, as on every route.")
+
+    @field_validator("q")
+    @classmethod
+    def _given(cls, v: str | list[str]) -> str | list[str]:
+        if not v:
+            raise ValueError("missing")
+        return v
+
+    @property
+    def texts(self) -> list[str]:
+        return [self.q] if isinstance(self.q, str) else self.q
+
+
+class TranslateParams(_Params):
+    source: str = Field(min_length=1, description='Language code, or "auto" to detect it.')
+    target: str = Field(min_length=1)
+    format: Literal["text", "html"] = Field("text", description="html: text nodes only, markup kept.")
+    alternatives: int = Field(0, ge=0, le=MAX_ALTERNATIVES, description="More translations from the n-best.")
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _default_format(cls, v: object) -> object:
+        return "text" if v in ("", None) else v
+
+
+class DetectParams(_Params):
+    pass
+
+
+P = TypeVar("P", bound=_Params)
+
+
+def parse(model: type[P], fields: dict[str, Any]) -> P:
+    """The fields of a body as `model`; LtError 400 naming the field otherwise."""
+    try:
+        return model.model_validate(fields)
+    except ValidationError as e:
+        err = max(e.errors(), key=lambda err: len(err["loc"]))  # of q's union, the list item's if any
+        field = str(err["loc"][0]) if err["loc"] else "body"
+        if err["type"] in ("missing", "string_too_short") or (field == "q" and "missing" in err["msg"]):
+            raise LtError(400, f"Invalid request: missing {field} parameter") from None
+        if field == "format":
+            raise LtError(400, f"{err['input']} format is not supported (text or html)") from None
+        where = field + "".join(f"[{part}]" for part in err["loc"] if isinstance(part, int))
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise LtError(400, f"Invalid request: {where}: {msg}") from None
+
+
+async def translate(service: Service, p: TranslateParams, disconnected: Disconnected) -> dict[str, Any]:
+    """LibreTranslate's /translate answer for `p`: one service call (one per detected language for HTML
+    documents in different languages)."""
+    texts, settings, single = p.texts, service.settings, isinstance(p.q, str)
+    _check_limits(texts, settings.max_texts, settings.max_chars)
+    n = 1 if p.format == "html" else p.alternatives + 1  # LibreTranslate gives no alternatives for HTML
+    docs = [HtmlDocument(t) for t in texts] if p.format == "html" else None
+    # what is translated, and which q each came from (blank texts and HTML without text are not sent)
+    if docs is not None:
+        sources, origin = [s for d in docs for s in d.texts], [i for i, d in enumerate(docs) for _ in d.texts]
+        if len(sources) > MAX_TEXTS:
+            raise LtError(
+                400, f"Invalid request: q has {len(sources)} HTML text nodes, more than {MAX_TEXTS}"
+            )
+    else:
+        origin = [i for i, t in enumerate(texts) if t.strip()]
+        sources = [texts[i] for i in origin]
+    # source language -> indices into sources. "auto": the service detects each text; an HTML document is
+    # detected here as a whole (its text nodes alone are too short to tell)
+    detected: list[dict[str, Any]] = [dict(NOTHING_DETECTED) for _ in texts]
+    groups = {p.source: list(range(len(sources)))}
+    if p.source == AUTO and docs is not None:
+        groups = {}
+        for i, lang, detection in await _detect_documents(service, docs, p.target, single):
+            detected[i] = detection
+            groups.setdefault(lang, []).extend(j for j, o in enumerate(origin) if o == i)
+    calls = [
+        _translate(service, [sources[j] for j in idxs], [origin[j] for j in idxs], src, p.target, n,
+                   disconnected, not single)
+        for src, idxs in groups.items()
+    ]  # fmt: skip
+    results: list[Any] = [None] * len(sources)
+    for idxs, part in zip(groups.values(), await asyncio.gather(*calls), strict=True):
+        for j, r in zip(idxs, part, strict=True):
+            results[j] = r
+    out, alternatives = [""] * len(texts), [[] for _ in texts]
+    if docs is not None:
+        at = 0
+        for i, d in enumerate(docs):
+            out[i] = d.render([r.translation for r in results[at : at + len(d.texts)]])
+            at += len(d.texts)
+    else:
+        for i, r in zip(origin, results, strict=True):
+            out[i] = r.translation
+            alternatives[i] = [h.translation for h in (r.hypotheses or [])[1:] if h.translation]
+            if r.detected_language is not None:
+                detected[i] = _detection(r.detected_language.language, r.detected_language.confidence)
+    answer: dict[str, Any] = {"translatedText": out[0] if single else out}
+    if p.source == AUTO:
+        answer["detectedLanguage"] = detected[0] if single else detected
+    if p.alternatives > 0:
+        answer["alternatives"] = alternatives[0] if single else alternatives
+    return answer
+
+
+async def _detect_documents(
+    service: Service, docs: list[HtmlDocument], target: str, single: bool
+) -> list[tuple[int, str, dict[str, Any]]]:
+    """(q index, language, detectedLanguage) of each document with text; 400 for an unserved language."""
+    with_text = [i for i, d in enumerate(docs) if d.texts]
+    found = await service.detect([" ".join(docs[i].texts) for i in with_text])
+    registry = service.registry
+    assert registry is not None  # the service has detected: it has started
+    out = []
+    for i, detections in zip(with_text, found, strict=True):
+        try:  # the same check and message as the native "auto"
+            registry.auto_translator(detections, target, None, ("q",) if single else ("q", i))
+        except RequestValidationError as e:
+            raise LtError(400, f"Invalid request: {_theirs(e.errors()[0]['msg'])}") from None
+        best = detections[0]
+        out.append((i, best.language, _detection(best.language, best.confidence)))
+    return out
+
+
+def _detection(language: str, confidence: float) -> dict[str, Any]:
+    """LibreTranslate's detectedLanguage: confidence 0-100."""
+    return {"confidence": round(100 * confidence, 1), "language": language}
+
+
+async def _translate(
+    service: Service,
+    sources: list[str],
+    origin: list[int],
+    source: str,
+    target: str,
+    n: int,
+    disconnected: Disconnected,
+    many: bool,
+) -> list[TranslationResult]:
+    """Service.translate on `sources` (from q[origin[i]]); its 404/422 as LibreTranslate's 400 naming q."""
+    if not sources:
+        return []
+    try:
+        fields = {"texts": sources, "source_lang": source, "target_lang": target}
+        req = TranslateRequest.model_validate(
+            fields | {"num_hypotheses": n, "beam_size": max(DEFAULT_BEAM, n)}
+        )
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = [_FIELDS.get(str(part), part) for part in err["loc"]]
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise LtError(400, f"Invalid request: {_where(loc, origin, many)}: {msg}") from None
+    try:
+        answer: TranslateResponse = await service.translate(req, disconnected, max_texts=len(sources))
+    except RequestValidationError as e:
+        err = e.errors()[0]
+        loc = [_FIELDS.get(str(part), part) for part in err["loc"][1:]]  # after "body"
+        msg = str(err["msg"]).split(": ", 1)[-1]  # the service names its own field first
+        raise LtError(400, f"Invalid request: {_where(loc, origin, many)}: {_theirs(msg)}") from None
+    except NotFound as e:
+        raise LtError(400, _theirs(e.message)) from None
+    return answer.results
+
+
+def _theirs(message: str) -> str:
+    """A service message with LibreTranslate's field names."""
+    message = message.replace("source_lang/target_lang", "source/target")
+    return message.replace('"source_lang"', '"source"').replace('"target_lang"', '"target"')
+
+
+def _where(loc: Sequence[Any], origin: list[int], many: bool) -> str:
+    """["q", 3] (the 4th text sent) -> "q[7]" (the q it came from), or "q" for a single q."""
+    if loc and loc[0] == "q":
+        return f"q[{origin[loc[1]]}]" if many and len(loc) > 1 and isinstance(loc[1], int) else "q"
+    return ".".join(str(part) for part in loc) or "body"
+
+
+def _check_limits(texts: list[str], max_texts: int, max_chars: int) -> None:
+    """LibreTranslate's batch and character limits (APP_MAX_TEXTS, APP_MAX_CHARS); markup counts."""
+    if len(texts) > max_texts:
+        raise LtError(400, f"Invalid request: q has {len(texts)} texts, more than the limit ({max_texts})")
+    for i, text in enumerate(texts):
+        if len(text) > max_chars:
+            where = f"q[{i}]" if len(texts) > 1 else "q"
+            raise LtError(
+                400, f"Invalid request: {where} has {len(text)} characters, more than the limit ({max_chars})"
+            )
+
+
+async def detect(service: Service, p: DetectParams) -> list[dict[str, Any]]:
+    """The languages of q among those /languages lists, best first; for a list, confidences averaged over
+    its texts (as LibreTranslate)."""
+    texts, settings = p.texts, service.settings
+    _check_limits(texts, settings.max_texts, settings.max_chars)
+    served = {code for pair in _pairs(service) for code in pair}
+    totals: dict[str, float] = {}
+    for i, found in enumerate(await service.detect(texts)):
+        if not found:
+            where = f"q[{i}]" if len(texts) > 1 else "q"
+            raise LtError(400, f"Invalid request: {where} has no letters: there is no language to detect")
+        for d in found:
+            if d.language in served:  # not a language no model serves, which the detector may name first
+                totals[d.language] = totals.get(d.language, 0.0) + d.confidence / len(texts)
+    ranked = sorted(totals.items(), key=lambda lc: -lc[1])
+    return [_detection(lang, confidence) for lang, confidence in ranked]
+
+
+def languages(service: Service) -> list[dict[str, Any]]:
+    """Every language of a served pair, with the targets it translates into."""
+    pairs = _pairs(service)
+    codes = sorted({c for pair in pairs for c in pair})
+    return [{"code": c, "name": name(c), "targets": sorted(t for s, t in pairs if s == c)} for c in codes]
+
+
+def frontend_settings(service: Service) -> dict[str, Any]:
+    """The settings LibreTranslate's page and clients read: limits, whether a key is needed, defaults."""
+    settings, pairs = service.settings, _pairs(service)
+    keyed = settings.api_key is not None
+    targets = sorted({t for _, t in pairs})
+    target = "en" if "en" in targets else (targets[0] if targets else "en")
+    return {
+        "charLimit": settings.max_chars,
+        "batchLimit": settings.max_texts,  # not LibreTranslate's: how many q one request may hold
+        "frontendTimeout": FRONTEND_TIMEOUT_MS,
+        "apiKeys": keyed,
+        "keyRequired": keyed,
+        "suggestions": False,
+        "filesTranslation": False,
+        "supportedFilesFormat": [],
+        "language": {
+            "source": {"code": AUTO, "name": "Auto Detect"},  # LibreTranslate's default
+            "target": {"code": target, "name": name(target)},
+        },
+    }
+
+
+def name(code: str) -> str:
+    return LANGUAGE_NAMES.get(code, code)
+
+
+def _pairs(service: Service) -> list[tuple[str, str]]:
+    if service.registry is None:
+        raise LtError(503, f"not ready: {service.reason}")
+    return sorted(service.registry.pairs)
+
+
+def error_of(exc: ServiceError) -> LtError:
+    """A service error (429, 503, 504, 500) in LibreTranslate's shape; a 404 is LibreTranslate's 400."""
+    if isinstance(exc, NotFound):
+        return LtError(400, exc.message)
+    prefix = "Slowdown: " if exc.status_code == 429 else ""  # LibreTranslate's 429 message starts so
+    return LtError(exc.status_code, prefix + exc.message, exc.headers)

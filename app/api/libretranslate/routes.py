@@ -1,0 +1,193 @@
+"""The LibreTranslate API under APP_LIBRETRANSLATE_PREFIX: POST translate and detect, GET languages and
+frontend/settings (suggest and translate_file answer 403, as LibreTranslate with them off). Bodies are JSON
+or forms (urlencoded or multipart), with the API key in the body or in the headers; every error is
+{"error": message}. The mapping onto the service: app/api/libretranslate/mapping.py.
+
+The key is checked here, not by the gate: it may be in the body. languages and frontend/settings are open, as
+in LibreTranslate (clients read them to learn whether a key is needed).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+
+from app.api.deps import DisconnectDep, ServiceDep
+from app.api.libretranslate import mapping as lt
+from app.core.errors import ClientDisconnected, ServiceError
+from app.core.settings import Settings
+from app.edge.api_key import authorized, matches
+
+log = logging.getLogger(__name__)
+FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+class LtErrorBody(BaseModel):
+    error: str
+
+
+def _doc(model: type[BaseModel]) -> dict[str, Any]:
+    """OpenAPI: the body's fields, as JSON or as a form."""
+    schema = model.model_json_schema()
+    media = ("application/json", *FORMS)
+    return {"requestBody": {"required": True, "content": {m: {"schema": schema} for m in media}}}
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": LtErrorBody, "description": why}
+    for code, why in {
+        400: "Invalid request (a missing or invalid field, a limit, an unsupported language)",
+        403: "APP_API_KEY is set and the request lacks it (api_key, or the Authorization/X-API-Key header)",
+        429: "Queue full: retry after the Retry-After header's seconds",
+        503: "Models still loading, or shutting down",
+    }.items()
+}
+
+
+def router(prefix: str) -> APIRouter:
+    """The routes under `prefix` (e.g. /libretranslate)."""
+    r = APIRouter(prefix=prefix, tags=["LibreTranslate"])
+
+    @r.post("/translate", openapi_extra=_doc(lt.TranslateParams), responses=ERRORS)
+    async def translate(request: Request, service: ServiceDep, disconnected: DisconnectDep) -> JSONResponse:
+        """Translate q (a text or a list) from source (a code or "auto") to target; format text or html."""
+
+        async def work() -> Any:
+            params = lt.parse(lt.TranslateParams, await _fields(request, service.settings))
+            return await lt.translate(service, params, disconnected)
+
+        return await _answer(work)
+
+    @r.post("/detect", openapi_extra=_doc(lt.DetectParams), responses=ERRORS)
+    async def detect(request: Request, service: ServiceDep) -> JSONResponse:
+        """The languages of q, best first: [{"language", "confidence" (0-100)}]."""
+
+        async def work() -> Any:
+            params = lt.parse(lt.DetectParams, await _fields(request, service.settings))
+            return await lt.detect(service, params)
+
+        return await _answer(work)
+
+    @r.get("/languages", responses={503: ERRORS[503]})
+    async def languages(service: ServiceDep) -> JSONResponse:
+        """Every language of a served pair: [{"code", "name", "targets"}]."""
+        return await _answer(lambda: lt.languages(service))
+
+    @r.get("/frontend/settings", responses={503: ERRORS[503]})
+    async def frontend_settings(service: ServiceDep) -> JSONResponse:
+        """Limits (charLimit, batchLimit), whether a key is required, default languages."""
+        return await _answer(lambda: lt.frontend_settings(service))
+
+    # what LibreTranslate answers with suggestions and file translation off (frontend/settings says so)
+    @r.post("/suggest", responses={403: ERRORS[403]})
+    async def suggest() -> JSONResponse:
+        """Not served: 403, as LibreTranslate without --suggestions."""
+        return _error(lt.LtError(403, "Suggestions are disabled on this server."))
+
+    @r.post("/translate_file", responses={403: ERRORS[403]})
+    async def translate_file() -> JSONResponse:
+        """Not served: 403, as LibreTranslate with --disable-files-translation."""
+        return _error(lt.LtError(403, "Files translation are disabled on this server."))
+
+    return r
+
+
+async def _fields(request: Request, settings: Settings) -> dict[str, Any]:
+    """The body's fields (JSON object or form; query parameters fill in what it lacks), the key checked
+    first: a body that cannot be read has no key in it, so without one elsewhere that is the answer."""
+    fields = _multi(request.query_params.multi_items())
+    try:
+        fields |= await _body_fields(request)
+    except ClientDisconnect:
+        raise ClientDisconnected() from None
+    except (lt.LtError, StarletteHTTPException):  # not JSON, a bad form, a body past APP_MAX_BODY_BYTES
+        _check_key(request, fields, settings)
+        raise
+    _check_key(request, fields, settings)
+    return fields
+
+
+async def _body_fields(request: Request) -> dict[str, Any]:
+    kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if kind == "application/json" or kind.endswith("+json"):
+        try:
+            data = json.loads(await request.body())
+        except ValueError as e:
+            raise lt.LtError(400, f"Invalid request: the body is not JSON ({e})") from None
+        if not isinstance(data, dict):
+            raise lt.LtError(400, "Invalid JSON format: the body must be a JSON object")
+        return data
+    if kind in FORMS:
+        async with request.form() as form:
+            items = list(form.multi_items())
+        if files := [k for k, v in items if isinstance(v, UploadFile)]:
+            raise lt.LtError(400, f"Invalid request: {files[0]} is a file: send text")
+        return _multi(items)
+    if await request.body():
+        raise lt.LtError(
+            400,
+            f"Invalid request: send the fields as JSON (application/json) or as a form "
+            f"({' or '.join(FORMS)}), not {kind or 'a body without Content-Type'}",
+        )
+    return {}
+
+
+def _multi(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Form fields: a repeated field (q=a&q=b) is a list."""
+    out: dict[str, Any] = {}
+    for key, value in items:
+        if key in out:
+            out[key] = [*out[key], value] if isinstance(out[key], list) else [out[key], value]
+        else:
+            out[key] = value
+    return out
+
+
+def _check_key(request: Request, fields: dict[str, Any], settings: Settings) -> None:
+    """With APP_API_KEY set: the key in the body (api_key) or the headers, else 403 as LibreTranslate."""
+    if settings.api_key is None:
+        return
+    key = settings.api_key.get_secret_value().encode()
+    sent = fields.get("api_key")
+    if authorized(request.scope, key) or matches(sent if isinstance(sent, str) else None, key):
+        return
+    if sent:
+        raise lt.LtError(403, "Invalid API key")
+    raise lt.LtError(403, "Invalid API key: this server needs one (api_key, or Authorization: Bearer <key>)")
+
+
+async def _answer(work: Callable[[], Any]) -> JSONResponse:
+    """work()'s result (awaited if need be) as JSON, or its error as {"error": message}; a client that left
+    gets nothing (499)."""
+    try:
+        result = work()
+        return JSONResponse(await result if inspect.isawaitable(result) else result)
+    except lt.LtError as e:
+        err = e
+    except ServiceError as e:  # 429, 503, 504, 500
+        err = lt.error_of(e)
+    except StarletteHTTPException as e:  # a body past APP_MAX_BODY_BYTES, a form that cannot be parsed
+        err = lt.LtError(e.status_code, str(e.detail), e.headers)
+    except RequestValidationError as e:
+        err = lt.LtError(400, f"Invalid request: {e.errors()[0].get('msg', 'invalid value')}")
+    except ClientDisconnected:
+        raise
+    except Exception as e:
+        log.exception("unhandled error in the LibreTranslate API")
+        err = lt.LtError(500, f"internal error: {type(e).__name__}")
+    return _error(err)
+
+
+def _error(err: lt.LtError) -> JSONResponse:
+    return JSONResponse({"error": err.message}, status_code=err.status, headers=err.headers)

@@ -1,0 +1,383 @@
+"""Cross-request dynamic batching (MLServer's AdaptiveBatcher, LitServe's collate loop).
+
+One Batcher per batch-compatible key (model + decoding options). A request enqueues its items (texts or
+sentences) and gets one Future for all of them; the loop flushes at `max_batch_size` items or
+`max_batch_work` work units, when the monotonic deadline `first item queued + max_delay` passes, or as soon
+as an inference worker is free for it (waiting longer would only leave it idle: no added latency at low
+load, and under load batches grow while the workers run the previous ones). The batch runs in a worker
+thread (app/batching/workers.py: expensive batches leave a lane to cheap ones); each result goes back to its own
+request. Items of requests that are already done (timed out, disconnected, failed elsewhere) are skipped at
+batch time, and a decoding batch whose requests have all gone stops between two steps. A failing batch
+fails only its requests. Admission is per model (app/batching/admission.py: ModelQueue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from app.batching.admission import ModelQueue
+from app.batching.workers import InferenceWorkers
+from app.core.errors import DeadlineExceeded, InferenceFailed, Unavailable
+from app.core.metrics import Metrics
+from app.core.request_id import CURRENT, RequestInfo, serving
+from model.decoding import DecodingStopped
+
+__all__ = ["BatchStats", "Batcher", "InferenceWorkers", "OnIdle"]
+log = logging.getLogger(__name__)
+I = TypeVar("I")  # noqa: E741 - one item in
+O = TypeVar("O")  # noqa: E741 - one result out
+
+
+@dataclass(eq=False)
+class _Pending(Generic[O]):
+    """One request: its Future resolves once every one of its items has a result."""
+
+    future: asyncio.Future[list[O]]
+    results: list[Any]
+    remaining: int
+    deadline: float  # loop.time() (monotonic)
+    failed: bool = False  # set by the inference thread when one of its batches raised
+    request: RequestInfo | None = None  # its X-Request-ID (batch logs name it); told its model and batch size
+
+    def gone(self, now: float) -> bool:
+        """Nobody waits for its results (done elsewhere, failed, or past its deadline)."""
+        return self.failed or self.future.done() or now >= self.deadline
+
+
+@dataclass(eq=False, slots=True)
+class _Item:
+    pending: _Pending[Any]
+    index: int
+    payload: Any
+    queued_at: float
+    work: int = 1
+
+
+@dataclass(eq=False, slots=True)
+class _Batch:
+    items: list[_Item]
+    work: int
+    started: bool = False  # set by the worker thread that runs it
+
+
+@dataclass
+class BatchStats:
+    batches: int = 0
+    items: int = 0
+    skipped: int = 0  # not computed: their request was gone when the batch started
+    stopped: int = 0  # decoding stopped between steps: every request of the batch had gone
+    abandoned: int = 0  # computed, but their request had gone by the time the batch ended
+    seconds_ewma: float = field(default=0.0)
+
+
+class Batcher(Generic[I, O]):
+    """Queue + loop for one key; `run(items) -> results` executes on `worker` (one forward pass).
+
+    cost(item) -> work units (default 1); queue: the model's shared admission limits (default: a queue of
+    its own holding max_queue items); expensive: runs in the workers' expensive lane; stoppable: run takes
+    `should_stop=` and may raise DecodingStopped.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        run: Callable[..., list[O]],
+        worker: InferenceWorkers,
+        *,
+        max_batch_size: int,
+        max_delay_s: float,
+        max_queue: int | None = None,
+        queue: ModelQueue | None = None,
+        cost: Callable[[I], int] | None = None,
+        max_batch_work: int | None = None,
+        expensive: bool = False,
+        stoppable: bool = False,
+        metrics: Metrics | None = None,
+        model: str = "",
+        idle_timeout_s: float | None = None,
+        on_idle: Callable[[Batcher[Any, Any]], None] | None = None,
+    ) -> None:
+        assert max_batch_size >= 1, max_batch_size
+        assert max_delay_s >= 0, max_delay_s
+        assert (queue is None) != (max_queue is None), "give max_queue or a shared queue"
+        self.name, self.model = name, model or name
+        self.max_batch_size, self.max_delay_s = max_batch_size, max_delay_s
+        self.max_batch_work = max_batch_work
+        self.queue = queue if queue is not None else ModelQueue(self.model, max_queue or 1)
+        self.queue.batchers.add(self)
+        self.expensive, self._stoppable = expensive, stoppable
+        self._run, self._worker, self._metrics, self._cost = run, worker, metrics, cost
+        self._idle_timeout_s, self._on_idle = idle_timeout_s, on_idle
+        self._queue: deque[_Item] = deque()
+        self._queued_work = 0
+        # this key's submitted, unfinished batches (running or waiting for a worker), oldest first
+        self._submitted: dict[asyncio.Task[None], _Batch] = {}
+        self._wakeup = asyncio.Event()
+        self._closing = self._closed = False
+        self.stats = BatchStats()
+        # a context of its own: not that of the request that happened to create it (its request id)
+        self._task = asyncio.get_running_loop().create_task(
+            self._loop(), name=f"batcher:{name}", context=contextvars.Context()
+        )
+
+    def __len__(self) -> int:
+        """Items waiting: queued here, or in a submitted batch that no worker has started."""
+        return self.waiting()[0]
+
+    def waiting(self) -> tuple[int, int]:
+        """(items, work units) queued here or in submitted batches not started yet."""
+        items, work = len(self._queue), self._queued_work
+        for batch in self._submitted.values():
+            if not batch.started:
+                items, work = items + len(batch.items), work + batch.work
+        return items, work
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued, nothing submitted."""
+        return not self._queue and not self._submitted
+
+    def work(self, payloads: Sequence[I]) -> int:
+        """The work units of these items."""
+        return len(payloads) if self._cost is None else sum(map(self._cost, payloads))
+
+    def enqueue(self, payloads: Sequence[I], deadline: float) -> asyncio.Future[list[O]]:
+        """Queue one request's items; the Future gets their results in order (or the batch's error).
+        QueueFull when the model's queue cannot take them."""
+        if self._closing or self._closed:
+            raise Unavailable("the server is shutting down")
+        works = [1] * len(payloads) if self._cost is None else [self._cost(p) for p in payloads]
+        self.queue.admit(len(payloads), sum(works))
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        pending: _Pending[O] = _Pending(
+            loop.create_future(), [None] * len(payloads), len(payloads), deadline, request=CURRENT.get()
+        )
+        if not payloads:
+            pending.future.set_result([])
+        self._queue.extend(
+            _Item(pending, i, p, now, w) for i, (p, w) in enumerate(zip(payloads, works, strict=True))
+        )
+        self._queued_work += sum(works)
+        self._wakeup.set()
+        return pending.future
+
+    def purge(self) -> None:
+        """Drop the queued items of requests that are done (left, timed out): they would only be skipped."""
+        kept = deque(i for i in self._queue if not i.pending.future.done())
+        if len(kept) < len(self._queue):
+            self.stats.skipped += len(self._queue) - len(kept)
+            self._queue, self._queued_work = kept, sum(i.work for i in kept)
+
+    def drain_seconds(self) -> float:
+        """Seconds to run what waits here at the recent batch rate (0 when nothing waits)."""
+        items, work = self.waiting()
+        if not items:
+            return 0.0
+        batches = math.ceil(items / self.max_batch_size)
+        if self.max_batch_work:
+            batches = max(batches, math.ceil(work / self.max_batch_work))
+        return (batches + 1) * self.stats.seconds_ewma
+
+    def stop_soon(self) -> None:
+        """Stop accepting; the loop ends once what is queued has run (close() waits for that)."""
+        self._closing = True
+        self._wakeup.set()
+
+    async def close(self) -> None:
+        """Stop accepting, finish every queued item, then stop the loop."""
+        self.stop_soon()
+        await asyncio.shield(self._task)
+
+    async def _loop(self) -> None:
+        def done(task: asyncio.Task[None]) -> None:
+            del self._submitted[task]
+            self._wakeup.set()
+
+        try:
+            while batch := await self._collect():
+                info = _Batch(batch, sum(i.work for i in batch))
+                task = asyncio.get_running_loop().create_task(self._execute_guarded(info))
+                self._submitted[task] = info
+                task.add_done_callback(done)
+        finally:
+            if self._submitted:  # drain: every submitted item gets its result
+                await asyncio.gather(*self._submitted, return_exceptions=True)
+            self._closed = True
+            self.queue.batchers.discard(self)
+
+    def _full(self) -> bool:
+        """The queue holds a whole batch (by items or by work units)."""
+        if len(self._queue) >= self.max_batch_size:
+            return True
+        return self.max_batch_work is not None and self._queued_work >= self.max_batch_work
+
+    async def _collect(self) -> list[_Item]:
+        """The next batch ([] = stop): the queued items, as soon as one of these holds:
+
+        - they fill a batch and at most `capacity` of this key's batches are submitted (capacity: the
+          workers this kind of batch may hold): it goes to a free worker or is queued right behind a running
+          batch, so that a worker moves on to it without a round trip through the event loop (busy sending
+          responses at thousands of requests/s);
+        - none of this key's batches runs and a worker is free for it: waiting would only leave it idle;
+        - the first item has waited max_delay, and a worker is free for it or none of this key's batches runs.
+        Otherwise they wait for more items, a free worker, or one of this key's batches to finish.
+        """
+        loop = asyncio.get_running_loop()
+        running = self._submitted  # this key's batches on (or waiting for) a worker
+        while True:
+            if not self._queue:
+                if self._closing:
+                    return []
+                self._wakeup.clear()
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), None if running else self._idle_timeout_s)
+                except TimeoutError:
+                    if not self._queue and self._on_idle is not None:  # no await since the check: no race
+                        self._closed = True
+                        self._on_idle(self)
+                        return []
+                continue
+            if self._closing:
+                break
+            timer = None
+            if self._full():
+                if len(running) <= self._worker.capacity(self.expensive):
+                    break
+            else:
+                free = self._worker.free_for(self.expensive)
+                flush_at = self._queue[0].queued_at + self.max_delay_s
+                if (free and not running) or (loop.time() >= flush_at and (free or not running)):
+                    break
+                if loop.time() < flush_at:
+                    timer = loop.call_at(flush_at, self._wakeup.set)
+            self._wakeup.clear()
+            self._worker.when_idle(self._wakeup.set)
+            await self._wakeup.wait()  # a new item, the first item's deadline, a free worker, a batch done
+            if timer is not None:
+                timer.cancel()
+        batch = [self._queue.popleft()]  # at least one item, whatever its work
+        work = batch[0].work
+        while self._queue and len(batch) < self.max_batch_size:
+            if self.max_batch_work is not None and work + self._queue[0].work > self.max_batch_work:
+                break
+            batch.append(self._queue.popleft())
+            work += batch[-1].work
+        self._queued_work -= work
+        return batch
+
+    async def _execute_guarded(self, batch: _Batch) -> None:
+        serving(item.pending.request for item in batch.items)  # this task's (and its thread's) logs name them
+        try:
+            await self._execute(batch)
+        except Exception:  # a bug here must not wedge the queue: fail the batch, keep serving
+            log.exception("batcher %s: unexpected error", self.name)
+            for item in batch.items:
+                if not item.pending.future.done():
+                    item.pending.future.set_exception(InferenceFailed("internal batching error"))
+
+    async def _execute(self, info: _Batch) -> None:
+        loop = asyncio.get_running_loop()
+        batch = info.items
+        start = time.perf_counter()
+        try:
+            offset = loop.time() - time.monotonic()  # the loop's clock, readable from the worker thread
+            live, outputs = await self._worker.run(
+                self._run_live, info, lambda: time.monotonic() + offset, expensive=self.expensive
+            )
+        except Exception as e:
+            log.exception("batch of %d item(s) failed in %s", len(batch), self.name)
+            error = InferenceFailed(f"inference failed for this batch ({type(e).__name__}: {e})")
+            for item in batch:
+                if not item.pending.future.done():
+                    item.pending.future.set_exception(error)
+            self._record(len(batch), time.perf_counter() - start)
+            return
+        self.stats.skipped += len(batch) - len(live)
+        if outputs is None:  # stopped: nobody waited any more
+            self.stats.stopped += len(live)
+            if self._metrics is not None:
+                self._metrics.observe_dropped(self.model, stopped=len(live))
+            live = []
+        elif live:
+            self._record(len(live), time.perf_counter() - start)
+        computed = {id(item) for item in live}
+        for item in batch:  # skipped: done already (timed out, client gone), failed in another batch, expired
+            pending = item.pending
+            if id(item) in computed or pending.future.done():
+                continue
+            if pending.failed:  # that batch's own failure may not have reached the loop yet
+                pending.future.set_exception(
+                    InferenceFailed("inference failed for another part of this request")
+                )
+            else:
+                pending.future.set_exception(DeadlineExceeded("request timed out while queued"))
+        abandoned = 0
+        for item, out in zip(live, outputs or [], strict=True):
+            pending = item.pending
+            if pending.request is not None:
+                pending.request.ran(self.model, len(live))
+            if pending.future.done():  # gone while the batch ran: its result is dropped
+                abandoned += 1
+                continue
+            pending.results[item.index] = out
+            pending.remaining -= 1
+            if pending.remaining == 0:
+                pending.future.set_result(pending.results)
+        if abandoned:
+            self.stats.abandoned += abandoned
+            if self._metrics is not None:
+                self._metrics.observe_dropped(self.model, abandoned=abandoned)
+
+    def _run_live(self, info: _Batch, now: Callable[[], float]) -> tuple[list[_Item], list[O] | None]:
+        """In a worker thread: run the items still wanted when the worker gets to them (a batch may have
+        waited behind another); outputs None when decoding stopped because every request had gone.
+        done() is a plain read; `now` is the loop's clock (loop.time() itself may not be called off the
+        loop: uvloop updates its clock there)."""
+        info.started = True
+        t = now()
+        live = [i for i in info.items if not i.pending.gone(t)]
+        if not live:
+            return live, []
+        try:
+            return live, self._run_checked(live, now)
+        except DecodingStopped:
+            return live, None
+        except Exception:  # the loop fails these requests soon; a batch queued behind must skip them now
+            for item in live:
+                item.pending.failed = True
+            raise
+
+    def _run_checked(self, live: list[_Item], now: Callable[[], float]) -> list[O]:
+        payloads = [i.payload for i in live]
+        if self._stoppable:
+            pendings = list({id(i.pending): i.pending for i in live}.values())
+
+            def should_stop() -> bool:  # between decoder steps: a few reads per request of the batch
+                t = now()
+                return all(p.gone(t) for p in pendings)
+
+            outputs = self._run(payloads, should_stop=should_stop)
+        else:
+            outputs = self._run(payloads)
+        if len(outputs) != len(payloads):  # LitServe's "Batch size mismatch"
+            raise RuntimeError(f"batch size mismatch: {len(payloads)} items in, {len(outputs)} results out")
+        return outputs
+
+    def _record(self, size: int, seconds: float) -> None:
+        s = self.stats
+        s.batches, s.items = s.batches + 1, s.items + size
+        s.seconds_ewma = seconds if s.batches == 1 else 0.8 * s.seconds_ewma + 0.2 * seconds
+        if self._metrics is not None:
+            self._metrics.observe_batch(self.model, size, seconds)
+
+
+OnIdle = Callable[[Batcher[Any, Any]], None]

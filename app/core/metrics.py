@@ -1,0 +1,146 @@
+"""Prometheus metrics in a registry per app instance (app.edge.gate.Gate counts and times the requests).
+
+Ours are named under NAMESPACE (`transformer_serving_http_requests_total`, ...); the process and Python
+collectors of prometheus_client keep their standard unprefixed names (process_cpu_seconds_total,
+process_resident_memory_bytes, process_open_fds, python_gc_*, python_info), as every Prometheus client
+library exports them and the usual dashboards and alerts expect (the scrape's job label tells the services
+apart).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+NAMESPACE = "transformer_serving"
+METRICS_PATH = "/metrics"
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r, ns = self.registry, NAMESPACE
+        ProcessCollector(registry=r)  # CPU seconds, RSS, open fds, start time (Linux /proc)
+        PlatformCollector(registry=r)  # python_info
+        GCCollector(registry=r)  # collections per generation
+        self.build = Gauge(
+            "build_info",
+            "1, labelled with what this process serves with",
+            ["version", "torch", "python", "device", "dtype", "quantize"],
+            namespace=ns,
+            registry=r,
+        )
+        self.requests = Counter(
+            "http_requests",
+            "HTTP requests by route, method and status",
+            ["route", "method", "status"],
+            namespace=ns,
+            registry=r,
+        )
+        self.latency = Histogram(
+            "http_request_duration_seconds",
+            "HTTP request latency by route, method and status",
+            ["route", "method", "status"],
+            buckets=LATENCY_BUCKETS,
+            namespace=ns,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "batch_size",
+            "Items per forward pass, per model",
+            ["model"],
+            buckets=BATCH_BUCKETS,
+            namespace=ns,
+            registry=r,
+        )
+        self.inference = Histogram(
+            "inference_duration_seconds",
+            "Time of one batched forward pass (with its pre/post-processing), per model",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            namespace=ns,
+            registry=r,
+        )
+        # per model, summed over its queues (one per decoding mode): read when scraped (watch_queues), so the
+        # series stay one per model whatever decoding options clients send, and enqueueing costs nothing here
+        self.queue_depth = Gauge(
+            "queue_depth",
+            "Items waiting for a model: in its queues (all its decoding modes) or in batches waiting for a worker",
+            ["model"],
+            namespace=ns,
+            registry=r,
+        )
+        self.models_loaded = Gauge("models_loaded", "Models loaded and warmed up", namespace=ns, registry=r)
+        # work for nobody: computed for a request that had left, or a decoding stopped because all had left
+        self.abandoned = Counter(
+            "abandoned_items",
+            "Items computed after their request had left (timed out or disconnected), per model",
+            ["model"],
+            namespace=ns,
+            registry=r,
+        )
+        self.stopped = Counter(
+            "stopped_items",
+            "Items whose decoding stopped between two steps because every request of the batch had left",
+            ["model"],
+            namespace=ns,
+            registry=r,
+        )
+        self.connections_cut = Counter(
+            "connections_cut",
+            "Connections answered or closed by the connection limits (app/edge/connections.py), by reason",
+            ["reason"],
+            namespace=ns,
+            registry=r,
+        )
+        # labels() costs a lock and a tuple build per call: the children are cached per label values
+        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._batch_children: dict[str, tuple[Any, Any]] = {}
+
+    def set_build_info(self, version: str, device: str, dtype: str, quantize: str) -> None:
+        """build_info{...} = 1 (set at start-up, once the device and dtype are resolved)."""
+        self.build.clear()
+        python = ".".join(map(str, sys.version_info[:3]))
+        self.build.labels(version, torch.__version__, python, device, dtype, quantize).set(1)
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        key = (route, method, status)
+        children = self._request_children.get(key)
+        if children is None:
+            labels = (route, method, str(status))
+            children = self._request_children[key] = (
+                self.requests.labels(*labels),
+                self.latency.labels(*labels),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def observe_batch(self, model: str, size: int, seconds: float) -> None:
+        children = self._batch_children.get(model)
+        if children is None:
+            children = self._batch_children[model] = (
+                self.batch_size.labels(model=model),
+                self.inference.labels(model=model),
+            )
+        children[0].observe(size)
+        children[1].observe(seconds)
+
+    def observe_dropped(self, model: str, *, abandoned: int = 0, stopped: int = 0) -> None:
+        if abandoned:
+            self.abandoned.labels(model=model).inc(abandoned)
+        if stopped:
+            self.stopped.labels(model=model).inc(stopped)
+
+    def watch_queues(self, model: str, depth: Callable[[], int]) -> None:
+        """queue_depth{model} is depth() at each scrape (called on the event loop, by GET /metrics)."""
+        self.queue_depth.labels(model=model).set_function(depth)

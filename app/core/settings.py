@@ -1,0 +1,295 @@
+"""Service settings from the environment (prefix APP_), validated once at start-up."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import torch
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from app.schemas import MAX_TEXTS
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ENV_PREFIX = "APP_"
+# APP_EXPENSIVE_WORKERS=0 (auto) keeps the cheap lane this long after the last cheap call; then decoding may
+# use every worker (a translation-only load keeps its throughput)
+CHEAP_LANE_HOLD_S = 2.0
+
+
+class SettingsError(ValueError):
+    """An invalid setting; the message names the environment variable."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    checkpoint_dir: Path = REPO_ROOT / "checkpoints"  # every subdirectory holding a config.json is served
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    quantize: Literal["none", "int8"] = "none"  # int8: dynamic int8 Linear layers (CPU, float32)
+    max_batch_size: int = Field(
+        default=32, ge=1, le=1024
+    )  # items (texts/sentences) per forward; 1 = no batching
+    max_batch_delay_ms: float = Field(
+        default=5.0, ge=0, le=10_000
+    )  # while a batch of its key runs or every worker is busy: the longest a partial batch waits for more
+    max_queue: int = Field(default=1024, ge=1)  # items waiting per model (all its queues) before 429
+    # work units (app/batching/admission.py: tokens through a model; a translated sentence: its source tokens +
+    # beam_size x its output length limit): one request's budget (422 above), what may wait per model
+    # (429 above), and the most one translation or attention batch takes (a bound on its duration)
+    max_work: int = Field(default=50_000, ge=1)
+    max_queue_work: int = Field(default=200_000, ge=1)
+    max_batch_work: int = Field(default=8_192, ge=1)
+    max_decode_queues: int = Field(default=64, ge=1)  # live translation queues (distinct decoding options)
+    request_timeout_s: float = Field(default=30.0, gt=0)  # 504 past this deadline
+    max_texts: int = Field(default=64, ge=1, le=MAX_TEXTS)  # texts per request (the schema's hard cap)
+    max_chars: int = Field(default=2000, ge=1)  # characters per text
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)  # request body size; 413 above
+    api_key: SecretStr | None = None  # when set: Authorization: Bearer <key> or X-API-Key on model routes
+    # GET /metrics takes APP_API_KEY or this key (a scrape credential that cannot run models); with only this
+    # key set, /metrics alone needs it. metrics_public: /metrics needs no key (e.g. scraped by pod annotations)
+    metrics_api_key: SecretStr | None = None
+    metrics_public: bool = False
+    cors_origins: Annotated[list[str], NoDecode] = []  # comma-separated
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    log_format: Literal["text", "json"] = "text"  # json: one JSON object per line (app/core/logs.py)
+    access_log: bool = False  # one log line per request (app.edge.gate.Gate), with its request id and latency
+    warmup: bool = True  # one inference per model before /ready turns 200
+    # forward passes that run at once, each in its own thread; 0 = auto: 2 on a CPU with 2+ cores (two
+    # single-threaded batches side by side beat one batch on two threads), 1 on CUDA
+    inference_workers: int = Field(default=0, ge=0, le=64)
+    # of those, how many may run expensive batches (decoding, attention maps) at once; 0 = auto: all but one
+    # when there are 2+ workers and a classifier is served (a lane for its cheap batches), held for
+    # CHEAP_LANE_HOLD_S after the last cheap batch (then all); else all
+    expensive_workers: int = Field(default=0, ge=0, le=64)
+    # intra-op threads per worker; 0 = auto: on CPU the cores left after one for the event loop, shared by
+    # the workers (at least 1 each); on CUDA torch's default
+    torch_threads: int = Field(default=0, ge=0)
+    # the LibreTranslate-compatible API (app/api/libretranslate/routes.py) under this path; "" = not served
+    libretranslate_prefix: str = "/libretranslate"
+    fast_path: bool = True  # JSON POST routes skip FastAPI's per-request machinery (app/edge/fastpath.py)
+    # classifier batches run as one TorchScript graph (model.inference.compile_classifier), translators'
+    # encoder and decoder step as traced graphs (Translator.trace)
+    torchscript: bool = True
+    # /translate decodes with this engine; ctranslate2: the checkpoint converted at load (the optional
+    # `ctranslate2` extra); /attention stays on torch either way
+    translation_engine: Literal["torch", "ctranslate2"] = "torch"
+    # sys.setswitchinterval: how long a thread waiting for the GIL waits before it asks for it. Python's
+    # 5 ms default makes an inference worker wait up to 5 ms for the event loop after every batch
+    gil_switch_interval_ms: float = Field(default=0.2, gt=0, le=100)
+    # connections (python -m app, app/edge/connections.py): slow or idle clients are cut, one client cannot hold
+    # every file descriptor
+    header_timeout_s: float = Field(default=10.0, gt=0, le=3600)  # request line + headers, else 408 / close
+    body_timeout_s: float = Field(default=30.0, gt=0, le=3600)  # the whole body after the headers, else 408
+    keepalive_timeout_s: float = Field(default=5.0, gt=0, le=3600)  # idle between requests, then closed
+    max_header_bytes: int = Field(default=32_768, ge=1024, le=1_048_576)  # request line + headers; 431 above
+    max_headers: int = Field(default=100, ge=8, le=10_000)  # header fields per request; 431 above
+    # open client connections; past it the longest-waiting idle one is closed, else 503 (GET /health, /ready
+    # still answered)
+    max_connections: int = Field(default=2048, ge=8, le=1_000_000)
+    # SIGTERM: in-flight requests finish within this, then the rest are cancelled; below the orchestrator's
+    # grace period (Kubernetes 30 s minus the 5 s preStop, compose stop_grace_period 30 s)
+    shutdown_timeout_s: float = Field(default=20.0, gt=0, le=3600)
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        v = v.strip().lower()
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", v):
+            raise ValueError(f"must be auto, cpu, cuda or cuda:N, got {v!r}")
+        return v
+
+    @field_validator("libretranslate_prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        v = v.strip()
+        if v and not re.fullmatch(r"(/[A-Za-z0-9._~-]+)+", v):
+            raise ValueError(
+                f'must be "" (off) or a path such as /libretranslate, without a trailing /, got {v!r}'
+            )
+        return v
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, v: object) -> object:
+        if isinstance(v, str):
+            return [o.strip() for o in v.split(",") if o.strip()]
+        return v
+
+    @field_validator("api_key", "metrics_api_key", mode="before")
+    @classmethod
+    def _empty_key_is_none(cls, v: object) -> object:
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @field_validator("max_queue_work")
+    @classmethod
+    def _holds_a_request(cls, v: int, info: ValidationInfo) -> int:
+        if (budget := info.data.get("max_work")) is not None and v < budget:
+            raise ValueError(f"must be at least APP_MAX_WORK ({budget}): a request within budget must fit")
+        return v
+
+    @field_validator("api_key", "metrics_api_key")
+    @classmethod
+    def _key_can_match(cls, v: SecretStr | None) -> SecretStr | None:
+        """Header values are latin-1 bytes, stripped of surrounding whitespace, without control characters:
+        a key outside printable ASCII could never match. The message never shows the key."""
+        key = "" if v is None else v.get_secret_value()
+        if key != key.strip():
+            raise ValueError("leading or trailing whitespace: no header value can carry it")
+        for i, c in enumerate(key):
+            if not c.isascii():
+                raise ValueError(f"non-ASCII character at position {i}: send keys of printable ASCII")
+            if not c.isprintable():
+                raise ValueError(f"control character at position {i}: send keys of printable ASCII")
+        return v
+
+    @field_validator("metrics_public")
+    @classmethod
+    def _one_way_to_open_metrics(cls, v: bool, info: ValidationInfo) -> bool:
+        if v and info.data.get("metrics_api_key") is not None:
+            raise ValueError(f"leaves /metrics open: unset it or {ENV_PREFIX}METRICS_API_KEY")
+        return v
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _lower(cls, v: object) -> object:
+        return v.lower() if isinstance(v, str) else v
+
+    def inference_workers_count(self) -> int:
+        """APP_INFERENCE_WORKERS, or for 0: 2 on a CPU with 2+ cores, else 1."""
+        if self.inference_workers:
+            return self.inference_workers
+        return 2 if self.torch_device().type == "cpu" and torch.get_num_threads() >= 2 else 1
+
+    def expensive_workers_count(self, cheap_models: bool) -> int:
+        """APP_EXPENSIVE_WORKERS (at most the workers), or for 0: workers - 1 with 2+ workers and cheap
+        (classifier) models to serve, else every worker."""
+        workers = self.inference_workers_count()
+        if self.expensive_workers:
+            return min(self.expensive_workers, workers)
+        return workers - 1 if workers >= 2 and cheap_models else workers
+
+    def cheap_lane_hold_s(self) -> float | None:
+        """How long the auto lane is held after a cheap call (None: APP_EXPENSIVE_WORKERS is a hard cap)."""
+        return None if self.expensive_workers else CHEAP_LANE_HOLD_S
+
+    def inference_threads(self) -> int:
+        """APP_TORCH_THREADS, or for 0: on CPU (cores - 1) // workers, at least 1; on CUDA torch's default."""
+        if self.torch_threads:
+            return self.torch_threads
+        cores = torch.get_num_threads()
+        if self.torch_device().type == "cuda":
+            return cores
+        return max(1, (cores - 1) // self.inference_workers_count())
+
+    def torch_device(self) -> torch.device:
+        """The device to serve on; `auto` takes CUDA when present. Raises SettingsError if unavailable."""
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        dev = torch.device(self.device)
+        if dev.type == "cuda":
+            if not torch.cuda.is_available():
+                raise SettingsError(
+                    f"{ENV_PREFIX}DEVICE={self.device}: CUDA is not available on this machine"
+                )
+            if dev.index is not None and dev.index >= torch.cuda.device_count():
+                raise SettingsError(
+                    f"{ENV_PREFIX}DEVICE={self.device}: only {torch.cuda.device_count()} CUDA device(s)"
+                )
+        return dev
+
+    def torch_dtype(self, device: torch.device) -> torch.dtype:
+        """float32 on CPU and float16 on CUDA for `auto`."""
+        if self.dtype == "auto":
+            return torch.float16 if device.type == "cuda" else torch.float32
+        return getattr(torch, self.dtype)  # type: ignore[no-any-return]
+
+    def quantize_mode(self, device: torch.device, dtype: torch.dtype) -> str | None:
+        """The load_checkpoint quantize mode, or None; SettingsError where it cannot run."""
+        if self.quantize == "none":
+            return None
+        if device.type != "cpu" or dtype != torch.float32:
+            raise SettingsError(
+                f"{ENV_PREFIX}QUANTIZE={self.quantize} runs on a CPU in float32, not {device.type} with "
+                f"{ENV_PREFIX}DTYPE={str(dtype).removeprefix('torch.')} (set {ENV_PREFIX}DEVICE=cpu and "
+                f"{ENV_PREFIX}DTYPE=float32 or auto)"
+            )
+        return self.quantize
+
+    def ctranslate2_kwargs(self, device: torch.device, dtype: torch.dtype) -> dict[str, Any] | None:
+        """ctranslate2.Translator keyword arguments for APP_TRANSLATION_ENGINE=ctranslate2 (None for torch):
+        the server's device and dtype (APP_QUANTIZE=int8: compute_type int8), one replica per inference worker
+        (inter_threads) so the workers decode side by side, each with the workers' intra-op threads.
+        SettingsError when ctranslate2 is missing or cannot run this device and compute type."""
+        if self.translation_engine != "ctranslate2":
+            return None
+        engine = f"{ENV_PREFIX}TRANSLATION_ENGINE=ctranslate2"
+        if importlib.util.find_spec("ctranslate2") is None:
+            raise SettingsError(
+                f"{engine}: the ctranslate2 package is not installed (pip install ctranslate2, or the "
+                "extra: pip install 'transformer-serving[ctranslate2]')"
+            )
+        import ctranslate2
+
+        compute_type = "int8" if self.quantize == "int8" else str(dtype).removeprefix("torch.")
+        supported = ctranslate2.get_supported_compute_types(device.type, device.index or 0)
+        if compute_type not in supported:
+            setting = (
+                f"{ENV_PREFIX}QUANTIZE=int8"
+                if self.quantize == "int8"
+                else f"{ENV_PREFIX}DTYPE={compute_type}"
+            )
+            raise SettingsError(
+                f"{engine} with {setting}: CTranslate2 runs {', '.join(sorted(supported))} on this {device.type}, "
+                f"not {compute_type}"
+            )
+        return {
+            "device": device.type,
+            "device_index": device.index or 0,
+            "compute_type": compute_type,
+            "inter_threads": self.inference_workers_count(),
+            "intra_threads": self.inference_threads(),
+        }
+
+    def dtype_warning(self, device: torch.device, dtype: torch.dtype) -> str | None:
+        """Why `dtype` will be slow on this CPU, if it will (start-up logs it; serving goes on)."""
+        if device.type != "cpu" or dtype == torch.float32:
+            return None
+        if dtype == torch.bfloat16 and (
+            torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+        ):
+            return None  # native bf16 matrix products: measured 1.3-1.9x faster than float32 (BENCHMARKS.md)
+        if dtype == torch.float16 and torch.cpu._is_amx_fp16_supported():
+            return None
+        native = "AVX512-BF16 or AMX" if dtype == torch.bfloat16 else "AMX-FP16"
+        name = str(dtype).removeprefix("torch.")
+        return (
+            f"{ENV_PREFIX}DTYPE={name} on a CPU without {native}: its matrix products are emulated and run "
+            f"several times slower than float32 (on a CPU, {ENV_PREFIX}DTYPE=auto is float32)"
+        )
+
+    def check_checkpoint_dir(self) -> Path:
+        path = self.checkpoint_dir.expanduser()
+        if not path.is_dir():
+            raise SettingsError(f"{ENV_PREFIX}CHECKPOINT_DIR={path}: directory does not exist")
+        return path
+
+
+def load_settings() -> Settings:
+    """Settings from the environment; a SettingsError naming every invalid APP_ variable otherwise."""
+    try:
+        return Settings()
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            got = "" if field in ("api_key", "metrics_api_key") else f" (got {err.get('input')!r})"
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            lines.append(f"{ENV_PREFIX}{field.upper()} ({field}): {msg}{got}")
+        raise SettingsError("invalid settings: " + "; ".join(lines)) from None  # one log line

@@ -1,0 +1,157 @@
+"""A lean path for the POST routes whose inputs are one JSON body and dependencies that need only the request
+(APP_FAST_PATH, on by default): today /sentiment, /translate and /detect.
+
+FastAPI's per-request machinery (matching across every router, solving each dependency, validating the
+response model again) costs ~0.35 ms of CPU per request, more than the whole rest of a request's path: the
+A/B in BENCHMARKS.md. This path is generated from the APIRoutes and runs the same code: the route's body
+model validates the body, its dependencies are called as FastAPI calls them (so deps.client_disconnect is
+the one disconnect watcher), the route function itself runs, and its response_model is serialized with its
+response_model_exclude_none. It sits inside app.edge.gate.Gate, which keeps the limits, the API key, CORS and the
+metrics of every request, and hands FastAPI what it does not serve: another content type, a body that does
+not validate (FastAPI's 422 then, from the replayed body), everything while dependency overrides are set.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi.datastructures import DefaultPlaceholder
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from starlette.requests import Request
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.core.errors import ClientDisconnected
+
+_JSON = b"application/json"
+
+
+@dataclass(frozen=True)
+class LeanRoute:
+    route: APIRoute
+    body: str  # the route function's parameter for the request model
+    request: type[BaseModel]
+    response: TypeAdapter[Any]
+
+
+def lean_routes(routes: Sequence[BaseRoute]) -> dict[str, LeanRoute]:
+    """The routes this path serves, by path."""
+    lean = {}
+    for route in routes:
+        if isinstance(route, APIRoute) and (model := _lean_body(route)) is not None:
+            name = route.dependant.body_params[0].name
+            lean[route.path] = LeanRoute(route, name, model, TypeAdapter(route.response_model))
+    return lean
+
+
+def _lean_body(route: APIRoute) -> type[BaseModel] | None:
+    """The route's request model when this path can serve it: a POST to a fixed path, one JSON body model, a
+    response model in the default JSON response, and dependencies that take the request or nothing."""
+    d = route.dependant
+    if route.methods != {"POST"} or route.param_convertors or route.status_code not in (None, 200):
+        return None
+    if route.response_model is None or not isinstance(route.response_class, DefaultPlaceholder):
+        return None
+    if len(d.body_params) != 1 or _reads_more(d) or not inspect.iscoroutinefunction(route.endpoint):
+        return None
+    if not all(_request_only(sub) for sub in d.dependencies):
+        return None
+    field = d.body_params[0].field_info
+    model = field.annotation
+    if getattr(field, "embed", False) or not (inspect.isclass(model) and issubclass(model, BaseModel)):
+        return None
+    return model
+
+
+def _reads_more(d: Dependant) -> bool:
+    """Whether `d` takes anything but a body and the request object."""
+    special = (d.websocket_param_name, d.http_connection_param_name, d.response_param_name,
+               d.background_tasks_param_name, d.security_scopes_param_name)  # fmt: skip
+    return bool(d.path_params or d.query_params or d.header_params or d.cookie_params or any(special))
+
+
+def _request_only(d: Dependant) -> bool:
+    """A coroutine dependency that takes the request or nothing (no body, no sub-dependencies)."""
+    call = d.call  # a function, or an instance with an async __call__ (a security scheme)
+    coroutine = inspect.iscoroutinefunction(call) or inspect.iscoroutinefunction(type(call).__call__)
+    return coroutine and not (_reads_more(d) or d.body_params or d.dependencies)
+
+
+class FastPath:
+    """Added before app.edge.gate.Gate (so inside it); `routes`: every route of the app."""
+
+    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute]) -> None:
+        self.app, self.routes = app, lean_routes(routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        lean = self._lean(scope)
+        if lean is None:
+            await self.app(scope, receive, send)
+            return
+        body = await _read_body(receive)  # BodyTooLarge past APP_MAX_BODY_BYTES: the gate answers 413
+        try:
+            request = lean.request.model_validate_json(body)
+        except ValidationError:  # FastAPI's 422 message, from the replayed body
+            await self.app(scope, _replay(body, receive), send)
+            return
+        scope["route"] = lean.route  # as routing would: the gate's metric label
+        connection = Request(scope, receive)
+        kwargs = {lean.body: request}
+        for dep in lean.route.dependant.dependencies:
+            value = await dep.call(**({dep.request_param_name: connection} if dep.request_param_name else {}))
+            if dep.name is not None:
+                kwargs[dep.name] = value
+        result = await lean.route.endpoint(**kwargs)
+        payload = lean.response.dump_json(result, exclude_none=lean.route.response_model_exclude_none)
+        headers = [(b"content-type", _JSON), (b"content-length", str(len(payload)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+    def _lean(self, scope: Scope) -> LeanRoute | None:
+        """The lean route of a JSON POST to one; None while the app has dependency overrides (FastAPI applies
+        them)."""
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return None
+        lean = self.routes.get(_route_path(scope))
+        if lean is None or scope["app"].dependency_overrides:
+            return None
+        content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
+        return lean if content_type.split(b";", 1)[0].strip().lower() == _JSON else None
+
+
+def _route_path(scope: Scope) -> str:
+    """scope["path"] below scope["root_path"] (Starlette's rule: ASGI servers include the root path)."""
+    path, root = scope["path"], scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("/", ""):
+        return str(path[len(root) :])
+    return str(path)
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":  # the client left before sending its body: 499
+            raise ClientDisconnected()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive() that yields the already-read body once, then the client's own messages."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

@@ -1,0 +1,143 @@
+"""The one outer layer: every HTTP request crosses it exactly once, on its way to FastAPI's routing.
+
+From the outside in: the request id (X-Request-ID on every answer, app/core/request_id.py), request metrics and
+the access line (every answer counted and timed, labelled by route template), CORS (so that the answers
+given here carry its headers too), then the checks that must come before the body is read: a declared
+Content-Length over APP_MAX_BODY_BYTES is a 413 (413/415/501 as {"error": ...} under the LibreTranslate API's
+prefix), a request for a route that declares API_KEY without the key a 401 (GET /metrics also takes
+APP_METRICS_API_KEY, or no key with APP_METRICS_PUBLIC). A chunked body is counted as it streams (BodyTooLarge
+once past the limit). An unexpected error becomes a JSON 500 inside CORS (Starlette's own 500 handler runs
+outside every middleware: a browser page would see a network error instead).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.core.errors import Unauthorized, error_response
+from app.core.logs import log_access
+from app.core.metrics import METRICS_PATH, Metrics
+from app.core.request_id import CURRENT, HEADER, RequestInfo, incoming_id
+from app.core.settings import Settings
+from app.edge.api_key import authorized, needs_key
+from app.edge.body_limit import BodyTooLarge, coded_body, declared_length, limited
+
+
+class Gate:
+    """Added last with app.add_middleware (so outermost); `routes`: the app's, read once the routers are in."""
+
+    def __init__(
+        self, app: ASGIApp, settings: Settings, metrics: Metrics, routes: Sequence[BaseRoute]
+    ) -> None:
+        self.app, self.metrics, self.routes = app, metrics, list(routes)
+        self.max_body_bytes = settings.max_body_bytes
+        self.lt_prefix = settings.libretranslate_prefix
+        self.access_log = settings.access_log
+        self.key, self.metrics_key = (
+            k.get_secret_value().encode() if k is not None else None
+            for k in (settings.api_key, settings.metrics_api_key)
+        )
+        keyed = [r for r in self.routes if needs_key(r)]
+        scrape = [r for r in keyed if getattr(r, "path", None) == METRICS_PATH]
+        self.keyed = [r for r in keyed if r not in scrape]
+        # /metrics: open with APP_METRICS_PUBLIC or without any key; else either key opens it
+        self.scrape = (
+            [] if settings.metrics_public or (self.key is None and self.metrics_key is None) else scrape
+        )
+        self.checked: ASGIApp = self._checked
+        if settings.cors_origins:
+            self.checked = CORSMiddleware(
+                self._checked,
+                allow_origins=settings.cors_origins,
+                allow_methods=["GET", "POST"],
+                allow_headers=["Authorization", "X-API-Key", "Content-Type", "X-Request-ID"],
+                expose_headers=["X-Request-ID", "Retry-After"],
+            )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # lifespan
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), 500
+        request = RequestInfo(incoming_id(scope))
+        token = CURRENT.set(request)  # this task's: the route, the service and the batch queue read it
+        request_id = (HEADER, request.id.encode())
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()), request_id]
+            await send(message)
+
+        try:
+            await self.checked(scope, receive, send_status)
+        finally:
+            seconds, route = time.perf_counter() - start, self._label(scope)
+            self.metrics.observe_request(route, scope["method"], status, seconds)
+            if self.access_log:
+                log_access(request, route, scope["method"], status, seconds)
+            CURRENT.reset(token)
+
+    async def _checked(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (size := declared_length(scope)) is not None and size > self.max_body_bytes:
+            await self._refuse(BodyTooLarge(self.max_body_bytes, size), scope)(scope, receive, send)
+            return
+        if (refused := coded_body(scope)) is not None:  # 415 or 501: a body in a coding not decoded here
+            await self._refuse(refused, scope)(scope, receive, send)
+            return
+        if (self.key is not None or self.scrape) and not self._allowed(scope):
+            await error_response(Unauthorized(), "before routing")(scope, receive, send)
+            return
+        started = False
+
+        async def send_started(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited(receive, self.max_body_bytes), send_started)
+        except Exception as exc:
+            if started:  # too late for an error answer: the server closes the connection
+                raise
+            await error_response(exc, f"{scope['method']} {scope['path']}")(scope, receive, send)
+
+    def _refuse(self, exc: HTTPException, scope: Scope) -> Response:
+        """The answer to a body refused before routing: {"error": ...} under the LibreTranslate API's prefix
+        (its clients read that), else the native {"detail": ...}."""
+        if self.lt_prefix and scope["path"].startswith(self.lt_prefix + "/"):
+            return JSONResponse({"error": exc.detail}, exc.status_code, exc.headers)
+        return error_response(exc, "before routing")
+
+    def _needs_key(self, scope: Scope) -> bool:
+        """Whether routing will serve this request with a route that declares API_KEY (path and method)."""
+        return any(route.matches(scope)[0] is Match.FULL for route in self.keyed)
+
+    def _allowed(self, scope: Scope) -> bool:
+        """APP_API_KEY opens every route; without it, a route that declares API_KEY is refused, and /metrics
+        (unless open) needs APP_METRICS_API_KEY."""
+        if self.key is not None and authorized(scope, self.key):
+            return True
+        if self.key is not None and self._needs_key(scope):
+            return False
+        if any(route.matches(scope)[0] is Match.FULL for route in self.scrape):
+            return self.metrics_key is not None and authorized(scope, self.metrics_key)
+        return True
+
+    def _label(self, scope: Scope) -> str:
+        """The route template of a routed request; before or without routing the first route whose path
+        matches; else "unmatched" (raw paths never become labels)."""
+        if (path := getattr(scope.get("route"), "path", None)) is not None:
+            return str(path)
+        for route in self.routes:
+            if route.matches(scope)[0] is not Match.NONE:
+                return str(getattr(route, "path", "unmatched"))
+        return "unmatched"

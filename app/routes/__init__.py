@@ -1,1 +1,0 @@
-"""Thin routers: parse, call the service, return its schema."""

@@ -1,0 +1,202 @@
+"""Decoding with a CTranslate2 export of a translator (engines/ct2_convert.py), in this project's terms.
+
+`CT2Decoder.translate_ids` is `model.inference.translate_ids` on CTranslate2: the same length-sorted batches
+and `Hypothesis` lists, scores in our convention (log_prob / GNMT length penalty, EOS counted). How the
+options map (CTranslate2's `translate_batch`):
+
+- Ranking: CTranslate2 is asked for `beam_size` hypotheses with its |Y| ** beta penalty (`ct2_length_penalty`;
+  any penalty != 0 selects its stopping rule, which is ours: stop once `beam_size` hypotheses have ended),
+  their raw log-probabilities are recovered (score * |Y| ** beta, EOS counted) and ranked again here with
+  our GNMT penalty. Neither engine's search depends on the penalty, so this is exact at length_penalty 0
+  (beta = NO_EARLY_EXIT: |Y| ** 1e-20 == 1); above 0 a lower-ranked hypothesis can differ when more than
+  `beam_size` end at the last step (CTranslate2 keeps its best `beam_size` of them, by its penalty).
+- Length limit: ours is per sentence and forces EOS at it; CTranslate2 has one max_decoding_length per batch
+  and stops there without EOS. The batch runs to its longest limit, and a sentence whose search reached its
+  own limit is redone: greedy exactly in CTranslate2 (its first limit - 1 tokens, then the forced EOS scored
+  by `score_batch`); beam search by the torch decoder (`fallback`), since no CTranslate2 option forces EOS
+  inside a beam. Real translations rarely reach the limit (2 x source + 10 tokens by default).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from engines.ct2_convert import export_ctranslate2, require_ctranslate2
+from model.checkpoint import LoadedModel
+from model.config import ModelConfig
+from model.decoding import DecodeOptions, Hypothesis, length_penalty
+from model.inference import length_sorted_chunks, translate_ids
+from model.tokenizer import Tokenizer
+from model.translator import Translator
+
+if TYPE_CHECKING:
+    import ctranslate2
+
+NO_EARLY_EXIT = 1e-20  # a length penalty != 0 that leaves every score unchanged (see the module docstring)
+
+
+def ct2_length_penalty(alpha: float) -> float:
+    """CTranslate2's length penalty beta (|Y| ** beta) closest to our GNMT alpha (((5 + |Y|) / 6) ** alpha) at
+    |Y| = 10: both change the score by the same factor per token there (d log / d|Y|: beta / |Y| = alpha /
+    (5 + |Y|)). CTranslate2 cuts its finished hypotheses to `beam_size` by it before CT2Decoder re-ranks them:
+    on the 3,000 fr-en test sentences (beam 4, alpha 0.6, 4 hypotheses) all 4 then equal ours for 2,995,
+    against 2,920 with raw scores (beta ~ 0); the best hypothesis for all 3,000 either way."""
+    return max(NO_EARLY_EXIT, alpha * 10 / 15)
+
+
+def ctranslate2_options(options: DecodeOptions, src_lens: Sequence[int], cfg: ModelConfig) -> dict[str, Any]:
+    """`translate_batch` keyword arguments with which CTranslate2 decodes the best hypothesis as `options`
+    do, for a batch of sources of these lengths (ids, EOS included): the plain mapping the bench times.
+
+    - Length limit: ours counts EOS and forces it at the limit; CTranslate2's max_decoding_length stops
+      without EOS. So its max is our limit - 1: the same tokens whenever an output ends before the limit, and
+      greedy always. One max per batch (the longest source's): in a batch a shorter source could run past
+      its own limit (never seen on the test split; CT2Decoder redoes such sentences).
+    - Length penalty: ours is GNMT's ((5 + |Y|) / 6) ** alpha, CTranslate2's |Y| ** alpha, so beam search
+      agrees only at alpha = 0 (a ValueError otherwise; CT2Decoder re-ranks instead). And at 0 CTranslate2
+      stops when its best beam ends, while we stop once `beam_size` hypotheses have ended (as CTranslate2
+      does with any penalty): a penalty of NO_EARLY_EXIT selects its rule without changing any score.
+    - min_decoding_length 0 (ours may end at the first step), EOS not returned, sources cut as
+      `model.preprocess.source_ids` cuts them (max_len positions, EOS kept).
+    """
+    if options.beam_size > 1 and options.length_penalty != 0:
+        raise ValueError(
+            f"length_penalty={options.length_penalty}: CTranslate2 has no GNMT length penalty, beam search "
+            "agrees with ours only at length_penalty=0"
+        )
+    limit = max(min(options.limit(n), cfg.max_len) for n in src_lens)
+    return {
+        "beam_size": options.beam_size,
+        "num_hypotheses": options.num_hypotheses,
+        "length_penalty": NO_EARLY_EXIT,
+        "max_decoding_length": max(1, limit - 1),
+        "min_decoding_length": 0,
+        "return_end_token": False,
+        "max_input_length": cfg.max_len,
+    }
+
+
+def translate_ids_ctranslate2(
+    translator: ctranslate2.Translator,
+    tokenizer: Tokenizer,
+    cfg: ModelConfig,
+    seqs: list[list[int]],
+    options: DecodeOptions,
+    target_lang: str | None = None,
+    batch_size: int = 64,
+) -> list[list[int]]:
+    """The best hypothesis' token ids (no start token, no EOS) per source, in input order, with the plain
+    `ctranslate2_options` mapping (length penalty 0): what bench/ctranslate2.py times."""
+    results: list[list[int]] = [[] for _ in seqs]
+    prefix = [tokenizer.pieces([cfg.start_id(target_lang)])] if cfg.target_lang_ids else None
+    for chunk in length_sorted_chunks([len(s) for s in seqs], batch_size):
+        sources = [tokenizer.pieces(seqs[i][:-1]) for i in chunk]  # CTranslate2 appends EOS itself
+        kwargs = ctranslate2_options(options, [len(seqs[i]) for i in chunk], cfg)
+        out = translator.translate_batch(sources, prefix and prefix * len(chunk), **kwargs)
+        for i, res in zip(chunk, out, strict=True):
+            results[i] = [tokenizer.piece_to_id(p) for p in res.hypotheses[0]]  # no start token
+    return results
+
+
+class CT2Decoder:
+    """A CTranslate2 translator decoding as model.decoding does (see the module docstring).
+
+    `fallback`: the same model in torch, for the beam searches that reach their length limit. One
+    `translate_ids` call per thread at a time; the translator runs as many at once as its inter_threads.
+    """
+
+    def __init__(
+        self, translator: ctranslate2.Translator, tokenizer: Tokenizer, cfg: ModelConfig, fallback: Translator
+    ) -> None:
+        self.translator, self.tokenizer, self.cfg, self.fallback = translator, tokenizer, cfg, fallback
+        self._eos = tokenizer.pieces([cfg.eos_id])[0]
+        self.redone = 0  # sentences decoded again by `fallback` (tests, logs)
+        self._lock = threading.Lock()
+
+    def _prefix(self, target_lang: str | None) -> list[str]:
+        """A multilingual decoder starts from its target-language tag (the export's decoder_start_token is
+        None then): CTranslate2 takes it as a one-token target prefix."""
+        return self.tokenizer.pieces([self.cfg.start_id(target_lang)]) if self.cfg.target_lang_ids else []
+
+    def _hypothesis(self, pieces: list[str], log_prob: float, alpha: float) -> Hypothesis:
+        """A hypothesis that ended in EOS, in our convention."""
+        ids = [self.tokenizer.piece_to_id(p) for p in pieces]
+        assert ids[-1] == self.cfg.eos_id, ids  # only ended hypotheses get here
+        return Hypothesis(ids[:-1], log_prob / length_penalty(len(ids), alpha), log_prob)
+
+    def translate_ids(
+        self,
+        seqs: list[list[int]],
+        options: DecodeOptions,
+        target_lang: str | None = None,
+        batch_size: int = 64,
+    ) -> list[list[Hypothesis]]:
+        """Source id lists (each ending in EOS) -> n-best hypotheses per source, in input order."""
+        cfg, k, alpha = self.cfg, options.beam_size, options.length_penalty
+        beta = ct2_length_penalty(alpha)
+        prefix = self._prefix(target_lang)
+        limits = [min(options.limit(len(s)), cfg.max_len) for s in seqs]
+        results: list[list[Hypothesis]] = [[] for _ in seqs]
+        at_limit: list[tuple[int, list[str]]] = []  # greedy: (sentence, its tokens before the forced EOS)
+        redo: list[int] = []  # beam search: sentences for the torch decoder
+        for chunk in length_sorted_chunks([len(s) for s in seqs], batch_size):
+            out = self.translator.translate_batch(
+                [self.tokenizer.pieces(seqs[i][:-1]) for i in chunk],  # CTranslate2 appends EOS itself
+                [prefix] * len(chunk) if prefix else None,
+                beam_size=k,
+                num_hypotheses=k,  # all it keeps: ranked here with our length penalty
+                length_penalty=beta,
+                max_decoding_length=max(limits[i] for i in chunk),
+                min_decoding_length=0,
+                return_end_token=True,
+                return_scores=True,
+                max_input_length=cfg.max_len,
+            )
+            for i, res in zip(chunk, out, strict=True):
+                steps = max(map(len, res.hypotheses))  # the step its search ended at (EOS counted)
+                if steps < limits[i]:  # ended before its limit: every hypothesis ends in EOS
+                    hyps = [  # raw log-probabilities: score * |Y| ** beta
+                        self._hypothesis(h, s * len(h) ** beta, alpha)
+                        for h, s in zip(res.hypotheses, res.scores, strict=True)
+                    ]
+                    hyps.sort(key=lambda h: h.score, reverse=True)
+                    results[i] = hyps[: options.num_hypotheses]
+                elif k == 1:
+                    at_limit.append((i, res.hypotheses[0][: limits[i] - 1]))
+                else:
+                    redo.append(i)
+        if at_limit:  # the tokens greedy decoding chose, then EOS forced: scored in one teacher-forced pass
+            scored = self.translator.score_batch(
+                [self.tokenizer.pieces(seqs[i][:-1]) for i, _ in at_limit],
+                [prefix + tokens for _, tokens in at_limit],
+                max_input_length=cfg.max_len,
+            )  # the prefix (a start tag) is the decoder's first input: the log-probs start after it
+            for (i, tokens), res in zip(at_limit, scored, strict=True):
+                log_prob = sum(res.log_probs)  # the tokens', then EOS's
+                results[i] = [self._hypothesis([*tokens, self._eos], log_prob, alpha)]
+        if redo:
+            with self._lock:
+                self.redone += len(redo)
+            with torch.inference_mode():
+                hyps = translate_ids(self.fallback, [seqs[i] for i in redo], options, target_lang, batch_size)
+            for i, h in zip(redo, hyps, strict=True):
+                results[i] = h
+        return results
+
+
+def load_ct2_decoder(loaded: LoadedModel, **translator_kwargs: Any) -> CT2Decoder:
+    """Convert the checkpoint `loaded` came from (its float32 weights on disk) and open it in CTranslate2
+    (`translator_kwargs`: device, compute_type, inter_threads, intra_threads, ...); `loaded.model` is the
+    fallback. The converted files live in a temporary directory only while the translator loads them."""
+    ctranslate2 = require_ctranslate2()
+    assert isinstance(loaded.model, Translator), f"{loaded.name} is a {loaded.config.task} model"
+    with tempfile.TemporaryDirectory(prefix=f"ct2-{loaded.name}-") as tmp:
+        path = export_ctranslate2(loaded.path, Path(tmp) / "model")
+        translator = ctranslate2.Translator(str(path), **translator_kwargs)  # reads every file now
+    return CT2Decoder(translator, loaded.tokenizer, loaded.config, loaded.model)
