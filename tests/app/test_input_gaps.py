@@ -346,4 +346,4 @@ async def test_the_public_routes_are_the_documented_ones(make_settings: Callable
     readme = (REPO_ROOT / "README.md").read_text()
     for path in ("/health", "/ready", "/docs", "/redoc", "/openapi.json"):
         assert f"`{path}`" in description, path
-        assert f"`{path}`" in readme.split("## Configuration")[1].split("**Threads.**")[0], path
+        assert f"`{path}`" in readme.split("**Access.**")[1].split("## Configuration")[0], path
