@@ -14,22 +14,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from model import DecodeOptions, Hypothesis, ModelConfig, Translator, beam_search, greedy_decode
+from bench.tiny import tiny_translation_config
+from model import DecodeOptions, Hypothesis, Translator, beam_search, greedy_decode
 from model.layers import make_causal_mask
 from model.translator import DecoderState
 
-CONFIG = ModelConfig(  # the shipped translators' architecture (training/config.py _TRANSLATE)
-    task="translation",
-    vocab_size=8000,
-    d_model=256,
-    n_heads=4,
-    n_layers=4,
-    n_decoder_layers=3,
-    d_ff=1024,
-    dropout=0.0,
-    source_langs=("fr",),
-    target_langs=("en",),
-)
+# the shipped translators' architecture (training/config.py _TRANSLATE), random weights
+CONFIG = tiny_translation_config(8000, d_model=256, n_heads=4, n_layers=4, n_decoder_layers=3, d_ff=1024)
 SRC_LEN = 20
 BEAM = 4
 

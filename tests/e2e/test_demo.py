@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from model import Translator, save_checkpoint
-from tests.conftest import tiny_translation_config
+from tests.conftest import link_checkpoints, tiny_translation_config
 from tests.e2e.browser import (
     CHROMIUM,
     INSTALL_BROWSER,
@@ -42,9 +42,9 @@ def checkpoint_dir(
     tiny_tokenizer_path: Path,
     tiny_vocab_size: int,
 ) -> Path:
-    root = tmp_path_factory.mktemp("e2e-checkpoints")
-    for ckpt in (tiny_sentiment_checkpoint, tiny_sentiment_ko_checkpoint):
-        (root / ckpt.name).symlink_to(ckpt, target_is_directory=True)
+    root = link_checkpoints(
+        tmp_path_factory.mktemp("e2e-checkpoints"), tiny_sentiment_checkpoint, tiny_sentiment_ko_checkpoint
+    )
     # a 3-layer encoder with a 2-layer decoder, as the shipped fr-en (4 and 3): the page's layer menu
     # must follow the map kind
     torch.manual_seed(0)
