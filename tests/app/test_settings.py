@@ -15,17 +15,6 @@ from app.core.settings import REPO_ROOT, Settings, SettingsError, load_settings
 from app.main import create_app
 
 
-def test_defaults() -> None:
-    s = Settings()
-    assert s.checkpoint_dir == REPO_ROOT / "checkpoints"
-    assert (s.device, s.dtype) == ("auto", "auto")
-    assert (s.max_batch_size, s.max_batch_delay_ms, s.max_queue) == (32, 5.0, 1024)
-    assert (s.request_timeout_s, s.max_texts, s.max_chars) == (30.0, 64, 2000)
-    assert s.api_key is None
-    assert s.cors_origins == []
-    assert (s.host, s.port, s.log_level) == ("127.0.0.1", 8000, "info")
-
-
 def test_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name, value in {
         "CHECKPOINT_DIR": str(tmp_path), "DEVICE": "CPU", "DTYPE": "bfloat16", "MAX_BATCH_SIZE": "1",
