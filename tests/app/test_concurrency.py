@@ -57,6 +57,19 @@ class Held:
         monkeypatch.setattr(SentimentHandler, "run", run)
 
 
+@pytest.fixture
+def boom(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SentimentHandler.run fails every batch that holds the BOOM text."""
+    original = SentimentHandler.run
+
+    def run(self: SentimentHandler, batch: list[ClassifierItem]) -> list[list[float]]:
+        if self.tokenize(BOOM) in batch:
+            raise RuntimeError("kaboom")
+        return original(self, batch)
+
+    monkeypatch.setattr(SentimentHandler, "run", run)
+
+
 def queued(app: FastAPI) -> int:
     """Items waiting in the app's queues (not yet on a worker)."""
     return sum(len(batcher) for _, batcher in app.state.service.pool.items())
@@ -216,17 +229,8 @@ async def test_past_the_deadline_is_504_and_the_item_is_skipped(
         assert batcher.stats.skipped >= 1  # the timed-out item was never computed
 
 
-async def test_a_failing_batch_fails_only_its_requests(
-    monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
-) -> None:
-    original = SentimentHandler.run
-
-    def run(self: SentimentHandler, batch: list[ClassifierItem]) -> list[list[float]]:
-        if self.tokenize(BOOM) in batch:
-            raise RuntimeError("kaboom")
-        return original(self, batch)
-
-    monkeypatch.setattr(SentimentHandler, "run", run)
+@pytest.mark.usefixtures("boom")
+async def test_a_failing_batch_fails_only_its_requests(sentiment_only_dir: Path) -> None:
     settings = Settings(checkpoint_dir=sentiment_only_dir, max_batch_size=1)
     async with serve(settings) as (_, client):
         texts = [f"the cat likes music {i}" for i in range(8)]
@@ -241,17 +245,8 @@ async def test_a_failing_batch_fails_only_its_requests(
         assert (await client.post("/sentiment", json={"text": "after"})).status_code == 200
 
 
-async def test_batch_mates_of_a_failing_item_fail_together(
-    monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
-) -> None:
-    original = SentimentHandler.run
-
-    def run(self: SentimentHandler, batch: list[ClassifierItem]) -> list[list[float]]:
-        if self.tokenize(BOOM) in batch:
-            raise RuntimeError("kaboom")
-        return original(self, batch)
-
-    monkeypatch.setattr(SentimentHandler, "run", run)
+@pytest.mark.usefixtures("boom")
+async def test_batch_mates_of_a_failing_item_fail_together(sentiment_only_dir: Path) -> None:
     settings = Settings(checkpoint_dir=sentiment_only_dir, max_batch_size=8, max_batch_delay_ms=200)
     async with serve(settings) as (_, client):
         responses = await asyncio.gather(
