@@ -30,7 +30,7 @@ import torch
 from engines.ct2_convert import export_ctranslate2, require_ctranslate2
 from model.checkpoint import LoadedModel
 from model.config import ModelConfig
-from model.decoding import DecodeOptions, Hypothesis, length_penalty
+from model.decoding import Decodable, DecodeOptions, Hypothesis, length_penalty
 from model.inference import length_sorted_chunks, translate_ids
 from model.tokenizer import Tokenizer
 from model.translator import Translator
@@ -112,7 +112,11 @@ class CT2Decoder:
     """
 
     def __init__(
-        self, translator: ctranslate2.Translator, tokenizer: Tokenizer, cfg: ModelConfig, fallback: Translator
+        self,
+        translator: ctranslate2.Translator,
+        tokenizer: Tokenizer,
+        cfg: ModelConfig,
+        fallback: Decodable[Any],
     ) -> None:
         self.translator, self.tokenizer, self.cfg, self.fallback = translator, tokenizer, cfg, fallback
         self._eos = tokenizer.pieces([cfg.eos_id])[0]
@@ -190,13 +194,16 @@ class CT2Decoder:
         return results
 
 
-def load_ct2_decoder(loaded: LoadedModel, **translator_kwargs: Any) -> CT2Decoder:
+def load_ct2_decoder(
+    loaded: LoadedModel, fallback: Decodable[Any] | None = None, **translator_kwargs: Any
+) -> CT2Decoder:
     """Convert the checkpoint `loaded` came from (its float32 weights on disk) and open it in CTranslate2
-    (`translator_kwargs`: device, compute_type, inter_threads, intra_threads, ...); `loaded.model` is the
-    fallback. The converted files live in a temporary directory only while the translator loads them."""
+    (`translator_kwargs`: device, compute_type, inter_threads, intra_threads, ...); `fallback` (default:
+    `loaded.model`, eager) decodes the sentences CTranslate2 cannot. The converted files live in a temporary
+    directory only while the translator loads them."""
     ctranslate2 = require_ctranslate2()
     assert isinstance(loaded.model, Translator), f"{loaded.name} is a {loaded.config.task} model"
     with tempfile.TemporaryDirectory(prefix=f"ct2-{loaded.name}-") as tmp:
         path = export_ctranslate2(loaded.path, Path(tmp) / "model")
         translator = ctranslate2.Translator(str(path), **translator_kwargs)  # reads every file now
-    return CT2Decoder(translator, loaded.tokenizer, loaded.config, loaded.model)
+    return CT2Decoder(translator, loaded.tokenizer, loaded.config, fallback or loaded.model)

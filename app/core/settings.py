@@ -74,8 +74,8 @@ class Settings(BaseSettings):
     # the LibreTranslate-compatible API (app/api/libretranslate/routes.py) under this path; "" = not served
     libretranslate_prefix: str = "/libretranslate"
     fast_path: bool = True  # JSON POST routes skip FastAPI's per-request machinery (app/edge/fastpath.py)
-    # classifier batches run as one TorchScript graph (model.inference.compile_classifier), translators'
-    # encoder and decoder step as traced graphs (Translator.trace)
+    # classifier batches run as one TorchScript graph (model.jit.compile_classifier), translators'
+    # encoder and decoder step as traced graphs (model.jit.trace_translator)
     torchscript: bool = True
     # /translate decodes with this engine; ctranslate2: the checkpoint converted at load (the optional
     # `ctranslate2` extra); /attention stays on torch either way

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -24,8 +25,9 @@ from model import (
     Tokenizer,
     Translator,
 )
-from model.decoding import StopCheck
-from model.inference import classify_ids, compile_classifier, translate_ids
+from model.decoding import Decodable, StopCheck
+from model.inference import classify_ids, translate_ids
+from model.jit import compile_classifier, trace_translator
 from model.preprocess import classifier_ids, source_ids
 
 WARMUP_TEXT = "warm up"
@@ -137,12 +139,11 @@ class TranslationHandler:
     """Text -> sentences -> source ids -> n-best hypotheses -> text joined back."""
 
     def __init__(self, loaded: LoadedModel, torchscript: bool = True) -> None:
-        """torchscript: decode with the model's traced encoder and step graphs (Translator.trace); /attention
-        keeps the eager path, which returns every attention map."""
+        """torchscript: decode with the model's traced encoder and step graphs (model.jit.trace_translator);
+        /attention keeps the eager path, which returns every attention map."""
         assert isinstance(loaded.model, Translator)
         self.name, self.model, self.tokenizer = loaded.name, loaded.model, loaded.tokenizer
-        if torchscript:
-            self.model.trace()
+        self.decoder: Decodable[Any] = trace_translator(self.model) if torchscript else self.model
         self.max_len = loaded.config.max_len
 
     def encode_source(self, text: str, loc: Sequence[str | int]) -> list[int]:
@@ -188,7 +189,7 @@ class TranslationHandler:
     ) -> list[list[Hypothesis]]:
         """One dynamic batch of source ids -> n-best hypotheses per item (the engine's part of `run`)."""
         with torch.inference_mode():
-            return translate_ids(self.model, seqs, opts, target_lang, max(1, len(seqs)), should_stop)
+            return translate_ids(self.decoder, seqs, opts, target_lang, max(1, len(seqs)), should_stop)
 
     def join(
         self, layout: TextLayout, outputs: list[list[SentenceTranslation]], n: int, return_scores: bool
