@@ -21,8 +21,8 @@ USAGE = __doc__ or ""
 # command -> "module:function"; the function takes the remaining argv and returns the exit code. A new
 # subcommand is one line here (modules are imported only when their command runs).
 COMMANDS: dict[str, str] = {
-    "sentiment": "training.config:sentiment_cli",
-    "translate": "training.config:translate_cli",
+    "sentiment": "training.train:sentiment_cli",
+    "translate": "training.train:translate_cli",
     "ngram-head": "training.ngram_head:cli",
     "evaluate": "training.evaluate:cli",
     "download": "training.download:cli",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -186,31 +185,3 @@ def usage(command: str) -> str:
         default = f"{command} (the command)" if f.name == "task" else default
         lines.append(f"  {option(f.name):26} {default}")
     return "\n".join(lines)
-
-
-def cli(argv: list[str], command: str) -> int:
-    """`python -m training sentiment|translate ...`: parse, train (or resume), print the best checkpoint."""
-    if any(a in ("-h", "--help") for a in argv):
-        print(usage(command))
-        return 0
-    task = "sentiment" if command == "sentiment" else "translation"
-    try:
-        cfg = parse_overrides(argv, {"task": task})
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if cfg.task != task:
-        print(f"error: preset/config is a {cfg.task} run, not {task}", file=sys.stderr)
-        return 2
-    from training.train import train  # the training loop imports this module
-
-    print(train(cfg))
-    return 0
-
-
-def sentiment_cli(argv: list[str]) -> int:
-    return cli(argv, "sentiment")
-
-
-def translate_cli(argv: list[str]) -> int:
-    return cli(argv, "translate")

@@ -32,7 +32,7 @@ from model import DecodeOptions, build_model, load_checkpoint, pad_ids, save_che
 from model.inference import classify_ids, translate_ids
 from training.averaging import average_into, save_snapshot, snapshot_step
 from training.batches import shard, token_batches
-from training.config import TrainConfig
+from training.config import TrainConfig, parse_overrides, usage
 from training.metrics import accuracy_f1, bleu_chrf
 from training.plots import plot_curves
 from training.prepare import Prepared, prepare
@@ -511,3 +511,32 @@ def _checkpoint(
         )  # nccl needs CUDA tensors
         dist.broadcast(flag, 0)
         prog.done = bool(flag.item())
+
+
+# --- the `sentiment` and `translate` commands ------------------------------------------------------------
+
+
+def cli(argv: list[str], command: str) -> int:
+    """`python -m training sentiment|translate ...`: parse, train (or resume), print the best checkpoint."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(usage(command))
+        return 0
+    task = "sentiment" if command == "sentiment" else "translation"
+    try:
+        cfg = parse_overrides(argv, {"task": task})
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if cfg.task != task:
+        print(f"error: preset/config is a {cfg.task} run, not {task}", file=sys.stderr)
+        return 2
+    print(train(cfg))
+    return 0
+
+
+def sentiment_cli(argv: list[str]) -> int:
+    return cli(argv, "sentiment")
+
+
+def translate_cli(argv: list[str]) -> int:
+    return cli(argv, "translate")
