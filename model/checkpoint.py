@@ -198,7 +198,7 @@ def load_checkpoint(
     model.load_state_dict(tensors, strict=False)  # tied aliases are filled through their shared parameter
     model.to(device=device, dtype=dtype or torch.float32).eval()
     if isinstance(model, SentimentClassifier) and model.ngram is not None:
-        model.ngram.float()  # fp32 whatever the dtype: a long review sums ~7,000 table rows
+        model.ngram.float()  # fp32 whatever the dtype: a long review sums thousands of table rows
     if quantize is not None:
         quantize_linears(model, quantize)
     return LoadedModel(path.name, path, cfg, model, tokenizer, meta, digest)

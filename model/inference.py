@@ -21,7 +21,7 @@ def _device(model: Any) -> torch.device:
 
 
 # A classifier forward pass costs about this many padded tokens on top of its tokens: its fixed per-call
-# dispatch, in units of the per-token cost (measured: BENCHMARKS.md)
+# dispatch in units of the per-token cost (`python -m bench.forward_cost`; BENCHMARKS.md)
 FORWARD_COST_TOKENS = 64
 
 

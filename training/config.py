@@ -53,13 +53,13 @@ class TrainConfig:
     max_steps: int = 0  # 0 = epochs decide; otherwise stop after this many optimizer steps
     stop_at_step: int = 0  # >0: pause (resumable) after this step, where a recipe switches schedules
     patience: int = 5  # early stopping: evaluations without improvement
-    bf16: bool = False  # autocast; on CPUs without avx512_bf16/AMX it is ~3x slower than fp32 (measured)
+    bf16: bool = False  # autocast; on CPUs without avx512_bf16/AMX it is emulated, slower than fp32
     # evaluation
     eval_every: int = 0  # optimizer steps; 0 = once per epoch
     log_every: int = 50  # optimizer steps between metrics.jsonl lines
     save_every: int = 500  # optimizer steps between resumable state saves (besides every evaluation)
     eval_max_examples: int = 2000  # of the valid split
-    eval_beam_size: int = 1  # greedy during training is ~4x cheaper; the evaluate CLI uses 4
+    eval_beam_size: int = 1  # greedy: evaluations stay cheap during training; the evaluate CLI uses 4
     average_last: int = 0  # >1: at each evaluation, the mean of the last N evaluated weights may become best/
     # masked-LM pretraining of the sentiment encoder on unlabeled in-domain text
     pretrain_dataset: str = (
