@@ -125,7 +125,7 @@ def _force_eos(log_probs: Tensor, rows: Tensor, eos_id: int) -> Tensor:
 def greedy_decode(
     model: Decodable[Any],
     src: Tensor,
-    options: DecodeOptions | None = None,
+    options: DecodeOptions | None = None,  # None: DecodeOptions(beam_size=1); beam_size is not read
     start_ids: Tensor | None = None,
     should_stop: StopCheck = None,
 ) -> list[list[Hypothesis]]:
@@ -170,7 +170,7 @@ def greedy_decode(
 def beam_search(
     model: Decodable[Any],
     src: Tensor,
-    options: DecodeOptions | None = None,
+    options: DecodeOptions | None = None,  # None: DecodeOptions(), its default beam
     start_ids: Tensor | None = None,
     should_stop: StopCheck = None,
 ) -> list[list[Hypothesis]]:

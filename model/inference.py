@@ -140,7 +140,7 @@ def classify_ids(
     model: SentimentClassifier,
     seqs: list[list[int]],
     batch_size: int = 64,
-    graph: ClassifierGraph | None = None,
+    graph: ClassifierGraph | None = None,  # as served: model.jit.compile_classifier(model); None: eager
     texts: Sequence[str] | None = None,
 ) -> torch.Tensor:
     """Token id lists -> class probabilities (N, C), float32 on CPU, in input order (see classifier_logits)."""

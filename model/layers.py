@@ -132,11 +132,12 @@ class FeedForward(nn.Module):
 class Residual(nn.Module):
     """x + dropout(sublayer(norm(x))) in pre-norm, norm(x + dropout(sublayer(x))) in the paper's post-norm."""
 
-    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
+    def __init__(self, cfg: ModelConfig) -> None:
+        """d_model, dropout and the norm's place (norm_first) from the model's config."""
         super().__init__()
-        self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.norm_first = norm_first
+        self.norm = nn.LayerNorm(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.norm_first = cfg.norm_first
 
     def pre(self, x: Tensor) -> Tensor:
         return self.norm(x) if self.norm_first else x
@@ -151,8 +152,8 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout)
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
-        self.res1 = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
-        self.res2 = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.res1 = Residual(cfg)
+        self.res2 = Residual(cfg)
 
     def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         h = self.res1.pre(x)
@@ -190,9 +191,9 @@ class DecoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout)
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
-        self.res1 = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
-        self.res2 = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
-        self.res3 = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.res1 = Residual(cfg)
+        self.res2 = Residual(cfg)
+        self.res3 = Residual(cfg)
 
     def forward(
         self,
