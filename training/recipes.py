@@ -112,6 +112,8 @@ class Recipe:
         return self.runs[-1].name
 
 
+# the shipped classifiers' n-gram head (`ngram-head --spec --buckets`), as _HEAD_NOTE describes it
+_SHIPPED_HEAD: dict[str, Any] = {"head": "w3c4", "head_buckets": 2097152}
 _HEAD_NOTE = (
     " Then a hashed n-gram head (word 1-3-grams and character 1-4-grams, model/ngram.py) is fit on the gold"
     " training split alone (4 epochs, the best on valid); its logits, weighted by the alpha that scores best on"
@@ -148,8 +150,7 @@ RECIPES: dict[str, Recipe] = {
                     tokenizer_from="sentiment-en-base",
                 ),
             ),
-            head="w3c4",
-            head_buckets=2097152,
+            **_SHIPPED_HEAD,
             note="Knowledge distillation: sentiment-en-base (from scratch) and sentiment-en-mlm (a masked-LM"
             " phase on the IMDb train reviews first) label the train reviews again with their mean"
             " probabilities; the student starts from sentiment-en-base and learns from the gold and the soft"
@@ -187,8 +188,7 @@ RECIPES: dict[str, Recipe] = {
                     tokenizer_from="sentiment-ko-mlm",
                 ),
             ),
-            head="w3c4",
-            head_buckets=2097152,
+            **_SHIPPED_HEAD,
             note="Two distillation rounds. sentiment-ko-base (from scratch) and sentiment-ko-mlm (a masked-LM"
             " phase on the unlabeled NSMC reviews first, continued to 7 epochs) label a seeded 300K sample of"
             " the 629K unlabeled reviews; their student sentiment-ko-kd starts from sentiment-ko-mlm. The"
