@@ -112,6 +112,11 @@ def router(prefix: str) -> APIRouter:
         """Not served: 403, as LibreTranslate with --disable-files-translation."""
         return _error(lt.LtError(403, "Files translation are disabled on this server."))
 
+    @r.get("/download_file/{filename}", responses={400: ERRORS[400]})
+    async def download_file(filename: str) -> JSONResponse:
+        """Not served: 400, as LibreTranslate with --disable-files-translation."""
+        return _error(lt.LtError(400, "Files translation are disabled on this server."))
+
     return r
 
 
@@ -171,7 +176,7 @@ def _check_key(request: Request, fields: dict[str, Any], settings: Settings) -> 
     if settings.api_key is None:
         return
     key = settings.api_key.get_secret_value().encode()
-    sent = fields.get("api_key")
+    sent = fields.get("api_key", fields.get("apiKey"))  # apiKey: as the npm `libretranslate` client sends it
     if authorized(request.scope, key) or matches(sent if isinstance(sent, str) else None, key):
         return
     if sent:
