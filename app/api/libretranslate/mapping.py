@@ -1,7 +1,7 @@
 """The LibreTranslate API mapped onto the service: its request fields and limits, its answers and errors.
 
 A translation is one Service.translate call (a TranslateRequest, like POST /translate), so LibreTranslate
-clients share the batchers with native clients and with each other. HTML: the text nodes of every document
+clients share the batchers with native clients and with each other. HTML: the text blocks of every document
 of a request go in that one call. Errors are LibreTranslate's: {"error": message} with 400 for bad input
 (what the native API answers 404/422), 403 for the key, 429 for a full queue.
 """
@@ -138,13 +138,13 @@ async def translate(service: Service, p: TranslateParams, disconnected: Disconne
         sources, origin = [s for d in docs for s in d.texts], [i for i, d in enumerate(docs) for _ in d.texts]
         if len(sources) > MAX_TEXTS:
             raise LtError(
-                400, f"Invalid request: q has {len(sources)} HTML text nodes, more than {MAX_TEXTS}"
+                400, f"Invalid request: q has {len(sources)} HTML text blocks, more than {MAX_TEXTS}"
             )
     else:
         origin = [i for i, t in enumerate(texts) if t.strip()]
         sources = [texts[i] for i in origin]
     # source language -> indices into sources. "auto": the service detects each text; an HTML document is
-    # detected here as a whole (its text nodes alone are too short to tell)
+    # detected here as a whole (its blocks alone are too short to tell)
     detected: list[dict[str, Any]] = [dict(NOTHING_DETECTED) for _ in texts]
     groups = {p.source: list(range(len(sources)))}
     if p.source == AUTO and docs is not None:
