@@ -348,6 +348,12 @@ class Readiness(BaseModel):
     models: dict[str, str] = Field(default_factory=dict, description="name -> loading | warming_up | ready")
 
 
+class KnownLimit(BaseModel):
+    kind: str = Field(description='What kind of text, e.g. "news text".')
+    source: str
+    output: str = Field(description="What this model answers for it (beam 4).")
+
+
 class ModelInfo(BaseModel):
     name: str
     task: Literal["sentiment", "translation"]
@@ -362,6 +368,8 @@ class ModelInfo(BaseModel):
     sha256: str | None
     metrics: dict[str, object]
     model_card: bool
+    domain: str | None = Field(None, description="Translators: what they were trained on, and what not.")
+    limits: list[KnownLimit] = Field(default_factory=list, description="Known limits, with examples.")
 
 
 class ModelsResponse(BaseModel):

@@ -336,6 +336,7 @@ class Service:
                     sha256=loaded.sha256 if loaded else None,
                     metrics=e.metrics,
                     model_card=e.has_card,
+                    **_card(e.meta),
                 )
             )
         return out
@@ -416,3 +417,9 @@ def _unchanged(text: str, req: TranslateRequest, detected: list[Detection] | Non
         if best
         else None,
     )
+
+
+def _card(meta: dict[str, Any]) -> dict[str, Any]:
+    """config.json's "card" (training/ship.py writes it): the model's training domain and known limits."""
+    card = meta.get("card")
+    return {"domain": card.get("domain"), "limits": card.get("limits", [])} if isinstance(card, dict) else {}

@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +63,28 @@ async def test_models_lists_everything_served(client: httpx.AsyncClient, app_che
         "name": "sentiment-en", "task": "sentiment", "status": "ready", "source_langs": ["en"],
         "target_langs": [], "labels": ["negative", "positive"], "parameters": None, "dtype": "float32",
         "device": "cpu", "max_len": 512, "sha256": None, "metrics": {"accuracy": 0.5}, "model_card": False,
+        "domain": None, "limits": [],
     }  # fmt: skip
     assert en["parameters"] > 0
     assert by_name["translate-multi"]["target_langs"] == ["en", "fr"]
     assert by_name["translate-fr-en"]["metrics"] == {"bleu": 0.0}
+
+
+async def test_models_shows_a_translators_domain_and_limits(
+    tmp_path: Path, tiny_translator_checkpoint: Path
+) -> None:
+    """config.json's "card" (training/ship.py writes it from the recipe) is the /models entry's."""
+    ckpt = tmp_path / "translate-fr-en"
+    shutil.copytree(tiny_translator_checkpoint, ckpt)
+    meta = json.loads((ckpt / "config.json").read_text())
+    card = {
+        "domain": "Tatoeba's short everyday sentences.",
+        "limits": [{"kind": "news text", "source": "Le gouvernement.", "output": "The resident."}],
+    }
+    (ckpt / "config.json").write_text(json.dumps(meta | {"card": card}))
+    async with serve(Settings(checkpoint_dir=tmp_path, warmup=False)) as (_, client):
+        [entry] = (await client.get("/models")).json()["models"]
+    assert (entry["domain"], entry["limits"]) == (card["domain"], card["limits"])
 
 
 async def test_metrics_is_prometheus_text(client: httpx.AsyncClient) -> None:
