@@ -56,6 +56,13 @@ def test_inline_tags_are_inside_the_sentence_and_put_back() -> None:
     assert doc.render(["The ticket costs 15 € and the train leaves at 19:30."]) == (
         '<p>The ticket costs <b>15 €</b> and the <a href="/t">train</a> leaves at <i>19:30</i>.</p>'
     )
+    # with as many sentences in the translation, each tag is placed within its own sentence
+    doc = HtmlDocument(
+        "<p>Le chat <b>dort</b> sur le <a href='/c'>canapé</a>. Il fait <i>beau</i> aujourd'hui.</p>"
+    )
+    assert doc.render(["The cat is sleeping on the couch. It's fine today."], ("fr", "en")) == (
+        "<p>The cat is <b>sleeping</b> on <a href='/c'>the couch</a>. It's <i>fine</i> today.</p>"
+    )
     # a closing tag at a word's end goes before its punctuation
     assert (
         HtmlDocument("<p>Le chat <b>dort</b>.</p>").render(["The cat sleeps."])

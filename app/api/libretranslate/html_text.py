@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from html import escape, unescape
 from html.parser import HTMLParser
 
+from app.text.sentences import split_sentences
+
 RAW_TEXT = frozenset({"script", "style"})  # contents are code, not text
 # elements inside a sentence: part of a block (void ones, img and wbr, too); every other tag ends a block
 INLINE = frozenset({
@@ -156,12 +158,13 @@ class HtmlDocument:
             _Block(run[0][0], run[-1][1], plain[:lead_n], plain[len(plain) - trail_n :], "".join(text), tags)
         )
 
-    def render(self, translations: Sequence[str]) -> str:
+    def render(self, translations: Sequence[str], langs: tuple[str, str] = ("en", "en")) -> str:
+        """The document with each block's translation; langs: (source, target) languages, for sentences."""
         if len(translations) != len(self.blocks):
             raise ValueError(f"{len(self.blocks)} text blocks, {len(translations)} translations")
         out, at = [], 0
         for block, text in zip(self.blocks, translations, strict=True):
-            out += [self.source[at : block.start], block.lead, _with_tags(block, text), block.trail]
+            out += [self.source[at : block.start], block.lead, _with_tags(block, text, langs), block.trail]
             at = block.end
         out.append(self.source[at:])
         return "".join(out)
@@ -178,9 +181,9 @@ def _merged(events: list[_Event]) -> list[_Event]:
     return out
 
 
-def _with_tags(block: _Block, translation: str) -> str:
+def _with_tags(block: _Block, translation: str, langs: tuple[str, str]) -> str:
     """The translation, escaped, with the block's tags at their places (place_tags)."""
-    places = place_tags(block.text, translation, block.tags)
+    places = place_tags(block.text, translation, block.tags, langs)
     out, at = [], 0
     for (_, raw, _), q in zip(block.tags, places, strict=True):
         out += [_escape(translation[at:q]), raw]
@@ -193,12 +196,15 @@ def _escape(text: str) -> str:
     return escape(text, quote=False).replace("\xa0", "&nbsp;")  # visible in the markup, as usual
 
 
-def place_tags(source: str, translation: str, tags: Sequence[tuple[int, str, str]]) -> list[int]:
+def place_tags(
+    source: str, translation: str, tags: Sequence[tuple[int, str, str]], langs: tuple[str, str] = ("en", "en")
+) -> list[int]:
     """Where each tag goes in `translation` (offsets, non-decreasing: the tags keep their source order, so
     their balance). An element whose source text is found once, verbatim, in the translation wraps it;
-    every other tag goes to the word boundary nearest its relative position in the source (an opening tag
-    to a word's start, a closing one to a word's end, before its punctuation)."""
-    n, m = max(1, len(source)), len(translation)
+    every other tag goes to the word boundary nearest its relative position (an opening tag to a word's
+    start, a closing one to a word's end, before its punctuation): within its sentence when source and
+    translation have as many sentences (`langs`: theirs, for the splitter), else within the block."""
+    m = len(translation)
     starts = [0] + [i for i in range(1, m) if translation[i - 1] == " " and translation[i] != " "]
     ends = sorted(
         {_word_end(translation, i) for i in range(1, m + 1) if i == m or translation[i] == " "} | {m}
@@ -209,19 +215,39 @@ def place_tags(source: str, translation: str, tags: Sequence[tuple[int, str, str
         if inner and translation.count(inner) == 1:
             k = translation.index(inner)
             places[i], places[j] = k, k + len(inner)
+    src, tgt = _sentences(source, langs[0]), _sentences(translation, langs[1])
+    if len(src) != len(tgt) or not src:  # no sentence pairs to go by: the block is one
+        src, tgt = [(0, len(source))], [(0, m)]
     out, last = [], 0
     for k, (offset, _, kind) in enumerate(tags):
         q = places[k]
         if q is None:
-            target = offset / n * m
-            q = (
-                _nearest(starts if kind[0] == "+" else ends, target)
-                if 0 < offset < len(source)
-                else (0 if offset == 0 else m)
-            )
+            opening = kind[0] == "+"
+            # its sentence: an opening tag's is the one it starts or precedes, a closing tag's the one it ends
+            if opening:
+                s = next((i for i, (_, e) in enumerate(src) if e > offset), len(src) - 1)
+            else:
+                s = max([i for i, (b, _) in enumerate(src) if b < offset] or [0])
+            (a, b), (c, d) = src[s], tgt[s]
+            frac = min(1.0, max(0.0, (offset - a) / max(1, b - a)))
+            inside = [x for x in (starts if opening else ends) if c <= x <= d] or [c if opening else d]
+            q = _nearest(inside, c + frac * (d - c), later=not opening)
         last = max(last, q)
         out.append(last)
     return out
+
+
+def _sentences(text: str, lang: str) -> list[tuple[int, int]]:
+    """The (start, end) of each sentence of `text` (app/text/sentences.py, as the service splits)."""
+    spans, at = [], 0
+    for line in split_sentences(text, lang):
+        for sentence in line:
+            start = text.find(sentence, at)
+            if start < 0:  # not found as it is: no spans to trust
+                return []
+            spans.append((start, start + len(sentence)))
+            at = start + len(sentence)
+    return spans
 
 
 def _word_end(text: str, i: int) -> int:
@@ -232,8 +258,10 @@ def _word_end(text: str, i: int) -> int:
     return i if j == 0 or text[j - 1] == " " else j
 
 
-def _nearest(candidates: list[int], target: float) -> int:
-    return min(candidates, key=lambda c: (abs(c - target), c)) if candidates else 0
+def _nearest(candidates: list[int], target: float, later: bool = False) -> int:
+    """The candidate nearest `target`; on a tie the earlier one, or the later (a closing tag: the element
+    keeps the wider span)."""
+    return min(candidates, key=lambda c: (abs(c - target), -c if later else c))
 
 
 def _elements(tags: Sequence[tuple[int, str, str]]) -> list[tuple[int, int]]:

@@ -147,10 +147,11 @@ async def translate(service: Service, p: TranslateParams, disconnected: Disconne
     # detected here as a whole (its blocks alone are too short to tell)
     detected: list[dict[str, Any]] = [dict(NOTHING_DETECTED) for _ in texts]
     groups = {p.source: list(range(len(sources)))}
+    doc_lang = [p.source] * len(texts)  # an HTML document's language (its sentences are split in it)
     if p.source == AUTO and docs is not None:
         groups = {}
         for i, lang, detection in await _detect_documents(service, docs, p.target, single):
-            detected[i] = detection
+            detected[i], doc_lang[i] = detection, lang
             groups.setdefault(lang, []).extend(j for j, o in enumerate(origin) if o == i)
     calls = [
         _translate(service, [sources[j] for j in idxs], [origin[j] for j in idxs], src, p.target, n,
@@ -165,7 +166,9 @@ async def translate(service: Service, p: TranslateParams, disconnected: Disconne
     if docs is not None:
         at = 0
         for i, d in enumerate(docs):
-            out[i] = d.render([r.translation for r in results[at : at + len(d.texts)]])
+            out[i] = d.render(
+                [r.translation for r in results[at : at + len(d.texts)]], (doc_lang[i], p.target)
+            )
             at += len(d.texts)
     else:
         for i, r in zip(origin, results, strict=True):
