@@ -304,7 +304,11 @@ class TranslationResult(BaseModel):
     translation: str
     score: float | None = None
     hypotheses: list[ScoredTranslation] | None = None
-    model: str | None = Field(None, description='source_lang "auto": the model that translated this text.')
+    model: str | None = Field(
+        None,
+        description='source_lang "auto": the model that translated this text. "passthrough" (any source_lang): '
+        "it came back unchanged, without a model (no letters in it, or already in the target language).",
+    )
     detected_language: DetectedLanguage | None = Field(None, description='source_lang "auto" only.')
 
 
@@ -315,7 +319,9 @@ class TranslateResponse(BaseModel):
         }
     )
 
-    model: str
+    model: str = Field(
+        description='The models used, comma-joined; "passthrough" when texts came back unchanged.'
+    )
     results: list[TranslationResult]
 
 
