@@ -147,8 +147,14 @@ class Registry:
 
     @property
     def languages(self) -> list[str]:
-        """Every language a text may be in: translator sources and sentiment languages (what /detect ranks)."""
-        return sorted({src for src, _ in self.pairs} | set(self.sentiment_by_lang))
+        """Every language a text may be in: translator sources and targets (a text already in the target
+        passes through) and sentiment languages (what /detect ranks)."""
+        return sorted(self.pair_languages | set(self.sentiment_by_lang))
+
+    @property
+    def pair_languages(self) -> set[str]:
+        """Every source and target language of a served pair."""
+        return {lang for pair in self.pairs for lang in pair}
 
     def sources_for(self, target_lang: str) -> list[str]:
         return sorted(src for src, tgt in self.pairs if tgt == target_lang)

@@ -304,7 +304,11 @@ class TranslationResult(BaseModel):
     translation: str
     score: float | None = None
     hypotheses: list[ScoredTranslation] | None = None
-    model: str | None = Field(None, description='source_lang "auto": the model that translated this text.')
+    model: str | None = Field(
+        None,
+        description='source_lang "auto": the model that translated this text. "passthrough" (any source_lang): '
+        "it came back unchanged, without a model (no letters in it, or already in the target language).",
+    )
     detected_language: DetectedLanguage | None = Field(None, description='source_lang "auto" only.')
 
 
@@ -315,7 +319,9 @@ class TranslateResponse(BaseModel):
         }
     )
 
-    model: str
+    model: str = Field(
+        description='The models used, comma-joined; "passthrough" when texts came back unchanged.'
+    )
     results: list[TranslationResult]
 
 
@@ -348,6 +354,12 @@ class Readiness(BaseModel):
     models: dict[str, str] = Field(default_factory=dict, description="name -> loading | warming_up | ready")
 
 
+class KnownLimit(BaseModel):
+    kind: str = Field(description='What kind of text, e.g. "news text".')
+    source: str
+    output: str = Field(description="What this model answers for it (beam 4).")
+
+
 class ModelInfo(BaseModel):
     name: str
     task: Literal["sentiment", "translation"]
@@ -362,6 +374,8 @@ class ModelInfo(BaseModel):
     sha256: str | None
     metrics: dict[str, object]
     model_card: bool
+    domain: str | None = Field(None, description="Translators: what they were trained on, and what not.")
+    limits: list[KnownLimit] = Field(default_factory=list, description="Known limits, with examples.")
 
 
 class ModelsResponse(BaseModel):

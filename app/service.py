@@ -27,16 +27,19 @@ from app.schemas import (
     DetectedLanguage,
     ModelInfo,
     Readiness,
+    ScoredTranslation,
     SentimentRequest,
     SentimentResponse,
     TranslateRequest,
     TranslateResponse,
+    TranslationResult,
 )
 from app.tasks.attention_maps import AttentionHandler, AttentionItem
 from app.tasks.attention_png import PngRenderer
 from app.tasks.ctranslate2 import CT2TranslationHandler
 from app.tasks.handlers import DecodeKey, Sentence, SentimentHandler, TranslationHandler
 from app.text.langid import Detection, LanguageDetector
+from app.text.passthrough import PASSTHROUGH, passed
 from app.text.sentences import split_sentences
 
 log = logging.getLogger(__name__)
@@ -206,20 +209,27 @@ class Service:
         registry, texts, field = self._registry(), req.items, req.field
         self._check_texts(texts, field, max_texts)
         detected = await self.detect(texts, field) if req.source_lang == AUTO else None
+        # each text's language (None: no letters); texts answered as they came: app/text/passthrough.py
+        langs: list[str | None] = [req.source_lang] * len(texts)
+        if detected is not None:
+            langs = [found[0].language if found else None for found in detected]
+        through = set(passed(texts, langs, req.target_lang))
+        groups: dict[str, list[int]] = {}  # model -> text indices, in first-appearance order
         if detected is None:
-            groups = {
-                registry.translator_for(req.source_lang, req.target_lang, req.model): list(range(len(texts)))
-            }
-        else:  # model -> text indices, in first-appearance order
-            groups = {}
+            same = req.source_lang == req.target_lang and req.source_lang in registry.pair_languages
+            name = None if same else registry.translator_for(req.source_lang, req.target_lang, req.model)
+            if name is not None and (todo := [i for i in range(len(texts)) if i not in through]):
+                groups[name] = todo
+        else:
             for i, found in enumerate(detected):
-                loc = (field,) if field == "text" else (field, i)
-                groups.setdefault(
-                    registry.auto_translator(found, req.target_lang, req.model, loc), []
-                ).append(i)
+                if i not in through:
+                    loc = (field,) if field == "text" else (field, i)
+                    groups.setdefault(
+                        registry.auto_translator(found, req.target_lang, req.model, loc), []
+                    ).append(i)
         key = DecodeKey(req.target_lang, req.beam_size, req.length_penalty, req.max_length)
         split = [  # each text as lines of sentences, in its language: split once, priced, then tokenized
-            split_sentences(text, req.source_lang if detected is None else detected[i][0].language)
+            [] if i in through else split_sentences(text, langs[i] or req.source_lang)
             for i, text in enumerate(texts)
         ]
         floor = 0  # far over budget is refused before tokenizing (a hostile loop costs the split only)
@@ -233,8 +243,10 @@ class Service:
             items, lays = handler.sentences([split[i] for i in idxs], field, req.num_hypotheses, idxs)
             jobs.append((self.queues.translation(name, handler, key), items))
             layouts.append(lays)
-        outputs = await self._submit(jobs, self._deadline(), disconnected, field)
+        outputs = await self._submit(jobs, self._deadline(), disconnected, field) if jobs else []
         results: list[Any] = [None] * len(texts)
+        for i in through:
+            results[i] = _unchanged(texts[i], req, None if detected is None else detected[i])
         for (name, idxs), lays, out in zip(groups.items(), layouts, outputs, strict=True):
             for i, lay in zip(idxs, lays, strict=True):
                 results[i] = r = self.translation[name].join(lay, out, req.num_hypotheses, req.return_scores)
@@ -244,7 +256,9 @@ class Service:
                         name,
                         DetectedLanguage(language=best.language, confidence=best.confidence),
                     )
-        return TranslateResponse(model=",".join(groups), results=results)
+        return TranslateResponse(
+            model=",".join([*groups, *([PASSTHROUGH] if through else [])]), results=results
+        )
 
     async def attention(
         self, req: AttentionRequest, png: bool, disconnected: Disconnected = None
@@ -322,6 +336,7 @@ class Service:
                     sha256=loaded.sha256 if loaded else None,
                     metrics=e.metrics,
                     model_card=e.has_card,
+                    **_card(e.meta),
                 )
             )
         return out
@@ -387,3 +402,24 @@ class Service:
         finally:
             for f in futures:  # no-op when done; otherwise the batch loop skips the items
                 f.cancel()
+
+
+def _unchanged(text: str, req: TranslateRequest, detected: list[Detection] | None) -> TranslationResult:
+    """A text passed through: itself, as the only hypothesis (score 0: log 1), answered by PASSTHROUGH."""
+    score = 0.0 if req.return_scores else None
+    best = detected[0] if detected else None
+    return TranslationResult(
+        translation=text,
+        score=score,
+        hypotheses=[ScoredTranslation(translation=text, score=0.0)] if req.num_hypotheses > 1 else None,
+        model=PASSTHROUGH,
+        detected_language=DetectedLanguage(language=best.language, confidence=best.confidence)
+        if best
+        else None,
+    )
+
+
+def _card(meta: dict[str, Any]) -> dict[str, Any]:
+    """config.json's "card" (training/ship.py writes it): the model's training domain and known limits."""
+    card = meta.get("card")
+    return {"domain": card.get("domain"), "limits": card.get("limits", [])} if isinstance(card, dict) else {}

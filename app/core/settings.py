@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     torch_threads: int = Field(default=0, ge=0)
     # the LibreTranslate-compatible API (app/api/libretranslate/routes.py) under this path; "" = not served
     libretranslate_prefix: str = "/libretranslate"
+    # its answers carry Access-Control-Allow-Origin: * as LibreTranslate's (app/edge/open_cors.py); false:
+    # APP_CORS_ORIGINS, as the native routes
+    libretranslate_cors: bool = True
     fast_path: bool = True  # JSON POST routes skip FastAPI's per-request machinery (app/edge/fastpath.py)
     # classifier batches run as one TorchScript graph (model.jit.compile_classifier), translators'
     # encoder and decoder step as traced graphs (model.jit.trace_translator)
