@@ -17,7 +17,7 @@ import re
 
 from sentencex import segment
 
-from app.schemas import is_blank
+from app.text.blank import is_blank
 
 _ALSO_ENDS = re.compile(r"(?<=[?!…])\s+(?=[\"'«„“‘¿¡(\[]?[A-ZÀ-ÖØ-ÞĀ-ſ])")  # ?! or … + capital
 _JOINS_NEXT = {  # language -> a piece ending like this does not end a sentence
@@ -42,7 +42,7 @@ def _chunks(lang: str, line: str) -> list[str]:
 
 def split_line(lang: str, line: str) -> list[str]:
     """One line's sentences, stripped; none blank (whitespace or characters the models ignore only, see
-    app.schemas.is_blank); a joined sentence keeps the line's own spacing."""
+    app.text.blank.is_blank); a joined sentence keeps the line's own spacing."""
     joins = _JOINS_NEXT.get(lang)
     sentences: list[str] = []  # unstripped
     for chunk in _chunks(lang, line):
