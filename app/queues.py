@@ -9,12 +9,13 @@ from collections.abc import Callable, Hashable
 from functools import partial
 from typing import Any
 
-from app.batching.admission import ModelQueue, sentence_work, token_work
+from app.batching.admission import ModelQueue
 from app.batching.batcher import Batcher, InferenceWorkers, OnIdle
 from app.core.errors import QueueFull
 from app.core.metrics import Metrics
 from app.core.settings import Settings
-from app.tasks.handlers import DecodeKey, TranslationHandler
+from app.tasks.attention_maps import AttentionHandler
+from app.tasks.handlers import DecodeKey, SentimentHandler, TranslationHandler
 
 IDLE_BATCHER_S = 300.0  # a decoding-option queue unused this long is retired
 
@@ -84,15 +85,17 @@ class Queues:
             queue = self.models[name] = ModelQueue(name, s.max_queue, s.max_queue_work)
         return queue
 
-    def sentiment(self, name: str, run: Callable[..., list[Any]]) -> Batcher[Any, Any]:
-        return self.pool.get(("sentiment", name), lambda _: self._new(name, run, name, token_work))
+    def sentiment(self, name: str, handler: SentimentHandler) -> Batcher[Any, Any]:
+        return self.pool.get(("sentiment", name), lambda _: self._new(name, handler.run, name, handler.cost))
 
-    def attention(self, name: str, run: Callable[..., list[Any]]) -> Batcher[Any, Any]:
+    def attention(self, name: str, handler: AttentionHandler) -> Batcher[Any, Any]:
         """Attention maps are rare and take the weights path: their own queue, one item per forward."""
         label = f"{name}/attention"
         return self.pool.get(
             ("attention", name),
-            lambda _: self._new(label, run, name, token_work, label=label, expensive=True, max_batch_size=1),
+            lambda _: self._new(
+                label, handler.run, name, handler.cost, label=label, expensive=True, max_batch_size=1
+            ),
         )
 
     def translation(self, name: str, handler: TranslationHandler, key: DecodeKey) -> Batcher[Any, Any]:
@@ -109,7 +112,7 @@ class Queues:
             )
         run = partial(handler.run, key=key)
         label = f"{name}:{key.target_lang}:beam{key.beam_size}:lp{key.length_penalty:g}:max{key.max_length or 'auto'}"
-        cost = sentence_work(key, handler.max_len)
+        cost = partial(handler.cost, key=key)
         return self.pool.get(
             pool_key,
             lambda on_idle: self._new(

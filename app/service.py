@@ -12,7 +12,6 @@ from functools import partial
 from typing import Any
 
 from app import __version__
-from app.batching.admission import sentence_floor
 from app.batching.batcher import Batcher, InferenceWorkers
 from app.batching.wait import Disconnected, wait_all
 from app.core.errors import DeadlineExceeded, Unavailable, invalid
@@ -175,9 +174,7 @@ class Service:
         jobs = []
         for name, idxs in groups.items():
             handler = self.sentiment[name]
-            jobs.append(
-                (self.queues.sentiment(name, handler.run), [handler.tokenize(texts[i]) for i in idxs])
-            )
+            jobs.append((self.queues.sentiment(name, handler), [handler.tokenize(texts[i]) for i in idxs]))
         outputs = await self._submit(jobs, deadline, disconnected, req.field)
         results: list[Any] = [None] * len(texts)
         for (name, idxs), probs in zip(groups.items(), outputs, strict=True):
@@ -225,7 +222,7 @@ class Service:
         floor = 0  # far over budget is refused before tokenizing (a hostile loop costs the split only)
         for name, idxs in groups.items():
             sentences = sum(len(line) for i in idxs for line in split[i])
-            floor += sentences * sentence_floor(key, self.translation[name].max_len)
+            floor += sentences * self.translation[name].least_cost(key)
         self._check_work(floor, field, "at least ")
         jobs, layouts = [], []
         for name, idxs in groups.items():
@@ -289,7 +286,7 @@ class Service:
                 (field,), f"only translation models take a {field}; {entry.name} is a {entry.task} model"
             )
         handler.check_size(item, sel)  # the target is known now (given or translated)
-        maps_batcher = self.queues.attention(entry.name, handler.run)
+        maps_batcher = self.queues.attention(entry.name, handler)
         [[maps]] = await self._submit([(maps_batcher, [item])], deadline, disconnected)
         # megabytes of JSON (or a rendered PNG) for a long text: built off the event loop, and still
         # answered 504 past the deadline
