@@ -4,12 +4,25 @@ handler prices its items, app/tasks/handlers.py)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from app.core.errors import QueueFull
 
-if TYPE_CHECKING:
-    from app.batching.batcher import Batcher
+
+class Waiting(Protocol):
+    """What admission reads of one of a model's batchers (app.batching.batcher.Batcher)."""
+
+    def waiting(self) -> tuple[int, int]:
+        """(items, work units) not yet on a worker."""
+        ...
+
+    def purge(self) -> None:
+        """Drop the queued items of requests that are done."""
+        ...
+
+    def drain_seconds(self) -> float:
+        """Seconds to run what waits at the recent batch rate."""
+        ...
 
 
 class ModelQueue:
@@ -20,7 +33,7 @@ class ModelQueue:
     def __init__(self, model: str, max_items: int, max_work: int | None = None) -> None:
         assert max_items >= 1, max_items
         self.model, self.max_items, self.max_work = model, max_items, max_work
-        self.batchers: set[Batcher[Any, Any]] = set()  # live ones; a batcher adds and removes itself
+        self.batchers: set[Waiting] = set()  # live ones; a batcher adds and removes itself
 
     def waiting(self) -> tuple[int, int]:
         """(items, work units) waiting in every batcher of the model."""
