@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from torch import Tensor
 
-from app.batching.batcher import Batcher, InferenceWorkers
+from app.batching.admission import ModelQueue
+from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers
 from app.core.errors import QueueFull
 from app.core.metrics import NAMESPACE
 from app.core.settings import Settings
@@ -322,10 +323,8 @@ async def test_expensive_batches_are_cut_by_work() -> None:
         batches.append(items)
         return items
 
-    b: Batcher[int, int] = Batcher(
-        "w", run, workers, max_batch_size=32, max_delay_s=0.0, max_queue=100, cost=lambda x: x,
-        max_batch_work=10, expensive=True,
-    )  # fmt: skip
+    settings = BatchSettings(max_batch_size=32, max_delay_s=0.0, max_batch_work=10, expensive=True)
+    b: Batcher[int, int] = Batcher("w", run, workers, ModelQueue("w", 100), settings, cost=lambda x: x)
     assert await b.enqueue([4, 4, 4, 4, 20, 1], FAR) == [4, 4, 4, 4, 20, 1]
     assert batches == [[4, 4], [4, 4], [20], [1]]  # at most 10 units, and one item at least
     await b.close()
@@ -371,7 +370,8 @@ async def test_items_of_a_request_that_left_mid_batch_are_counted_abandoned() ->
         assert gate.wait(10)
         return items
 
-    b: Batcher[int, int] = Batcher("a", run, workers, max_batch_size=8, max_delay_s=0.05, max_queue=10)
+    settings = BatchSettings(max_batch_size=8, max_delay_s=0.05)
+    b: Batcher[int, int] = Batcher("a", run, workers, ModelQueue("a", 10), settings)
     stays, leaves = b.enqueue([1], FAR), b.enqueue([2, 3], FAR)  # one batch
     await asyncio.to_thread(running.wait, 5)
     leaves.cancel()
@@ -391,7 +391,8 @@ async def test_items_of_a_request_that_left_do_not_hold_queue_places() -> None:
         assert gate.wait(10)
         return items
 
-    b: Batcher[int, int] = Batcher("q", run, workers, max_batch_size=1, max_delay_s=0.0, max_queue=3)
+    settings = BatchSettings(max_batch_size=1, max_delay_s=0.0)
+    b: Batcher[int, int] = Batcher("q", run, workers, ModelQueue("q", 3), settings)
     first = b.enqueue([1], FAR)
     await asyncio.to_thread(running.wait, 5)
     await eventually(lambda: len(b._queue) == 0)
