@@ -66,11 +66,11 @@ class BatcherPool:
 
 
 class Queues:
-    """The batchers of every model, made with the settings' limits, on `worker` (set once it exists)."""
+    """The batchers of every model, made with the settings' limits, on `workers` (set once they exist)."""
 
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.settings, self.metrics = settings, metrics
-        self.worker: InferenceWorkers | None = None
+        self.workers: InferenceWorkers | None = None
         self.pool = BatcherPool()
         self.models: dict[str, ModelQueue] = {}  # per model: the admission limits all its batchers share
 
@@ -151,8 +151,8 @@ class Queues:
         on_idle: OnIdle | None = None,
     ) -> Batcher[Any, Any]:
         """A batcher of `model`, admitted against the model's queue limits."""
-        assert self.worker is not None
+        assert self.workers is not None
         queue = self.model(model)
         return Batcher(
-            name, run, self.worker, queue, policy, cost=cost, metrics=self.metrics, label=label, on_idle=on_idle
+            name, run, self.workers, queue, policy, cost=cost, metrics=self.metrics, label=label, on_idle=on_idle
         )  # fmt: skip

@@ -169,6 +169,17 @@ class Registry:
             raise NotFound(f"model: no model named {shown(name)} (loaded models: {', '.join(self.entries)})")
         return entry
 
+    def target_lang(self, name: str, requested: str | None) -> str:
+        """The target language of translator `name`: the requested one (422 unless it has it), else English
+        when it has it, else its first."""
+        cfg = self.entries[name].config
+        lang = requested or ("en" if "en" in cfg.target_langs else cfg.target_langs[0])
+        if lang not in cfg.target_langs or (cfg.target_lang_ids and lang not in cfg.target_lang_ids):
+            raise invalid(
+                ("target_lang",), f"{name} translates into {', '.join(cfg.target_langs)}, not {lang!r}"
+            )
+        return lang
+
     def sentiment_for(self, text: str, requested: str | None) -> str:
         """The requested model, or the default for the text's language."""
         if requested is not None:

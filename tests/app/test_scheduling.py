@@ -271,7 +271,7 @@ async def test_sentiment_is_served_while_translations_hold_the_expensive_lane(
             asyncio.ensure_future(client.post("/translate", json={"text": "le chat", "beam_size": b} | FR))
             for b in (1, 2)  # two decoding modes: two batches, one of them waiting for the lane
         ]
-        workers = app.state.service.worker
+        workers = app.state.service.workers
         await eventually(lambda: held.started == 1 and workers.busy_expensive == 2)  # both submitted
         r = await client.post("/sentiment", json={"text": "good"})
         assert r.status_code == 200
@@ -346,8 +346,8 @@ async def test_a_batch_whose_requests_left_stops_decoding(
         assert r.status_code == 504
         held = steps.holding.is_set()  # else a loaded machine reached step 2 only after the deadline
         steps.release.set()
-        assert service.worker is not None
-        await eventually(lambda: service.worker.busy == 0)
+        assert service.workers is not None
+        await eventually(lambda: service.workers.busy == 0)
         [batcher] = [b for key, b in service.pool.items() if key[0] == "translation"]
         if held:
             assert steps.steps == 2  # not one step after the one in progress when the request left
