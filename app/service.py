@@ -41,7 +41,7 @@ class InlineWork(NamedTuple):
     chars: int
 
 
-INLINE_DETECT = InlineWork(texts=4, chars=2000)  # ~0.06 ms a short text, so up to ~0.3 ms on the event loop
+INLINE_DETECT = InlineWork(texts=4, chars=2000)  # a few short texts: detected sooner than a thread hop
 
 
 def group_by_model(models: Iterable[str]) -> dict[str, list[int]]:
@@ -147,7 +147,7 @@ class Service(Lifecycle):
         """The JSON body (AttentionResponse) or a PNG, with its media type."""
         if not png:
             return await self._attention(req, False, disconnected)
-        with self.png.admit():  # 429 beyond a few PNG requests at once: each draws for ~1 s of CPU
+        with self.png.admit():  # 429 beyond a few PNG requests at once: each draws for long
             return await self._attention(req, True, disconnected)
 
     async def _attention(
