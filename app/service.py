@@ -229,12 +229,12 @@ class Service(Lifecycle):
         """Enqueue each (batcher, items) job and wait for all results, the deadline, or the client leaving.
         422 when the request's work exceeds APP_MAX_WORK or a model's queue could never hold it."""
         futures: list[asyncio.Future[list[Any]]] = []
-        self.limits.check_work(sum(batcher.work(items) for batcher, items in jobs), field)
-        for batcher, items in jobs:  # a 429 could never clear for these: nothing is queued yet
-            self.limits.check_queue(len(items), batcher.queue.max_items, field)
+        costs = [batcher.costs(items) for batcher, items in jobs]
+        queues = [(len(items), batcher.queue.max_items) for batcher, items in jobs]
+        self.limits.check_jobs(sum(map(sum, costs)), queues, field)
         try:
-            for batcher, items in jobs:
-                futures.append(batcher.enqueue(items, deadline))
+            for (batcher, items), item_costs in zip(jobs, costs, strict=True):
+                futures.append(batcher.enqueue(items, deadline, item_costs))
             return await wait_all(futures, deadline, disconnected, self.settings.request_timeout_s)
         finally:
             for f in futures:  # no-op when done; otherwise the batch loop skips the items

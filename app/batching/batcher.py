@@ -149,16 +149,18 @@ class Batcher(Generic[I, O]):
         """Nothing queued, nothing submitted."""
         return not self._queue and not self._submitted
 
-    def work(self, payloads: Sequence[I]) -> int:
-        """The work units of these items."""
-        return len(payloads) if self._cost is None else sum(map(self._cost, payloads))
+    def costs(self, payloads: Sequence[I]) -> list[int]:
+        """The work units of each of these items."""
+        return [1] * len(payloads) if self._cost is None else [self._cost(p) for p in payloads]
 
-    def enqueue(self, payloads: Sequence[I], deadline: float) -> asyncio.Future[list[O]]:
+    def enqueue(
+        self, payloads: Sequence[I], deadline: float, costs: list[int] | None = None
+    ) -> asyncio.Future[list[O]]:
         """Queue one request's items; the Future gets their results in order (or the batch's error).
-        QueueFull when the model's queue cannot take them."""
+        QueueFull when the model's queue cannot take them. costs: self.costs(payloads), when known."""
         if self._closing or self._closed:
             raise Unavailable("the server is shutting down")
-        works = [1] * len(payloads) if self._cost is None else [self._cost(p) for p in payloads]
+        works = self.costs(payloads) if costs is None else costs
         self.queue.admit(len(payloads), sum(works))
         loop = asyncio.get_running_loop()
         now = loop.time()

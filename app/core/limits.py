@@ -3,7 +3,7 @@ the setting that sets it) and the value."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from app.core.errors import invalid
 from app.core.settings import Settings
@@ -34,13 +34,16 @@ class Limits:
                 "too_long",
             )
 
-    @staticmethod
-    def check_queue(items: int, max_items: int, field: str) -> None:
-        """422 when one request makes more items for a model than its queue holds: a 429 could never clear."""
-        if items > max_items:
-            raise invalid(
-                (field,),
-                f"this request makes {items} items (texts or sentences) for one model, more than its "
-                f"queue holds ({max_items}, APP_MAX_QUEUE)",
-                "too_long",
-            )
+    def check_jobs(self, work: int, queues: Iterable[tuple[int, int]], field: str) -> None:
+        """Before queuing: 422 when the request's work exceeds APP_MAX_WORK, or when it makes more items for
+        one model than the model's queue holds (`queues`: per model, its items and the queue's max_items), a
+        429 that could never clear."""
+        self.check_work(work, field)
+        for items, max_items in queues:
+            if items > max_items:
+                raise invalid(
+                    (field,),
+                    f"this request makes {items} items (texts or sentences) for one model, more than its "
+                    f"queue holds ({max_items}, APP_MAX_QUEUE)",
+                    "too_long",
+                )
