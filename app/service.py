@@ -62,6 +62,8 @@ def scatter(groups: dict[str, list[int]], outputs: list[list[R]]) -> list[tuple[
 
 
 class Service(Lifecycle):
+    """Each route's flow (classify, detect, translate, attention) on the models its Lifecycle serves."""
+
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         super().__init__(settings, metrics)
         self.limits = Limits(settings)
