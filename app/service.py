@@ -69,15 +69,15 @@ class Service(Lifecycle):
         self.limits = Limits(settings)
 
     async def classify(self, req: SentimentRequest, disconnected: Disconnected = None) -> SentimentResponse:
-        registry, texts = self.ready_registry(), req.items
-        self.limits.check_texts(texts, req.field)
+        registry, texts, field = self.ready_registry(), req.items, req.field
+        self.limits.check_texts(texts, field)
         groups = group_by_model(registry.sentiment_for(text, req.model) for text in texts)
         deadline = self._deadline()
         jobs = []
         for name, idxs in groups.items():
             handler = self.sentiment[name]
             jobs.append((self.queues.sentiment(name, handler), [handler.tokenize(texts[i]) for i in idxs]))
-        outputs = await self._submit(jobs, deadline, disconnected, req.field)
+        outputs = await self._submit(jobs, deadline, disconnected, field)
         results = [self.sentiment[name].result(probs) for name, probs in scatter(groups, outputs)]
         return SentimentResponse.model_construct(model=",".join(groups), results=results)  # built here: valid
 
