@@ -15,7 +15,7 @@ import torch
 
 from app.core.errors import NotFound, Unavailable, invalid
 from app.core.settings import ENV_PREFIX, SettingsError
-from app.schemas import MAX_MODEL_NAME
+from app.schemas import MAX_MODEL_NAME, TranslateRequest
 from app.text.langid import Detection
 from model import LoadedModel, ModelConfig, load_checkpoint
 from model.checkpoint import CONFIG, CheckpointError, read_config
@@ -175,6 +175,17 @@ class Registry:
             raise NotFound(f"model: no model named {shown(name)} (loaded models: {', '.join(self.entries)})")
         return entry
 
+    def target_lang(self, name: str, requested: str | None) -> str:
+        """The target language of translator `name`: the requested one (422 unless it has it), else English
+        when it has it, else its first."""
+        cfg = self.entries[name].config
+        lang = requested or ("en" if "en" in cfg.target_langs else cfg.target_langs[0])
+        if lang not in cfg.target_langs or (cfg.target_lang_ids and lang not in cfg.target_lang_ids):
+            raise invalid(
+                ("target_lang",), f"{name} translates into {', '.join(cfg.target_langs)}, not {lang!r}"
+            )
+        return lang
+
     def sentiment_for(self, text: str, requested: str | None) -> str:
         """The requested model, or the default for the text's language."""
         if requested is not None:
@@ -227,3 +238,22 @@ class Registry:
                 f"it into {target_lang} ({which}: {', '.join(served) or 'none'})",
                 "unsupported_language",
             ) from None
+
+    def route(
+        self, req: TranslateRequest, detected: list[list[Detection]] | None, through: set[int]
+    ) -> dict[str, list[int]]:
+        """Model -> indices of the texts to translate (`through`: passed through): the pair's model, or per
+        text its detected language's."""
+        todo = [i for i in range(len(req.items)) if i not in through]
+        if detected is None:
+            if req.source_lang == req.target_lang and req.source_lang in self.pair_languages:
+                return {}
+            name = self.translator_for(req.source_lang, req.target_lang, req.model)  # 404 on no such pair
+            return {name: todo} if todo else {}
+        groups: dict[str, list[int]] = {}
+        for i in todo:
+            loc = (req.field,) if req.field == "text" else (req.field, i)
+            groups.setdefault(self.auto_translator(detected[i], req.target_lang, req.model, loc), []).append(
+                i
+            )
+        return groups

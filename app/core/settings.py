@@ -267,7 +267,7 @@ class Settings(BaseSettings):
         if dtype == torch.bfloat16 and (
             torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
         ):
-            return None  # native bf16 matrix products: measured 1.3-1.9x faster than float32 (BENCHMARKS.md)
+            return None  # native bf16 matrix products: faster than float32 (BENCHMARKS.md)
         if dtype == torch.float16 and torch.cpu._is_amx_fp16_supported():
             return None
         native = "AVX512-BF16 or AMX" if dtype == torch.bfloat16 else "AMX-FP16"

@@ -1,9 +1,15 @@
 """Per task, what the service does with a request around its batcher.
 
-Each handler (and app.tasks.attention_maps.AttentionHandler) has `run(items) -> results`: the one call its Batcher makes, in an inference worker, on one
-dynamic batch (results in item order, one per item). The rest runs on the event loop and is named for what
-it does: a request's texts become batch items (`tokenize`, `sentences`), results become response schemas
-(`result`, `join`). Model calls go through model.inference, the code path shared with the evaluate CLI.
+Each handler (and app.tasks.attention_maps.AttentionHandler) has `run(items) -> results`: the one call its
+Batcher makes, in an inference worker, on one dynamic batch (results in item order, one per item), and
+`cost(item)`: the item's work units, what admission and batch cutting count. The rest runs on the event loop
+and is named for what it does: a request's texts become batch items (`tokenize`, `sentences`), results become
+response schemas (`result`, `join`). Model calls go through model.inference, the code path shared with the
+evaluate CLI.
+
+A work unit is one token through a model: a classifier item costs its tokens; a translated sentence costs its
+source tokens (the encoder) plus beam_size x its output length limit (decoder token-steps: the most its
+decoding can take, EOS forced at the limit).
 """
 
 from __future__ import annotations
@@ -69,6 +75,10 @@ class SentimentHandler:
         ids = classifier_ids(self.tokenizer, text, self.model.cfg)  # truncated to max_len like training
         return ids, text
 
+    def cost(self, item: ClassifierItem) -> int:
+        """Work units: its tokens."""
+        return len(item[0])
+
     def run(self, items: list[ClassifierItem]) -> list[list[float]]:
         """Class probabilities per item; classify_ids sorts by length and pads (B, S) per length bucket."""
         ids, texts = [i for i, _ in items], [t for _, t in items]  # texts: an n-gram head hashes them here
@@ -110,6 +120,11 @@ class DecodeKey:
             length_penalty=self.length_penalty, num_hypotheses=num_hypotheses,
         )  # fmt: skip
 
+    def work(self, sentence: Sentence, max_len: int) -> int:
+        """A sentence's work units under these options, for a translator of max_len positions."""
+        n = len(sentence.ids)
+        return n + self.beam_size * min(self.options(1, max_len).limit(n), max_len)
+
 
 @dataclass(frozen=True)
 class Sentence:
@@ -145,6 +160,14 @@ class TranslationHandler:
         self.name, self.model, self.tokenizer = loaded.name, loaded.model, loaded.tokenizer
         self.decoder: Decodable[Any] = trace_translator(self.model) if torchscript else self.model
         self.max_len = loaded.config.max_len
+
+    def cost(self, item: Sentence, key: DecodeKey) -> int:
+        """Work units of a sentence decoded under `key`."""
+        return key.work(item, self.max_len)
+
+    def least_cost(self, key: DecodeKey) -> int:
+        """The least a sentence can cost under `key` (one token: its EOS), known before tokenizing."""
+        return key.work(Sentence([0]), self.max_len)
 
     def encode_source(self, text: str, loc: Sequence[str | int]) -> list[int]:
         return checked_source_ids(self.name, self.tokenizer, self.model.cfg, text, loc)

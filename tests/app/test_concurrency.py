@@ -222,8 +222,8 @@ async def test_past_the_deadline_is_504_and_the_item_is_skipped(
         assert "APP_REQUEST_TIMEOUT_S" in r.json()["detail"]
         assert (await blocker).status_code == 504  # the held one itself is past its 0.2 s
         held.release.set()
-        assert service.worker is not None
-        await eventually(lambda: service.worker.busy == 0)  # a running batch is not interrupted: it ends now
+        assert service.workers is not None
+        await eventually(lambda: service.workers.busy == 0)  # a running batch is not interrupted: it ends now
         assert (await client.post("/sentiment", json={"text": "fast"})).status_code == 200
         [batcher] = service.pool._batchers.values()
         assert batcher.stats.skipped >= 1  # the timed-out item was never computed

@@ -20,7 +20,8 @@ import torch
 
 from app.core.settings import REPO_ROOT, Settings, SettingsError, load_settings
 from app.registry import Registry
-from app.schemas import MAX_MODEL_NAME, is_blank
+from app.schemas import MAX_MODEL_NAME
+from app.text.blank import is_blank
 from model import CheckpointError
 from tests.app.conftest import serve
 
