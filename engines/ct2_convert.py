@@ -64,7 +64,11 @@ def ctranslate2_spec(model: Translator, tokenizer: Tokenizer) -> TransformerSpec
     CTranslate2 option is needed to ban them.
     """
     specs = require_ctranslate2().specs
-    ACTIVATIONS = {"relu": specs.Activation.RELU, "gelu": specs.Activation.GELU, "swish": specs.Activation.SWISH}
+    ACTIVATIONS = {
+        "relu": specs.Activation.RELU,
+        "gelu": specs.Activation.GELU,
+        "swish": specs.Activation.SWISH,
+    }
 
     cfg = model.cfg
     spec = specs.TransformerSpec.from_config(

@@ -67,7 +67,9 @@ class ModelConfig:
         if self.positions not in ("interleaved", "sin_cos"):
             raise ValueError(f"positions must be 'interleaved' or 'sin_cos', got {self.positions!r}")
         if self.target_lang_position not in ("decoder", "source"):
-            raise ValueError(f"target_lang_position must be 'decoder' or 'source', got {self.target_lang_position!r}")
+            raise ValueError(
+                f"target_lang_position must be 'decoder' or 'source', got {self.target_lang_position!r}"
+            )
         if self.task not in ("sentiment", "translation"):
             raise ValueError(f"task must be 'sentiment' or 'translation', got {self.task!r}")
         if self.task == "sentiment" and len(self.labels) < 2:

@@ -68,12 +68,19 @@ def marian_config(
     """Our ModelConfig for a transformers MarianConfig (config.json); ValueError on a choice we lack."""
     act = ACTIVATIONS.get(hf.get("activation_function", "swish"))
     if act is None:
-        raise ValueError(f"activation_function={hf['activation_function']!r} is not one of {sorted(ACTIVATIONS)}")
-    for a, b in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
+        raise ValueError(
+            f"activation_function={hf['activation_function']!r} is not one of {sorted(ACTIVATIONS)}"
+        )
+    for a, b in (
+        ("encoder_attention_heads", "decoder_attention_heads"),
+        ("encoder_ffn_dim", "decoder_ffn_dim"),
+    ):
         if hf.get(a, 8) != hf.get(b, 8):
             raise ValueError(f"{a}={hf.get(a)} != {b}={hf.get(b)}: one value for both stacks is supported")
     if hf.get("normalize_before") or hf.get("add_final_layer_norm"):
-        raise ValueError("pre-norm Marian variants (normalize_before / add_final_layer_norm) are not supported")
+        raise ValueError(
+            "pre-norm Marian variants (normalize_before / add_final_layer_norm) are not supported"
+        )
     if hf["vocab_size"] != len(vocab):
         raise ValueError(f"config.json vocab_size={hf['vocab_size']}, vocab.json has {len(vocab)} pieces")
     tags = {m.group(1): i for p, i in vocab.items() if (m := TAG.match(p))}
@@ -82,7 +89,9 @@ def marian_config(
         codes = {ISO3.get(t, t): i for t, i in tags.items()}
         target_lang_ids = {lang: codes[lang] for lang in target_langs if lang in codes}
         if not target_lang_ids:
-            raise ValueError(f"none of --target-lang {target_langs} has a >>tag<< in vocab.json ({sorted(codes)})")
+            raise ValueError(
+                f"none of --target-lang {target_langs} has a >>tag<< in vocab.json ({sorted(codes)})"
+            )
         target_langs = sorted(target_lang_ids)
     pad = hf.get("pad_token_id", vocab["<pad>"])
     return ModelConfig(
@@ -96,7 +105,9 @@ def marian_config(
         dropout=0.0,
         max_len=hf["max_position_embeddings"],
         norm_first=False,
-        tie_embeddings=bool(hf.get("share_encoder_decoder_embeddings", True) and hf.get("tie_word_embeddings", True)),
+        tie_embeddings=bool(
+            hf.get("share_encoder_decoder_embeddings", True) and hf.get("tie_word_embeddings", True)
+        ),
         activation=act,  # type: ignore[arg-type]
         scale_embeddings=bool(hf.get("scale_embedding", True)),
         positions="sin_cos",
