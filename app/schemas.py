@@ -362,6 +362,8 @@ class ModelInfo(BaseModel):
     sha256: str | None
     metrics: dict[str, object]
     model_card: bool
+    origin: str = "trained"  # trained (here) | opus-mt (imported) | argos (an Argos Translate package)
+    engine: Literal["torch", "ctranslate2"] = "torch"  # what decodes /translate
 
 
 class ModelsResponse(BaseModel):

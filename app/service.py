@@ -32,6 +32,7 @@ from app.schemas import (
     TranslateRequest,
     TranslateResponse,
 )
+from app.tasks.argos import ArgosTranslationHandler
 from app.tasks.attention_maps import AttentionHandler, AttentionItem
 from app.tasks.attention_png import PngRenderer
 from app.tasks.ctranslate2 import CT2TranslationHandler
@@ -60,6 +61,7 @@ class Service:
         self.model_status: dict[str, str] = {}
         self._loader: asyncio.Task[None] | None = None
         self._ct2_kwargs: dict[str, Any] | None = None
+        self._argos_kwargs: dict[str, Any] | None = None
 
     # --- life cycle -----------------------------------------------------------------------------------
 
@@ -74,7 +76,16 @@ class Service:
             __version__, str(device), str(dtype).removeprefix("torch."), self.settings.quantize
         )
         self._ct2_kwargs = self.settings.ctranslate2_kwargs(device, dtype)  # None: the torch engine
-        self.registry = Registry.discover(self.settings.check_checkpoint_dir(), device, dtype, quantize)
+        self.registry = Registry.discover(
+            self.settings.check_checkpoint_dir(),
+            device,
+            dtype,
+            quantize,
+            self.settings.origin_order,
+            self.settings.routes,
+        )
+        if any(e.package is not None for e in self.registry.entries.values()):  # Argos: CTranslate2 only
+            self._argos_kwargs = self.settings.ctranslate2_kwargs(device, dtype, always=True)
         self.model_status = dict.fromkeys(self.registry.entries, "loading")
         self.detector = await asyncio.to_thread(LanguageDetector, self.registry.languages)  # 0.1 s
         cheap = any(e.task == "sentiment" for e in self.registry.entries.values())
@@ -117,8 +128,15 @@ class Service:
     async def _load_one(self, name: str) -> None:
         assert self.registry is not None
         assert self.worker is not None
-        loaded = await self.worker.run(self.registry.load, name)
         handler: SentimentHandler | TranslationHandler
+        package = self.registry.entries[name].package
+        if package is not None:  # an Argos package: CTranslate2, no torch model, no attention handler
+            handler = self.translation[name] = await self.worker.run(
+                ArgosTranslationHandler, name, package, self._argos_kwargs
+            )
+            await self._ready(name, handler)
+            return
+        loaded = await self.worker.run(self.registry.load, name)
         if loaded.config.task == "sentiment":
             handler = self.sentiment[name] = await self.worker.run(
                 SentimentHandler, loaded, self.settings.torchscript
@@ -132,6 +150,11 @@ class Service:
                 TranslationHandler, loaded, self.settings.torchscript
             )
         self.attention_handlers[name] = AttentionHandler(loaded)
+        await self._ready(name, handler)
+
+    async def _ready(self, name: str, handler: SentimentHandler | TranslationHandler) -> None:
+        """Warm the model up (if set), then count it ready."""
+        assert self.worker is not None
         if self.settings.warmup:
             self.model_status[name] = "warming_up"
             await self.worker.run(handler.warmup)
@@ -259,6 +282,13 @@ class Service:
         self, req: AttentionRequest, png: bool, disconnected: Disconnected
     ) -> tuple[bytes, str]:
         entry = self._registry().get_any(req.model)
+        if entry.package is not None:
+            raise invalid(
+                ("model",),
+                f"{entry.name} is an Argos Translate package, run by CTranslate2 without torch weights: it has "
+                "no attention maps to show; /attention serves our own and imported OPUS-MT models",
+                "unsupported_model",
+            )
         self._check_texts([req.text], "text")
         if req.target is not None:
             self._check_texts([req.target], "target")
@@ -283,6 +313,8 @@ class Service:
                 [[[best]]] = await self._submit([(greedy, [Sentence(item.source)])], deadline, disconnected)
                 translation = best.text
                 item = AttentionItem(item.source, [entry.config.start_id(lang), *best.tokens])
+            # a target-language tag on the source side (OPUS-MT ">>fra<<") is part of what the model reads
+            item = AttentionItem(entry.config.source_prefix(lang) + item.source, item.target)
         elif req.target is not None or req.target_lang is not None:
             field = "target" if req.target is not None else "target_lang"
             raise invalid(
@@ -322,6 +354,10 @@ class Service:
                     sha256=loaded.sha256 if loaded else None,
                     metrics=e.metrics,
                     model_card=e.has_card,
+                    origin=e.origin,
+                    engine="ctranslate2"
+                    if e.package is not None or self._ct2_kwargs is not None
+                    else "torch",
                 )
             )
         return out

@@ -114,8 +114,14 @@ class CT2Decoder:
     """
 
     def __init__(
-        self, translator: ctranslate2.Translator, tokenizer: Tokenizer, cfg: ModelConfig, fallback: Translator
+        self,
+        translator: ctranslate2.Translator,
+        tokenizer: Tokenizer,
+        cfg: ModelConfig,
+        fallback: Translator | None,
     ) -> None:
+        """fallback None (a model with no torch weights, e.g. an Argos package): a beam search that reaches
+        its length limit keeps CTranslate2's hypotheses, unfinished (no EOS), ranked by our penalty."""
         self.translator, self.tokenizer, self.cfg, self.fallback = translator, tokenizer, cfg, fallback
         self._eos = tokenizer.pieces([cfg.eos_id])[0]
         self.redone = 0  # sentences decoded again by `fallback` (tests, logs)
@@ -133,6 +139,12 @@ class CT2Decoder:
         ids = [self.tokenizer.piece_to_id(p) for p in pieces]
         assert ids[-1] == self.cfg.eos_id, ids  # only ended hypotheses get here
         return Hypothesis(ids[:-1], log_prob / length_penalty(len(ids), alpha), log_prob)
+
+    def _unfinished(self, pieces: list[str], log_prob: float, alpha: float) -> Hypothesis:
+        """A hypothesis CTranslate2 stopped at the length limit (EOS, if it has one, dropped)."""
+        ids = [self.tokenizer.piece_to_id(p) for p in pieces]
+        body = ids[:-1] if ids and ids[-1] == self.cfg.eos_id else ids
+        return Hypothesis(body, log_prob / length_penalty(len(body) + 1, alpha), log_prob)
 
     def translate_ids(
         self,
@@ -174,6 +186,13 @@ class CT2Decoder:
                     results[i] = hyps[: options.num_hypotheses]
                 elif k == 1:
                     at_limit.append((i, res.hypotheses[0][: limits[i] - 1]))
+                elif self.fallback is None:
+                    hyps = [
+                        self._unfinished(h, s * len(h) ** beta, alpha)
+                        for h, s in zip(res.hypotheses, res.scores, strict=True)
+                    ]
+                    hyps.sort(key=lambda h: h.score, reverse=True)
+                    results[i] = hyps[: options.num_hypotheses]
                 else:
                     redo.append(i)
         if at_limit:  # the tokens greedy decoding chose, then EOS forced: scored in one teacher-forced pass
@@ -186,6 +205,7 @@ class CT2Decoder:
                 log_prob = sum(res.log_probs)  # the tokens', then EOS's
                 results[i] = [self._hypothesis([*tokens, self._eos], log_prob, alpha)]
         if redo:
+            assert self.fallback is not None
             with self._lock:
                 self.redone += len(redo)
             with torch.inference_mode():

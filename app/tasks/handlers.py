@@ -143,10 +143,11 @@ class TranslationHandler:
         self.name, self.model, self.tokenizer = loaded.name, loaded.model, loaded.tokenizer
         if torchscript:
             self.model.trace()
+        self.cfg = loaded.config
         self.max_len = loaded.config.max_len
 
     def encode_source(self, text: str, loc: Sequence[str | int]) -> list[int]:
-        return checked_source_ids(self.name, self.tokenizer, self.model.cfg, text, loc)
+        return checked_source_ids(self.name, self.tokenizer, self.cfg, text, loc)
 
     def sentences(
         self,
@@ -216,5 +217,5 @@ class TranslationHandler:
 
     def warmup(self) -> None:
         ids = self.encode_source(WARMUP_TEXT, ("text",))
-        lang = self.model.cfg.target_langs[0]
+        lang = self.cfg.target_langs[0]
         self.run([Sentence(ids)], DecodeKey(lang, beam_size=2, length_penalty=0.6, max_length=4))
