@@ -29,7 +29,13 @@ from app.core.errors import NotFound, Unavailable, invalid
 from app.core.settings import ENV_PREFIX, SettingsError
 from app.schemas import MAX_MODEL_NAME
 from app.text.langid import Detection
-from engines.argos import ArgosPackage, ArgosPackageError, is_argos_package, read_argos_package
+from engines.argos import (
+    ArgosPackage,
+    ArgosPackageError,
+    NotTranslation,
+    is_argos_package,
+    read_argos_package,
+)
 from model import LoadedModel, ModelConfig, load_checkpoint
 from model.checkpoint import CONFIG, CheckpointError, read_config
 
@@ -171,6 +177,9 @@ class Registry:
             if not (path / CONFIG).is_file():
                 try:
                     package = read_argos_package(path)
+                except NotTranslation as e:  # argospm's packages dir also holds e.g. sentence splitters
+                    log.warning("skipped %s", e)
+                    continue
                 except ArgosPackageError as e:
                     raise CheckpointError(str(e)) from e
                 meta = {"origin": "argos", "argos": package.metadata}

@@ -30,6 +30,10 @@ class ArgosPackageError(ValueError):
     """Not a usable Argos Translate translation package; the message names the file and the reason."""
 
 
+class NotTranslation(ArgosPackageError):
+    """A package of another kind (e.g. "sbd", sentence splitting), which argospm installs beside them."""
+
+
 def is_argos_package(path: Path) -> bool:
     return (path / METADATA).is_file() and (path / MODEL_DIR).is_dir()
 
@@ -64,7 +68,7 @@ def read_argos_package(path: Path) -> ArgosPackage:
         raise ArgosPackageError(f"{f}: not a JSON object")
     kind = metadata.get("type", "translate")
     if kind != "translate":
-        raise ArgosPackageError(f"{f}: a {kind!r} package, not a translation package")
+        raise NotTranslation(f"{f}: a {kind!r} package, not a translation package")
     sources, targets = _codes(metadata, "from_code", "from_codes"), _codes(metadata, "to_code", "to_codes")
     if not sources or not targets:
         raise ArgosPackageError(f"{f}: needs from_code and to_code")

@@ -28,6 +28,7 @@ from fastapi import FastAPI
 from app.core.settings import Settings, SettingsError
 from app.registry import Registry
 from engines.ct2_convert import export_ctranslate2
+from model.checkpoint import CheckpointError
 from tests.app.conftest import serve
 
 pytest.importorskip("transformers")
@@ -227,3 +228,20 @@ def test_routing_rule_and_its_overrides(mixed_dir: Path) -> None:
         Settings(checkpoint_dir=mixed_dir, routes="fr:en")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="origins are trained, opus-mt and argos"):
         Settings(checkpoint_dir=mixed_dir, origin_order="ours")  # type: ignore[arg-type]
+
+
+def test_argos_packages_dir_as_argospm_leaves_it(mixed_dir: Path, tmp_path: Path) -> None:
+    """A sentence-splitting package beside it is skipped; a translation package without its sentencepiece
+    model fails start-up naming the file."""
+    root = tmp_path / "packages"
+    root.mkdir()
+    (root / ARGOS).symlink_to(mixed_dir / ARGOS, target_is_directory=True)
+    sbd = root / "sbd-multi-1_0"
+    (sbd / "model").mkdir(parents=True)
+    (sbd / "metadata.json").write_text(json.dumps({"type": "sbd", "package_version": "1.0", "code": "sbd"}))
+    assert list(registry(root).entries) == [ARGOS]
+    broken = root / "translate-it_en-1_0"
+    shutil.copytree(mixed_dir / ARGOS, broken)
+    (broken / "sentencepiece.model").unlink()
+    with pytest.raises(CheckpointError, match="translate-it_en-1_0/sentencepiece.model: missing"):
+        registry(root)
