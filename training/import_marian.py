@@ -85,14 +85,17 @@ def marian_config(
         raise ValueError(f"config.json vocab_size={hf['vocab_size']}, vocab.json has {len(vocab)} pieces")
     tags = {m.group(1): i for p, i in vocab.items() if (m := TAG.match(p))}
     target_lang_ids = {}
-    if tags and len(target_langs) > 1:  # a multilingual target: our code -> its tag's id
-        codes = {ISO3.get(t, t): i for t, i in tags.items()}
-        target_lang_ids = {lang: codes[lang] for lang in target_langs if lang in codes}
-        if not target_lang_ids:
-            raise ValueError(
-                f"none of --target-lang {target_langs} has a >>tag<< in vocab.json ({sorted(codes)})"
-            )
+    codes = [lang for lang in target_langs if not lang.isupper()]  # upper case: a group (ROMANCE)
+    if tags and (len(target_langs) > 1 or not codes):  # a multilingual target: our code -> its tag's id
+        by_code = {ISO3.get(t, t): i for t, i in tags.items()}
+        chosen = codes or sorted(by_code)  # a group name alone: every tag
+        missing = [lang for lang in chosen if lang not in by_code]
+        if missing:
+            raise ValueError(f"target languages {missing} have no >>tag<< in vocab.json ({sorted(by_code)})")
+        target_lang_ids = {lang: by_code[lang] for lang in chosen}
         target_langs = sorted(target_lang_ids)
+    if not [lang for lang in source_langs if not lang.isupper()]:
+        raise ValueError(f"source {source_langs} names a group: give --source-lang with its language codes")
     pad = hf.get("pad_token_id", vocab["<pad>"])
     return ModelConfig(
         task="translation",

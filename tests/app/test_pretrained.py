@@ -74,11 +74,22 @@ def argos_zip(checkpoint: Path, out: Path, from_code: str, to_code: str) -> Path
 def mixed_dir(
     tmp_path_factory: pytest.TempPathFactory, tiny_marian_dir: Path, tiny_translator_checkpoint: Path
 ) -> Path:
-    """translate-fr-en (trained), opus-mt-fr-en (imported by the CLI), an Argos package (es -> en)."""
+    """translate-fr-en (trained), opus-mt-fr-en and opus-mt-fr-ROMANCE (imported by the CLI; the second
+    random, multilingual: >>spa<< / >>ita<< tags), an Argos package (es -> en)."""
     root = tmp_path_factory.mktemp("mixed")
     (root / "translate-fr-en").symlink_to(tiny_translator_checkpoint, target_is_directory=True)
     subprocess.run(
         [sys.executable, "-m", "training", "import", "marian", str(tiny_marian_dir), "--name", "opus-mt-fr-en",
+         "--out-dir", str(root)],
+        check=True, cwd=ROOT, capture_output=True,
+    )  # fmt: skip
+    from tests.tiny_marian import build_marian  # transformers: a test dependency
+
+    romance = build_marian(
+        root.parent / "hf" / "opus-mt-fr-ROMANCE", tags=("spa", "ita"), seed=3, train_steps=0
+    )
+    subprocess.run(
+        [sys.executable, "-m", "training", "import", "marian", str(romance), "--name", "opus-mt-fr-ROMANCE",
          "--out-dir", str(root)],
         check=True, cwd=ROOT, capture_output=True,
     )  # fmt: skip
@@ -101,13 +112,14 @@ def reference(tiny_marian_dir: Path):  # noqa: ANN201
     return load_reference(tiny_marian_dir)
 
 
-def generate(reference, texts: list[str], beams: int) -> list[str]:  # noqa: ANN001
-    """transformers' translations of `texts` (one padded batch), <pad> banned as OPUS-MT's config does."""
+def generate(reference, texts: list[str], beams: int, limit: int = 64) -> list[str]:  # noqa: ANN001
+    """transformers' translations of `texts` (one padded batch), <pad> banned as OPUS-MT's config does;
+    `limit` new tokens, EOS included (ours: 2 x source tokens + 10 by default)."""
     model, tok = reference
     enc = tok(texts, return_tensors="pt", padding=True)
     with torch.inference_mode():
         out = model.generate(
-            **enc, num_beams=beams, do_sample=False, max_new_tokens=64, bad_words_ids=[[tok.pad_token_id]]
+            **enc, num_beams=beams, do_sample=False, max_new_tokens=limit, bad_words_ids=[[tok.pad_token_id]]
         )
     return tok.batch_decode(out, skip_special_tokens=True)  # type: ignore[no-any-return]
 
@@ -120,6 +132,7 @@ async def test_models_name_each_origin(mixed: tuple[FastAPI, httpx.AsyncClient])
     assert got == {
         "translate-fr-en": ("trained", "torch", ["fr"], ["en"]),
         "opus-mt-fr-en": ("opus-mt", "torch", ["fr"], ["en"]),
+        "opus-mt-fr-ROMANCE": ("opus-mt", "torch", ["fr"], ["es", "it"]),
         ARGOS: ("argos", "ctranslate2", ["es"], ["en"]),
     }
 
@@ -165,6 +178,31 @@ async def test_attention_on_the_imported_model(
     assert body["translation"] == generate(reference, FR[:1], beams=1)[0]
     tok = reference[1]
     assert body["source_tokens"] == tok.convert_ids_to_tokens(tok(FR[0])["input_ids"])
+
+
+async def test_multilingual_target_tag(mixed: tuple[FastAPI, httpx.AsyncClient], mixed_dir: Path) -> None:
+    """fr -> it on opus-mt-fr-ROMANCE: the >>ita<< tag goes in front of the source, as transformers'
+    tokenizer puts it when the text starts with it; /attention shows the tag among the source tokens."""
+    from tests.tiny_marian import load_reference
+
+    client = mixed[1]
+    text = FR[0]
+    r = await client.post(
+        "/translate", json={"text": text, "source_lang": "fr", "target_lang": "it", "beam_size": 1}
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == "opus-mt-fr-ROMANCE"
+    reference = load_reference(mixed_dir.parent / "hf" / "opus-mt-fr-ROMANCE")
+    source = reference[1](f">>ita<< {text}")["input_ids"]  # tag + pieces + EOS
+    # a random model: it runs to our default limit, 2 x source tokens + 10
+    want = generate(reference, [f">>ita<< {text}"], beams=1, limit=2 * len(source) + 10)
+    assert r.json()["results"][0]["translation"] == want[0]
+    r = await client.post(
+        "/attention", json={"model": "opus-mt-fr-ROMANCE", "text": text, "target_lang": "it"}
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["source_tokens"][0] == ">>ita<<"
+    assert r.json()["translation"] == want[0]
 
 
 async def test_argos_package_answers_as_the_same_weights_in_torch(
@@ -215,7 +253,12 @@ def registry(root: Path, **settings: object) -> Registry:
 
 
 def test_routing_rule_and_its_overrides(mixed_dir: Path) -> None:
-    assert registry(mixed_dir).pairs == {("fr", "en"): "opus-mt-fr-en", ("es", "en"): ARGOS}
+    assert registry(mixed_dir).pairs == {
+        ("fr", "en"): "opus-mt-fr-en",
+        ("fr", "es"): "opus-mt-fr-ROMANCE",
+        ("fr", "it"): "opus-mt-fr-ROMANCE",
+        ("es", "en"): ARGOS,
+    }
     trained_first = registry(mixed_dir, origin_order="trained,opus-mt,argos")
     assert trained_first.pairs[("fr", "en")] == "translate-fr-en"
     routed = registry(mixed_dir, routes="fr-en=translate-fr-en")

@@ -195,6 +195,8 @@ def test_multilingual_target_tag_goes_on_the_source(tmp_path: Path) -> None:
     assert cfg.target_langs == ("es", "it")
     assert cfg.start_id("es") == cfg.pad_id
     assert cfg.source_prefix("it") == [vocab[">>ita<<"]]
+    every = importer.import_marian(folder, tmp_path / "every")  # the group name (ROMANCE): every tag
+    assert load_checkpoint(every).config.target_langs == ("es", "fr", "it")  # ISO 639-3 tags -> our codes
     model, tok = load_reference(folder)
     src_ids = tok([">>ita<< Le chat aime la maison."])["input_ids"]
     ours_src = cfg.source_prefix("it") + loaded.tokenizer.encode("Le chat aime la maison.") + [cfg.eos_id]
