@@ -17,8 +17,8 @@ from typing import Any
 import sentencepiece as spm
 import torch
 
-from model.preprocess import pad_ids
 from bench.tiny import _EN, _FR
+from model.preprocess import pad_ids
 
 D_MODEL, HEADS, LAYERS, FFN, MAX_POS = 32, 4, 2, 64, 128
 
