@@ -288,3 +288,18 @@ def test_argos_packages_dir_as_argospm_leaves_it(mixed_dir: Path, tmp_path: Path
     (broken / "sentencepiece.model").unlink()
     with pytest.raises(CheckpointError, match="translate-it_en-1_0/sentencepiece.model: missing"):
         registry(root)
+
+
+async def test_imported_model_on_the_ctranslate2_engine(
+    mixed_dir: Path,
+    reference,  # noqa: ANN001
+) -> None:
+    """APP_TRANSLATION_ENGINE=ctranslate2: the imported model is converted at load (sin|cos positions,
+    swish, logits bias, two sentencepiece models) and still answers as transformers does."""
+    async with serve(Settings(checkpoint_dir=mixed_dir, translation_engine="ctranslate2")) as (_, client):
+        models = {m["name"]: m["engine"] for m in (await client.get("/models")).json()["models"]}
+        assert set(models.values()) == {"ctranslate2"}
+        r = await client.post("/translate", json={"texts": FR, "source_lang": "fr", "beam_size": 1})
+        assert r.status_code == 200, r.text
+        assert r.json()["model"] == "opus-mt-fr-en"
+        assert [x["translation"] for x in r.json()["results"]] == generate(reference, FR, beams=1)
