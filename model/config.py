@@ -106,6 +106,11 @@ class ModelConfig:
             return self._tag(target_lang)
         return self.bos_id if self.decoder_start_id is None else self.decoder_start_id
 
+    @property
+    def max_source_len(self) -> int:
+        """Source ids (EOS included) that fit: max_len, less one for a target-language tag on the source side."""
+        return self.max_len - (1 if self.target_lang_ids and self.target_lang_position == "source" else 0)
+
     def source_prefix(self, target_lang: str | None = None) -> list[int]:
         """Ids put before a source's pieces: the target-language tag when tags go on the source side."""
         if self.target_lang_ids and self.target_lang_position == "source":

@@ -29,8 +29,7 @@ def classifier_ids(tokenizer: Tokenizer, text: str, cfg: ModelConfig) -> list[in
 def source_ids(tokenizer: Tokenizer, text: str, cfg: ModelConfig) -> list[int]:
     """Translator source: pieces + EOS, within max_len (one position kept free for a target-language tag
     that decoding puts in front: ModelConfig.source_prefix)."""
-    room = cfg.max_len - 1 - (1 if cfg.target_lang_ids and cfg.target_lang_position == "source" else 0)
-    return tokenizer.encode(text)[:room] + [cfg.eos_id]
+    return tokenizer.encode(text)[: cfg.max_source_len - 1] + [cfg.eos_id]
 
 
 def target_ids(

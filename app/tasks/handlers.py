@@ -43,12 +43,14 @@ def uncut_length(tokenizer: Tokenizer, text: str, ids: list[int], max_len: int, 
 def checked_source_ids(
     name: str, tokenizer: Tokenizer, cfg: ModelConfig, text: str, loc: Sequence[str | int]
 ) -> list[int]:
-    """Translator source ids (pieces + EOS); 422 naming the limit when they do not fit max_len."""
+    """Translator source ids (pieces + EOS); 422 naming the limit when they do not fit max_len (less a
+    source-side target tag's position)."""
     ids = source_ids(tokenizer, text, cfg)
-    if n := uncut_length(tokenizer, text, ids, cfg.max_len, 1):
+    if n := uncut_length(tokenizer, text, ids, cfg.max_source_len, 1):
         raise invalid(
             loc,
-            f"a sentence of {n} tokens exceeds the {cfg.max_len}-token limit of {name} (EOS included): {text[:60]!r}",
+            f"a sentence of {n} tokens exceeds the {cfg.max_source_len}-token limit of {name} (EOS included): "
+            f"{text[:60]!r}",
         )
     return ids
 

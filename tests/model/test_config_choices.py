@@ -104,7 +104,7 @@ def test_target_tag_on_the_source_side(tiny_tokenizer_path: Path) -> None:
     assert cfg.start_id("it") == cfg.bos_id
     assert not {4, 5} & set(Translator(cfg).banned.tolist())
     ids = source_ids(Tokenizer(tiny_tokenizer_path), "the cat likes the house very much", cfg)
-    assert len(ids) == cfg.max_len - 1  # + the tag = max_len
+    assert len(ids) == cfg.max_source_len == cfg.max_len - 1  # + the tag = max_len
     decoder_side = tiny_translation_config(200, target_langs=("es", "it"), target_lang_ids=tags)
     assert decoder_side.source_prefix("it") == []
     assert decoder_side.start_id("it") == 5
