@@ -22,6 +22,7 @@ from app.core.settings import Settings
 from app.queues import Queues
 from app.registry import Registry
 from app.schemas import ModelInfo, Readiness
+from app.tasks.argos import ArgosTranslationHandler
 from app.tasks.attention_maps import AttentionHandler
 from app.tasks.attention_png import PngRenderer
 from app.tasks.ctranslate2 import CT2TranslationHandler
@@ -50,6 +51,7 @@ class Lifecycle:
         self.model_status: dict[str, str] = {}
         self._loader: asyncio.Task[None] | None = None
         self._ct2_kwargs: dict[str, Any] | None = None
+        self._argos_kwargs: dict[str, Any] | None = None
 
     async def start(self) -> None:
         """Validate settings and read every config now (fail fast); load and warm up in the background."""
@@ -61,7 +63,11 @@ class Lifecycle:
         quantize = s.quantize_mode(device, dtype)
         self.metrics.set_build_info(__version__, str(device), str(dtype).removeprefix("torch."), s.quantize)
         self._ct2_kwargs = s.ctranslate2_kwargs(device, dtype)  # None: the torch engine
-        self.registry = Registry.discover(s.check_checkpoint_dir(), device, dtype, quantize)
+        self.registry = Registry.discover(
+            s.check_checkpoint_dir(), device, dtype, quantize, s.origin_order, s.routes
+        )
+        if any(e.package is not None for e in self.registry.entries.values()):  # Argos: CTranslate2 only
+            self._argos_kwargs = s.ctranslate2_kwargs(device, dtype, always=True)
         self.model_status = dict.fromkeys(self.registry.entries, "loading")
         self.detector = await asyncio.to_thread(LanguageDetector, self.registry.languages)  # loads its model
         cheap = any(e.task == "sentiment" for e in self.registry.entries.values())
@@ -105,8 +111,14 @@ class Lifecycle:
         assert self.registry is not None
         assert self.workers is not None
         run, torchscript = self.workers.run, self.settings.torchscript
-        loaded = await run(self.registry.load, name)
         handler: SentimentHandler | TranslationHandler
+        package = self.registry.entries[name].package
+        if package is not None:  # an Argos package: CTranslate2, no torch model, no attention handler
+            handler = self.translation[name] = await run(
+                ArgosTranslationHandler, name, package, self._argos_kwargs
+            )
+            return await self._ready(name, handler)
+        loaded = await run(self.registry.load, name)
         if loaded.config.task == "sentiment":
             handler = self.sentiment[name] = await run(SentimentHandler, loaded, torchscript)
         elif self._ct2_kwargs is not None:
@@ -115,9 +127,14 @@ class Lifecycle:
         else:
             handler = self.translation[name] = await run(TranslationHandler, loaded, torchscript)
         self.attention_handlers[name] = AttentionHandler(loaded)
+        await self._ready(name, handler)
+
+    async def _ready(self, name: str, handler: SentimentHandler | TranslationHandler) -> None:
+        """Warm the model up (if set), then count it ready."""
+        assert self.workers is not None
         if self.settings.warmup:
             self.model_status[name] = "warming_up"
-            await run(handler.warmup)
+            await self.workers.run(handler.warmup)
         self.model_status[name] = "ready"
         self.metrics.models_loaded.inc()
         self.metrics.watch_queues(name, partial(self.queues.depth, name))
@@ -173,6 +190,10 @@ class Lifecycle:
                     sha256=loaded.sha256 if loaded else None,
                     metrics=e.metrics,
                     model_card=e.has_card,
+                    origin=e.origin,
+                    engine="ctranslate2"
+                    if e.package is not None or self._ct2_kwargs is not None
+                    else "torch",
                     **_card(e.meta),
                 )
             )

@@ -374,6 +374,8 @@ class ModelInfo(BaseModel):
     model_card: bool
     domain: str | None = Field(None, description="Translators: what they were trained on, and what not.")
     limits: list[KnownLimit] = Field(default_factory=list, description="Known limits, with examples.")
+    origin: str = "trained"  # trained (here) | opus-mt (imported) | argos (an Argos Translate package)
+    engine: Literal["torch", "ctranslate2"] = "torch"  # what decodes /translate
 
 
 class ModelsResponse(BaseModel):

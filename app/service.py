@@ -151,6 +151,11 @@ class Service(Lifecycle):
         self, req: AttentionRequest, png: bool, disconnected: Disconnected
     ) -> tuple[bytes, str]:
         entry = self.ready_registry().get_any(req.model)
+        if entry.package is not None:
+            why = "run by CTranslate2 without torch weights: it has no attention maps to show"
+            raise invalid(
+                ("model",), f"{entry.name} is an Argos Translate package, {why}", "unsupported_model"
+            )
         self.limits.check_texts([req.text], "text")
         if req.target is not None:
             self.limits.check_texts([req.target], "target")
@@ -189,12 +194,14 @@ class Service(Lifecycle):
             return item, None
         lang = self.ready_registry().target_lang(entry.name, req.target_lang)
         if req.target is not None:
-            return AttentionItem(item.source, handler.decoder_input(req.target, lang)), None
+            tagged = entry.config.source_prefix(lang) + item.source  # OPUS-MT ">>fra<<": what the model reads
+            return AttentionItem(tagged, handler.decoder_input(req.target, lang)), None
         greedy = self.queues.translation(  # through the batcher, like /translate with beam_size=1
             entry.name, self.translation[entry.name], DecodeKey(lang, 1, DEFAULT_LENGTH_PENALTY, None)
         )
         [[[best]]] = await self._submit([(greedy, [Sentence(item.source)])], deadline, disconnected)
-        return AttentionItem(item.source, [entry.config.start_id(lang), *best.tokens]), best.text
+        tagged = entry.config.source_prefix(lang) + item.source  # the tag is part of what the model reads
+        return AttentionItem(tagged, [entry.config.start_id(lang), *best.tokens]), best.text
 
     async def _attention_body(
         self,

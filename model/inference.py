@@ -165,10 +165,13 @@ def translate_ids(
 ) -> list[list[Hypothesis]]:
     """Source id lists (each ending in EOS) -> n-best hypotheses per source, in input order.
 
+    A model that takes its target-language tag on the source side gets it in front of each source here.
     should_stop: called before each decoder step; True raises model.decoding.DecodingStopped."""
     results: list[list[Hypothesis]] = [[] for _ in seqs]
     dev = _device(model)
     start = model.cfg.start_id(target_lang)
+    if prefix := model.cfg.source_prefix(target_lang):
+        seqs = [prefix + s for s in seqs]
     for chunk in length_sorted_chunks([len(s) for s in seqs], batch_size):
         src = pad_ids([seqs[i] for i in chunk], model.cfg.pad_id, dev)
         starts = torch.full((len(chunk),), start, dtype=torch.long, device=dev)

@@ -78,18 +78,25 @@ class Translator(nn.Module):
         super().__init__()
         assert cfg.task == "translation", cfg.task
         self.cfg = cfg
-        self.src_embed = Embeddings(cfg.vocab_size, cfg.d_model, cfg.max_len, cfg.dropout)
-        self.tgt_embed = Embeddings(cfg.vocab_size, cfg.d_model, cfg.max_len, cfg.dropout)
+        embed = (cfg.vocab_size, cfg.d_model, cfg.max_len, cfg.dropout, cfg.scale_embeddings, cfg.positions)
+        self.src_embed = Embeddings(*embed)
+        self.tgt_embed = Embeddings(*embed)
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
-        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.logits_bias)
         if init:
             init_weights(self, cfg.d_model)
         if cfg.tie_embeddings:  # one shared vocabulary: three-way weight tying (paper, section 3.4)
             self.tgt_embed.token.weight = self.src_embed.token.weight
             self.generator.weight = self.src_embed.token.weight
-        # tokens a decoder never emits: padding, BOS and target-language tags
-        banned = torch.tensor(sorted({cfg.pad_id, cfg.bos_id, *cfg.target_lang_ids.values()}))
+        # tokens a decoder never emits: padding, BOS, its start token and its target-language tags (a tag
+        # on the source side is an ordinary vocabulary entry to the decoder, as in Marian)
+        banned_ids = {cfg.pad_id, cfg.bos_id}
+        if cfg.decoder_start_id is not None:
+            banned_ids.add(cfg.decoder_start_id)
+        if cfg.target_lang_position == "decoder":
+            banned_ids.update(cfg.target_lang_ids.values())
+        banned = torch.tensor(sorted(banned_ids))
         self.register_buffer("banned", banned, persistent=False)
 
     def encode(self, src: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor, list[Tensor]]:

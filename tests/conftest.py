@@ -114,3 +114,12 @@ def two_models_dir(
     """A checkpoint dir like the image's: sentiment-en (cheap) and translate-fr-en (expensive), tiny, random."""
     root = tmp_path_factory.mktemp("two-models")
     return link_checkpoints(root, tiny_sentiment_checkpoint, tiny_translator_checkpoint)
+
+
+@pytest.fixture(scope="session")
+def tiny_marian_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny OPUS-MT-like folder (transformers' layout, briefly trained fr -> en): tests.tiny_marian."""
+    pytest.importorskip("transformers")
+    from tests.tiny_marian import build_marian
+
+    return build_marian(tmp_path_factory.mktemp("hf") / "opus-mt-fr-en")

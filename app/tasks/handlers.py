@@ -51,12 +51,14 @@ def uncut_length(tokenizer: Tokenizer, text: str, ids: list[int], max_len: int, 
 def checked_source_ids(
     name: str, tokenizer: Tokenizer, cfg: ModelConfig, text: str, loc: Sequence[str | int]
 ) -> list[int]:
-    """Translator source ids (pieces + EOS); 422 naming the limit when they do not fit max_len."""
+    """Translator source ids (pieces + EOS); 422 naming the limit when they do not fit max_len (less a
+    source-side target tag's position)."""
     ids = source_ids(tokenizer, text, cfg)
-    if n := uncut_length(tokenizer, text, ids, cfg.max_len, 1):
+    if n := uncut_length(tokenizer, text, ids, cfg.max_source_len, 1):
         raise invalid(
             loc,
-            f"a sentence of {n} tokens exceeds the {cfg.max_len}-token limit of {name} (EOS included): {text[:60]!r}",
+            f"a sentence of {n} tokens exceeds the {cfg.max_source_len}-token limit of {name} (EOS included): "
+            f"{text[:60]!r}",
         )
     return ids
 
@@ -159,6 +161,7 @@ class TranslationHandler:
         assert isinstance(loaded.model, Translator)
         self.name, self.model, self.tokenizer = loaded.name, loaded.model, loaded.tokenizer
         self.decoder: Decodable[Any] = trace_translator(self.model) if torchscript else self.model
+        self.cfg = loaded.config
         self.max_len = loaded.config.max_len
 
     def cost(self, item: Sentence, key: DecodeKey) -> int:
@@ -170,7 +173,7 @@ class TranslationHandler:
         return key.work(Sentence([0]), self.max_len)
 
     def encode_source(self, text: str, loc: Sequence[str | int]) -> list[int]:
-        return checked_source_ids(self.name, self.tokenizer, self.model.cfg, text, loc)
+        return checked_source_ids(self.name, self.tokenizer, self.cfg, text, loc)
 
     def sentences(
         self,
@@ -240,5 +243,5 @@ class TranslationHandler:
 
     def warmup(self) -> None:
         ids = self.encode_source(WARMUP_TEXT, ("text",))
-        lang = self.model.cfg.target_langs[0]
+        lang = self.cfg.target_langs[0]
         self.run([Sentence(ids)], DecodeKey(lang, beam_size=2, length_penalty=0.6, max_length=4))
