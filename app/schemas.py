@@ -157,6 +157,12 @@ class TranslateRequest(_TextsRequest):
     return_scores: bool = Field(
         False, description="Add each translation's length-normalised log-probability."
     )
+    replace_unknowns: bool = Field(
+        True,
+        description="Put back source text the model's vocabulary lacks (digits, symbols, emoji): each "
+        "<unk> the model writes becomes the source item it attends to most. false: the raw output, with "
+        "\u2047 for each <unk>.",
+    )
     model: ModelName | None = Field(
         None, description="Model name; default: the model covering the language pair."
     )

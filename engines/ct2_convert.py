@@ -76,6 +76,7 @@ def ctranslate2_spec(model: Translator, tokenizer: Tokenizer) -> TransformerSpec
         cfg.n_heads,
         pre_norm=cfg.norm_first,
         activation=ACTIVATIONS[cfg.activation],
+        alignment_heads=cfg.n_heads,  # return_attention: last layer, mean over all heads (model/unknowns.py)
     )
     positions = _array(model.src_embed.pe)  # (max_len, D), in the checkpoint's layout
     enc, dec = spec.encoder, spec.decoder

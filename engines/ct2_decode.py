@@ -15,6 +15,12 @@ options map (CTranslate2's `translate_batch`):
   own limit is redone: greedy exactly in CTranslate2 (its first limit - 1 tokens, then the forced EOS scored
   by `score_batch`); beam search by the torch decoder (`fallback`), since no CTranslate2 option forces EOS
   inside a beam. Real translations rarely reach the limit (2 x source + 10 tokens by default).
+- Unknown-token replacement (model/unknowns.py): the export's alignment attention is the last decoder
+  layer averaged over all heads, the matrix the torch engine computes; `return_attention` gives it for the
+  batches whose sources hold an <unk>, and `model.unknowns.pick_sources` reads it as for torch. CTranslate2's own
+  `replace_unknowns` copies the attended source *piece* ("<unk>" itself), not its surface text, and looks at
+  every source position: not used. Hypotheses decoded without that attention (redone, or an <unk> from a
+  source without one) get their alignment from the torch model.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from model.decoding import Decodable, DecodeOptions, Hypothesis, length_penalty
 from model.inference import length_sorted_chunks, translate_ids
 from model.tokenizer import Tokenizer
 from model.translator import Translator
+from model.unknowns import align, needs_alignment, pick_sources
 
 if TYPE_CHECKING:
     import ctranslate2
@@ -134,11 +141,23 @@ class CT2Decoder:
         tag_first = cfg.target_lang_ids and cfg.target_lang_position == "decoder"
         return self.tokenizer.pieces([cfg.start_id(target_lang)]) if tag_first else []
 
-    def _hypothesis(self, pieces: list[str], log_prob: float, alpha: float) -> Hypothesis:
-        """A hypothesis that ended in EOS, in our convention."""
+    def _hypothesis(
+        self,
+        pieces: list[str],
+        log_prob: float,
+        alpha: float,
+        src: list[int] | None = None,
+        attention: list[list[float]] | None = None,
+    ) -> Hypothesis:
+        """A hypothesis that ended in EOS, in our convention; with its source and attention (T + 1, S - 1: EOS
+        row, no EOS column), its alignment when `restore` needs one."""
         ids = [self.tokenizer.piece_to_id(p) for p in pieces]
         assert ids[-1] == self.cfg.eos_id, ids  # only ended hypotheses get here
-        return Hypothesis(ids[:-1], log_prob / length_penalty(len(ids), alpha), log_prob)
+        hyp = Hypothesis(ids[:-1], log_prob / length_penalty(len(ids), alpha), log_prob)
+        if src is not None and attention is not None and needs_alignment(src, hyp.tokens, self.cfg.unk_id):
+            rows = torch.tensor(attention, dtype=torch.float32)
+            hyp.alignment = pick_sources(rows, src, hyp.tokens, self.cfg.unk_id)
+        return hyp
 
     def _unfinished(self, pieces: list[str], log_prob: float, alpha: float) -> Hypothesis:
         """A hypothesis CTranslate2 stopped at the length limit (EOS, if it has one, dropped)."""
@@ -152,9 +171,12 @@ class CT2Decoder:
         options: DecodeOptions,
         target_lang: str | None = None,
         batch_size: int = 64,
+        align_unknowns: Sequence[bool] | None = None,
     ) -> list[list[Hypothesis]]:
-        """Source id lists (each ending in EOS) -> n-best hypotheses per source, in input order."""
+        """Source id lists (each ending in EOS) -> n-best hypotheses per source, in input order;
+        align_unknowns: per source, whether its hypotheses that hold an <unk> get an `alignment`."""
         cfg, k, alpha = self.cfg, options.beam_size, options.length_penalty
+        want = list(align_unknowns) if align_unknowns is not None else [False] * len(seqs)
         beta = ct2_length_penalty(alpha)
         prefix = self._prefix(target_lang)
         tag = cfg.source_prefix(target_lang)  # a target-language tag on the source side
@@ -163,6 +185,7 @@ class CT2Decoder:
         at_limit: list[tuple[int, list[str]]] = []  # greedy: (sentence, its tokens before the forced EOS)
         redo: list[int] = []  # beam search: sentences for the torch decoder
         for chunk in length_sorted_chunks([len(s) for s in seqs], batch_size):
+            attend = any(want[i] and cfg.unk_id in seqs[i] for i in chunk)  # else rare: aligned below
             out = self.translator.translate_batch(
                 [self.tokenizer.pieces(tag + seqs[i][:-1]) for i in chunk],  # CTranslate2 appends EOS itself
                 [prefix] * len(chunk) if prefix else None,
@@ -173,14 +196,19 @@ class CT2Decoder:
                 min_decoding_length=0,
                 return_end_token=True,
                 return_scores=True,
+                return_attention=attend,
                 max_input_length=cfg.max_len,
             )
+            first = self._first_rows(chunk, seqs, prefix) if attend and k > 1 else {}
             for i, res in zip(chunk, out, strict=True):
                 steps = max(map(len, res.hypotheses))  # the step its search ended at (EOS counted)
                 if steps < limits[i]:  # ended before its limit: every hypothesis ends in EOS
+                    attention: list[Any] = [None] * len(res.hypotheses)
+                    if want[i] and attend:
+                        attention = [[first[i], *a[1:]] if i in first else a for a in res.attention]
                     hyps = [  # raw log-probabilities: score * |Y| ** beta
-                        self._hypothesis(h, s * len(h) ** beta, alpha)
-                        for h, s in zip(res.hypotheses, res.scores, strict=True)
+                        self._hypothesis(h, s * len(h) ** beta, alpha, seqs[i], a)
+                        for h, s, a in zip(res.hypotheses, res.scores, attention, strict=True)
                     ]
                     hyps.sort(key=lambda h: h.score, reverse=True)
                     results[i] = hyps[: options.num_hypotheses]
@@ -212,7 +240,37 @@ class CT2Decoder:
                 hyps = translate_ids(self.fallback, [seqs[i] for i in redo], options, target_lang, batch_size)
             for i, h in zip(redo, hyps, strict=True):
                 results[i] = h
+        # hypotheses with an <unk> but no alignment yet (redone, or decoded without attention): by torch
+        late = [
+            i for i in range(len(seqs)) if want[i] and any(self._unaligned(seqs[i], h) for h in results[i])
+        ]
+        if late:
+            with torch.inference_mode():
+                align(self.fallback, [seqs[i] for i in late], [results[i] for i in late],
+                      cfg.start_id(target_lang), [True] * len(late))  # fmt: skip
         return results
+
+    def _first_rows(
+        self, chunk: list[int], seqs: list[list[int]], prefix: list[str]
+    ) -> dict[int, list[float]]:
+        """The first step's attention row of each source of `chunk` that holds an <unk>, from a one-step
+        greedy search: batched beam search returns another example's row there (CTranslate2 4.x; its greedy
+        search and its later beam steps agree with torch)."""
+        todo = [i for i in chunk if self.cfg.unk_id in seqs[i]]
+        out = self.translator.translate_batch(
+            [self.tokenizer.pieces(seqs[i][:-1]) for i in todo],
+            [prefix] * len(todo) if prefix else None,
+            beam_size=1,
+            max_decoding_length=1,
+            min_decoding_length=0,
+            return_end_token=True,
+            return_attention=True,
+            max_input_length=self.cfg.max_len,
+        )
+        return {i: res.attention[0][0] for i, res in zip(todo, out, strict=True)}
+
+    def _unaligned(self, src: list[int], hyp: Hypothesis) -> bool:
+        return hyp.alignment is None and needs_alignment(src, hyp.tokens, self.cfg.unk_id)
 
 
 def load_ct2_decoder(

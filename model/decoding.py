@@ -97,6 +97,7 @@ class Hypothesis:
     tokens: list[int]  # generated ids, without the start token and EOS
     score: float  # log_prob / length_penalty(len(tokens) + 1)
     log_prob: float  # sum of token log-probabilities, EOS included
+    alignment: list[int] | None = None  # per token, a source position (model.unknowns)
 
 
 def length_penalty(length: int, alpha: float) -> float:

@@ -13,6 +13,8 @@ from model.decoding import Decodable, DecodeOptions, Hypothesis, StopCheck, deco
 from model.ngram import CHUNK, text_units
 from model.preprocess import classifier_ids, pad_ids, source_ids
 from model.tokenizer import Tokenizer
+from model.translator import Translator
+from model.unknowns import align, encode_source, restore_text
 
 
 def _device(model: Any) -> torch.device:
@@ -187,9 +189,21 @@ def translate_texts(
     options: DecodeOptions,
     target_lang: str | None = None,
     batch_size: int = 64,
+    replace_unknowns: bool = False,
 ) -> list[list[tuple[str, float]]]:
-    """Texts -> per text, (translation, score) hypotheses best first."""
-    hyps = translate_ids(
-        model, [source_ids(tokenizer, t, model.cfg) for t in texts], options, target_lang, batch_size
-    )
-    return [[(tokenizer.decode(h.tokens), h.score) for h in hs] for hs in hyps]
+    """Texts -> per text, (translation, score) hypotheses best first; replace_unknowns: output <unk>s become
+    the source text they attend to (model/unknowns.py), as the server does by default."""
+    if not replace_unknowns:
+        hyps = translate_ids(
+            model, [source_ids(tokenizer, t, model.cfg) for t in texts], options, target_lang, batch_size
+        )
+        return [[(tokenizer.decode(h.tokens), h.score) for h in hs] for hs in hyps]
+    sources = [encode_source(tokenizer, t, model.cfg) for t in texts]
+    seqs = [s.ids for s in sources]
+    hyps = translate_ids(model, seqs, options, target_lang, batch_size)
+    eager = getattr(model, "model", model)  # a TracedTranslator's Translator: its eager attention maps
+    assert isinstance(eager, Translator), type(eager)
+    align(eager, seqs, hyps, model.cfg.start_id(target_lang), [True] * len(seqs), batch_size)
+    return [
+        [(restore_text(tokenizer, h, s), h.score) for h in hs] for hs, s in zip(hyps, sources, strict=True)
+    ]

@@ -17,6 +17,7 @@ class Tokenizer:
             raise ValueError(f"{self.path.name}: not a valid sentencepiece model ({e})") from e
         self.pad_id, self.unk_id = self.sp.pad_id(), self.sp.unk_id()
         self.bos_id, self.eos_id = self.sp.bos_id(), self.sp.eos_id()
+        self.unk_surface: str = self.sp.decode([self.unk_id])  # what decode writes for <unk> (" ⁇ ")
 
     @property
     def vocab_size(self) -> int:
@@ -25,6 +26,15 @@ class Tokenizer:
     def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
         ids: list[int] = self.sp.encode(text, out_type=int)
         return ([self.bos_id] if add_bos else []) + ids + ([self.eos_id] if add_eos else [])
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Ids and each piece's character span in `text` (an <unk> covers the characters it stands for)."""
+        out = self.sp.encode(text, out_type="offset_mapping")
+        return list(out["ids"]), [tuple(o) for o in out["offsets"]]
+
+    def encodes_unknown(self, text: str) -> bool:
+        """Whether `text` encodes with an <unk> (never, with byte fallback)."""
+        return self.unk_id in self.sp.encode(text, out_type=int)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return self.sp.encode(texts, out_type=int)

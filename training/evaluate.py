@@ -24,6 +24,7 @@ from model.inference import classify_texts, translate_texts
 from model.jit import trace_translator
 from model.preprocess import source_ids
 from model.quantize import MODES
+from model.unknowns import encode_source, restore_text
 from training.data import read_imdb, read_nsmc, read_parallel, read_tsv_pairs
 from training.metrics import accuracy_f1, bleu_chrf
 
@@ -58,9 +59,11 @@ def evaluate_translation(
     target_lang: str | None = None,
     ct2: CT2Decoder | None = None,
     decoder: Decodable[Any] | None = None,
+    replace_unknowns: bool = False,
 ) -> dict[str, Any]:
     """BLEU and chrF of the best hypotheses, decoded by `decoder` (default: loaded.model, eager), or by
-    CTranslate2 with `ct2`."""
+    CTranslate2 with `ct2`; replace_unknowns: output <unk>s replaced from the source (model/unknowns.py), as
+    the server does."""
     src_lang = source_lang or loaded.config.source_langs[0]
     tgt_lang = target_lang or loaded.config.target_langs[0]
     srcs, refs = read_pairs(loaded, data, fmt, src_lang, tgt_lang)
@@ -68,8 +71,21 @@ def evaluate_translation(
         srcs, refs = srcs[:limit], refs[:limit]
     if ct2 is None:
         model = decoder or loaded.model
-        hyps = translate_texts(model, loaded.tokenizer, srcs, options, tgt_lang)  # type: ignore[arg-type]
+        hyps = translate_texts(
+            model,  # type: ignore[arg-type]
+            loaded.tokenizer,
+            srcs,
+            options,
+            tgt_lang,
+            replace_unknowns=replace_unknowns,
+        )
         best = [h[0][0] for h in hyps]
+    elif replace_unknowns:
+        sources = [encode_source(loaded.tokenizer, t, loaded.config) for t in srcs]
+        out = ct2.translate_ids(
+            [s.ids for s in sources], options, tgt_lang, align_unknowns=[True] * len(srcs)
+        )
+        best = [restore_text(loaded.tokenizer, h[0], s) for h, s in zip(out, sources, strict=True)]
     else:  # APP_TRANSLATION_ENGINE=ctranslate2's decoding
         ids = [source_ids(loaded.tokenizer, t, loaded.config) for t in srcs]
         best = [loaded.tokenizer.decode(h[0].tokens) for h in ct2.translate_ids(ids, options, tgt_lang)]
@@ -82,6 +98,7 @@ def evaluate_translation(
         "max_length_offset": options.max_length_offset,
     }
     res["pair"] = f"{src_lang}-{tgt_lang}"
+    res["replace_unknowns"] = replace_unknowns
     return res
 
 
@@ -98,6 +115,7 @@ def run(
     dtype: str = "float32",
     quantize: str | None = None,
     engine: str = "torch",
+    replace_unknowns: bool = False,
 ) -> dict[str, Any]:
     """Score `checkpoint` on `data` (the CLI's work, callable from ship and tests) as the server runs it:
     translators traced (model.jit.trace_translator); `dtype`: the weights' and activations' type, as the server's
@@ -126,7 +144,9 @@ def run(
             compute_type = "int8" if quantize == "int8" else dtype
             threads = torch.get_num_threads()
             ct2 = load_ct2_decoder(loaded, decoder, compute_type=compute_type, intra_threads=threads)
-        res = evaluate_translation(loaded, data, fmt, opts, limit, source_lang, target_lang, ct2, decoder)
+        res = evaluate_translation(
+            loaded, data, fmt, opts, limit, source_lang, target_lang, ct2, decoder, replace_unknowns
+        )
         res["engine"] = engine
     res["dtype"] = dtype
     if quantize is not None:
@@ -171,6 +191,11 @@ def cli(argv: list[str] | None = None) -> int:
         default="torch",
         help="decode translations as the server does with APP_TRANSLATION_ENGINE=... (ctranslate2: CPU)",
     )
+    p.add_argument(
+        "--replace-unknowns",
+        action="store_true",
+        help="replace output <unk>s from the source as the server does by default (model/unknowns.py)",
+    )
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -186,6 +211,7 @@ def cli(argv: list[str] | None = None) -> int:
         dtype=args.dtype,
         quantize=args.quantize,
         engine=args.engine,
+        replace_unknowns=args.replace_unknowns,
     )
     print(json.dumps(res, ensure_ascii=False))
     return 0

@@ -35,6 +35,7 @@ from model.decoding import Decodable, StopCheck
 from model.inference import classify_ids, translate_ids
 from model.jit import compile_classifier, trace_translator
 from model.preprocess import classifier_ids, source_ids
+from model.unknowns import Source, align, encode_source, restore
 
 WARMUP_TEXT = "warm up"
 ClassifierItem = tuple[list[int], str]  # token ids and the text (for an n-gram head)
@@ -48,6 +49,14 @@ def uncut_length(tokenizer: Tokenizer, text: str, ids: list[int], max_len: int, 
     return None
 
 
+def _too_long(name: str, cfg: ModelConfig, text: str, n: int, loc: Sequence[str | int]) -> Exception:
+    return invalid(
+        loc,
+        f"a sentence of {n} tokens exceeds the {cfg.max_source_len}-token limit of {name} (EOS included): "
+        f"{text[:60]!r}",
+    )
+
+
 def checked_source_ids(
     name: str, tokenizer: Tokenizer, cfg: ModelConfig, text: str, loc: Sequence[str | int]
 ) -> list[int]:
@@ -55,12 +64,18 @@ def checked_source_ids(
     source-side target tag's position)."""
     ids = source_ids(tokenizer, text, cfg)
     if n := uncut_length(tokenizer, text, ids, cfg.max_source_len, 1):
-        raise invalid(
-            loc,
-            f"a sentence of {n} tokens exceeds the {cfg.max_source_len}-token limit of {name} (EOS included): "
-            f"{text[:60]!r}",
-        )
+        raise _too_long(name, cfg, text, n, loc)
     return ids
+
+
+def checked_source(
+    name: str, tokenizer: Tokenizer, cfg: ModelConfig, text: str, loc: Sequence[str | int]
+) -> Source:
+    """`checked_source_ids` for unknown-token replacement: model.unknowns.encode_source's ids and surfaces."""
+    src = encode_source(tokenizer, text, cfg, cut=False)
+    if len(src.ids) > cfg.max_source_len:
+        raise _too_long(name, cfg, text, len(src.ids), loc)
+    return src
 
 
 class SentimentHandler:
@@ -134,6 +149,7 @@ class Sentence:
 
     ids: list[int]
     num_hypotheses: int = 1
+    surfaces: tuple[str, ...] | None = None  # each id's source text: output <unk>s are replaced from it
 
 
 @dataclass(frozen=True)
@@ -175,16 +191,26 @@ class TranslationHandler:
     def encode_source(self, text: str, loc: Sequence[str | int]) -> list[int]:
         return checked_source_ids(self.name, self.tokenizer, self.cfg, text, loc)
 
+    def sentence(
+        self, text: str, loc: Sequence[str | int], num_hypotheses: int, replace_unknowns: bool
+    ) -> Sentence:
+        """One batch item; replace_unknowns: model.unknowns' encoding, and surfaces to replace <unk>s from."""
+        if not replace_unknowns:
+            return Sentence(self.encode_source(text, loc), num_hypotheses)
+        src = checked_source(self.name, self.tokenizer, self.cfg, text, loc)
+        return Sentence(src.ids, num_hypotheses, src.surfaces)
+
     def sentences(
         self,
         texts: Sequence[list[list[str]]],
         field: str,
         num_hypotheses: int,
         indices: Sequence[int] | None = None,
+        replace_unknowns: bool = False,
     ) -> tuple[list[Sentence], list[TextLayout]]:
         """Every sentence of every text (each split into lines of sentences: app.text.sentences.split_sentences) as
         one item, plus the layouts to put the texts back together; `indices`: the texts' places in the request
-        (for error locations), default 0, 1, ..."""
+        (for error locations), default 0, 1, ...; replace_unknowns: see `sentence`."""
         items: list[Sentence] = []
         layouts = []
         for t, text in zip(indices or range(len(texts)), texts, strict=True):
@@ -192,7 +218,7 @@ class TranslationHandler:
             lines = []
             for sentences in text:
                 lines.append(list(range(len(items), len(items) + len(sentences))))
-                items += [Sentence(self.encode_source(s, loc), num_hypotheses) for s in sentences]
+                items += [self.sentence(s, loc, num_hypotheses, replace_unknowns) for s in sentences]
             layouts.append(TextLayout(lines))
         return items, layouts
 
@@ -203,19 +229,34 @@ class TranslationHandler:
         its first num_hypotheses (translate_ids sorts by length and pads per chunk). should_stop: checked
         between decoder steps (True raises model.DecodingStopped)."""
         opts = key.options(max(s.num_hypotheses for s in items), self.max_len)
-        output = self.decode([s.ids for s in items], opts, key.target_lang, should_stop)
-        decode = self.tokenizer.decode
+        want = [s.surfaces is not None for s in items]
+        output = self.decode([s.ids for s in items], opts, key.target_lang, should_stop, want)
         return [
-            [SentenceTranslation(decode(h.tokens), h.score, h.tokens) for h in hyps[: s.num_hypotheses]]
+            [SentenceTranslation(self.detokenize(h, s), h.score, h.tokens) for h in hyps[: s.num_hypotheses]]
             for hyps, s in zip(output, items, strict=True)
         ]
 
+    def detokenize(self, hyp: Hypothesis, item: Sentence) -> str:
+        """The hypothesis' text, its <unk>s replaced from the source when it has an alignment."""
+        if item.surfaces is None or hyp.alignment is None:
+            return self.tokenizer.decode(hyp.tokens)
+        return restore(self.tokenizer, hyp.tokens, hyp.alignment, item.ids, item.surfaces)
+
     def decode(
-        self, seqs: list[list[int]], opts: DecodeOptions, target_lang: str, should_stop: StopCheck = None
+        self,
+        seqs: list[list[int]],
+        opts: DecodeOptions,
+        target_lang: str,
+        should_stop: StopCheck = None,
+        align_unknowns: Sequence[bool] | None = None,
     ) -> list[list[Hypothesis]]:
-        """One dynamic batch of source ids -> n-best hypotheses per item (the engine's part of `run`)."""
+        """One dynamic batch of source ids -> n-best hypotheses per item (the engine's part of `run`);
+        align_unknowns: per item, whether its hypotheses that hold an <unk> get an `alignment`."""
         with torch.inference_mode():
-            return translate_ids(self.decoder, seqs, opts, target_lang, max(1, len(seqs)), should_stop)
+            out = translate_ids(self.decoder, seqs, opts, target_lang, max(1, len(seqs)), should_stop)
+            if align_unknowns is not None and any(align_unknowns):
+                align(self.model, seqs, out, self.model.cfg.start_id(target_lang), align_unknowns)
+        return out
 
     def join(
         self, layout: TextLayout, outputs: list[list[SentenceTranslation]], n: int, return_scores: bool

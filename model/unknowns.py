@@ -1,0 +1,215 @@
+"""Unknown-token replacement: an output <unk> becomes the source text it attends to most (Luong et al., 2015;
+CTranslate2's `replace_unknowns`).
+
+A tokenizer without byte fallback maps characters it never saw (digits, `€ % @ #`, emoji) to <unk>. Three parts:
+
+- `encode_source`: each run of unknown characters in a number, price, date, symbol group, URL or e-mail (a
+  `chunk`) becomes one <unk> of the source, so the model sees one unknown where the text has one item (a run
+  split by known characters, "2025" -> "▁ <unk> 0 <unk>", would need the model to copy that pattern), and each
+  source id keeps its surface text.
+- `pick_sources`: per output <unk>, the source position of highest attention (last decoder layer, mean over
+  heads) among the source's <unk>s (among all its tokens when it has none). Both engines compute the same
+  matrix: the torch engine by one teacher-forced pass over the hypotheses that hold an <unk> (`align`), the
+  CTranslate2 engine during its search (`return_attention`).
+- `restore`: the detokenized text with each <unk> replaced by its source surface; consecutive <unk>s that
+  pick the same source position give it once.
+
+Text whose encoding has no <unk> is encoded, decoded and answered exactly as without replacement.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from model.config import ModelConfig
+from model.decoding import Hypothesis
+from model.preprocess import pad_ids
+from model.tokenizer import Tokenizer
+from model.translator import Translator
+
+SENTINEL = "\ue000"  # a private-use character: one <unk> for a tokenizer without byte fallback
+_ITEM = r"[^\w\s]|[\d_]"  # a character that is neither a letter nor a space
+_CHUNK = re.compile(
+    r"(?:https?://|www\.)\S+"  # URL
+    r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # e-mail
+    rf"|(?:{_ITEM})+(?:[ \u00a0\u202f]+(?:{_ITEM})+)*"  # numbers and symbols, spaces inside: "15 €", "1 000"
+)
+
+
+@dataclass(frozen=True)
+class Source:
+    """A translator source: ids (pieces + EOS, within max_len) and the source text of each id."""
+
+    ids: list[int]
+    surfaces: tuple[str, ...]  # (S,): "" for EOS and for pieces that cover no character
+
+
+def chunks(text: str, unknown: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Character spans of `text` to encode as one <unk> each: URLs, e-mails and runs of non-letters (spaces
+    inside) that hold an unknown character (`unknown`: the spans of the tokenizer's <unk> pieces), without
+    known punctuation at either end (a sentence's final "." stays the model's)."""
+    bad = [False] * len(text)
+    for a, b in unknown:
+        bad[a:b] = [True] * (b - a)
+    spans = []
+    for m in _CHUNK.finditer(text):
+        a, b = m.span()
+        while a < b and not bad[a] and unicodedata.category(text[a]).startswith("P"):
+            a += 1
+        while b > a and not bad[b - 1] and unicodedata.category(text[b - 1]).startswith("P"):
+            b -= 1
+        if any(bad[a:b]):
+            spans.append((a, b))
+    return spans
+
+
+def encode_source(tokenizer: Tokenizer, text: str, cfg: ModelConfig, cut: bool = True) -> Source:
+    """`model.preprocess.source_ids` with each chunk as one <unk>, and every id's surface text; cut=False
+    keeps every piece (a caller that refuses long sources counts them)."""
+    ids, offsets = tokenizer.encode_with_offsets(text)
+    if cfg.unk_id in ids and tokenizer.encodes_unknown(SENTINEL):
+        spans = chunks(text, [o for i, o in zip(ids, offsets, strict=True) if i == cfg.unk_id])
+        if spans:
+            masked, origin = _mask(text, spans)
+            ids, offsets = tokenizer.encode_with_offsets(masked)
+            offsets = [(origin[a][0], origin[b - 1][1]) if a < b else (0, 0) for a, b in offsets]
+    n = cfg.max_len - 1 if cut else len(ids)
+    return Source(ids[:n] + [cfg.eos_id], (*(text[a:b] for a, b in offsets[:n]), ""))
+
+
+def _mask(text: str, spans: list[tuple[int, int]]) -> tuple[str, list[tuple[int, int]]]:
+    """`text` with each span replaced by SENTINEL, and per character of the result its span in `text`."""
+    out, origin, pos = [], [], 0
+    for a, b in spans:
+        out.append(text[pos:a])
+        origin += [(i, i + 1) for i in range(pos, a)]
+        out.append(SENTINEL)
+        origin.append((a, b))
+        pos = b
+    out.append(text[pos:])
+    origin += [(i, i + 1) for i in range(pos, len(text))]
+    return "".join(out), origin
+
+
+def needs_alignment(src_ids: Sequence[int], tokens: Sequence[int], unk_id: int) -> bool:
+    """Whether `restore` reads an alignment: the output or the source (EOS aside) holds an <unk>."""
+    return unk_id in tokens or unk_id in src_ids[:-1]
+
+
+def pick_sources(attention: Tensor, src_ids: Sequence[int], tokens: Sequence[int], unk_id: int) -> list[int]:
+    """attention (T', S') over the source (S' = S, or S - 1 without EOS; T' >= T) -> per output token the
+    source position (EOS never) of highest weight: for an <unk>, among the source's <unk>s when it has some;
+    ties go to the first."""
+    n = len(src_ids) - 1
+    if n < 1:
+        return [0] * len(tokens)
+    attn = attention.float()[: len(tokens), :n]  # (T, n)
+    best = attn.argmax(-1).tolist()
+    unks = [s for s in range(n) if src_ids[s] == unk_id]
+    if unks and unk_id in tokens:
+        index = torch.tensor(unks)
+        among = index[attn[:, index].argmax(-1)].tolist()
+        best = [among[j] if t == unk_id else best[j] for j, t in enumerate(tokens)]
+    return best
+
+
+def reattach(
+    tokenizer: Tokenizer, tokens: Sequence[int], alignment: Sequence[int], src_ids: Sequence[int]
+) -> tuple[list[int], list[int]]:
+    """Tokens and alignment with a word-initial <unk> put back for each source <unk> no output <unk> picked:
+    after the word of the last token aligned to the source before it (the output's start if none), ahead of
+    that word's trailing punctuation."""
+    tokens, alignment = list(tokens), list(alignment)
+    space = tokenizer.piece_to_id("\u2581")
+    if space == tokenizer.unk_id:  # no "▁" piece: nothing to mark a word start with
+        return tokens, alignment
+    picked = {a for t, a in zip(tokens, alignment, strict=True) if t == tokenizer.unk_id}
+    missing = [u for u in range(len(src_ids) - 1) if src_ids[u] == tokenizer.unk_id and u not in picked]
+    for u in missing:
+        before = [j for j, a in enumerate(alignment) if a < u and tokens[j] != tokenizer.unk_id]
+        k = 0
+        if before:
+            k = max(before, key=lambda j: (alignment[j], j)) + 1
+            pieces = tokenizer.pieces(tokens[k:])
+            while k < len(tokens) and _continues_word(pieces[0]):  # to the end of that word
+                k, pieces = k + 1, pieces[1:]
+        tokens[k:k] = [space, tokenizer.unk_id]
+        alignment[k:k] = [u, u]
+    return tokens, alignment
+
+
+def _continues_word(piece: str) -> bool:
+    return not piece.startswith("\u2581") and any(c.isalnum() for c in piece)
+
+
+def restore(
+    tokenizer: Tokenizer,
+    tokens: Sequence[int],
+    alignment: Sequence[int],
+    src_ids: Sequence[int],
+    surfaces: Sequence[str],
+) -> str:
+    """Detokenize `tokens` with each <unk> replaced by the surface of its source position (`alignment`, one
+    per token; the <unk>s of a run that picked the same position give it once), and the source's <unk>s no
+    output <unk> picked put back (`reattach`)."""
+    tokens, alignment = reattach(tokenizer, tokens, alignment, src_ids)
+    text = tokenizer.decode(tokens)
+    parts = text.split(tokenizer.unk_surface)
+    unks = [j for j, t in enumerate(tokens) if t == tokenizer.unk_id]
+    if not unks or len(parts) != len(unks) + 1:  # (a literal unk surface in the output: left alone)
+        return text
+    fills = []
+    for j in unks:
+        same = j > 0 and tokens[j - 1] == tokenizer.unk_id and alignment[j - 1] == alignment[j]
+        fills.append("" if same else surfaces[alignment[j]].strip())
+    return parts[0] + "".join(f + p for f, p in zip(fills, parts[1:], strict=True))
+
+
+def restore_text(tokenizer: Tokenizer, hyp: Hypothesis, source: Source) -> str:
+    """A hypothesis' text: `restore` when it has an alignment, else plain detokenization."""
+    if hyp.alignment is None:
+        return tokenizer.decode(hyp.tokens)
+    return restore(tokenizer, hyp.tokens, hyp.alignment, source.ids, source.surfaces)
+
+
+@torch.inference_mode()
+def cross_attention(model: Translator, pairs: Sequence[tuple[list[int], list[int]]]) -> list[Tensor]:
+    """(source ids, decoder input [start] + tokens) pairs -> per pair the last decoder layer's cross-attention
+    averaged over heads, (T, S) float32 on CPU: row t is the attention of the step that chose token t."""
+    dev = model.banned.device
+    src = pad_ids([s for s, _ in pairs], model.cfg.pad_id, dev)
+    tgt = pad_ids([t for _, t in pairs], model.cfg.pad_id, dev)  # padding after a row's end changes nothing
+    _, maps = model.attention(src, tgt)
+    last = maps.cross[-1].mean(1)  # (B, T, S)
+    return [last[b, : len(t), : len(s)] for b, (s, t) in enumerate(pairs)]
+
+
+def align(
+    model: Translator,
+    seqs: Sequence[list[int]],
+    results: Sequence[list[Hypothesis]],
+    start_id: int,
+    want: Sequence[bool],
+    batch_size: int = 64,
+) -> None:
+    """Set `alignment` on the hypotheses of the sources `want` marks that need one (`needs_alignment`), by
+    teacher-forced passes of `batch_size` hypotheses."""
+    unk = model.cfg.unk_id
+    todo = [
+        (seqs[i], h)
+        for i, hyps in enumerate(results)
+        if want[i]
+        for h in hyps
+        if needs_alignment(seqs[i], h.tokens, unk)
+    ]
+    for k in range(0, len(todo), batch_size):
+        group = todo[k : k + batch_size]
+        maps = cross_attention(model, [(s, [start_id, *h.tokens]) for s, h in group])
+        for (s, h), attn in zip(group, maps, strict=True):
+            h.alignment = pick_sources(attn, s, h.tokens, unk)
