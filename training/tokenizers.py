@@ -1,7 +1,14 @@
-"""Train a sentencepiece tokenizer on training text only (ids: pad 0, unk 1, bos 2, eos 3)."""
+"""Train a sentencepiece tokenizer on training text only (ids: pad 0, unk 1, bos 2, eos 3).
+
+Byte fallback (a character outside the vocabulary becomes its UTF-8 bytes, each a piece of its own) and split
+digits (each digit a piece) are on: a model trained on such a tokenizer never sees <unk>, and copies
+numbers digit by digit. The shipped translators predate this: their <unk>s are replaced from the source
+(model/unknowns.py).
+"""
 
 from __future__ import annotations
 
+import logging
 import random
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -10,6 +17,10 @@ from pathlib import Path
 import sentencepiece as spm
 
 SPECIAL_IDS = {"pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3}
+# byte fallback takes 256 pieces (<0x00>..<0xFF>): below this size they would crowd out the subwords
+MIN_BYTE_FALLBACK_VOCAB = 1024
+
+log = logging.getLogger(__name__)
 
 
 def train_tokenizer(
@@ -23,8 +34,16 @@ def train_tokenizer(
     max_sentences: int = 2_000_000,
     seed: int = 0,
     num_threads: int = 2,
+    byte_fallback: bool | None = None,
+    split_digits: bool = True,
 ) -> Path:
-    """Write `<out_path>` (.model) trained on `texts`; control symbols ([CLS], <2en>) follow the 4 special ids."""
+    """Write `<out_path>` (.model) trained on `texts`; control symbols ([CLS], <2en>) follow the 4 special ids.
+
+    byte_fallback: None = on from MIN_BYTE_FALLBACK_VOCAB pieces (tiny test vocabularies have no room)."""
+    if byte_fallback is None:
+        byte_fallback = vocab_size >= MIN_BYTE_FALLBACK_VOCAB
+        if not byte_fallback:
+            log.info("vocab_size %d < %d: no byte fallback", vocab_size, MIN_BYTE_FALLBACK_VOCAB)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     lines = [t.replace("\n", " ").strip() for t in texts]
@@ -46,6 +65,8 @@ def train_tokenizer(
             num_threads=num_threads,
             minloglevel=2,
             hard_vocab_limit=False,  # tiny corpora (tests) may not support the full size
+            byte_fallback=byte_fallback,
+            split_digits=split_digits,
             **SPECIAL_IDS,
         )
     (out_path.with_suffix(".vocab")).unlink(missing_ok=True)
