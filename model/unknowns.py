@@ -120,17 +120,26 @@ def pick_sources(attention: Tensor, src_ids: Sequence[int], tokens: Sequence[int
 
 
 def reattach(
-    tokenizer: Tokenizer, tokens: Sequence[int], alignment: Sequence[int], src_ids: Sequence[int]
+    tokenizer: Tokenizer,
+    tokens: Sequence[int],
+    alignment: Sequence[int],
+    src_ids: Sequence[int],
+    surfaces: Sequence[str],
 ) -> tuple[list[int], list[int]]:
-    """Tokens and alignment with a word-initial <unk> put back for each source <unk> no output <unk> picked:
-    after the word of the last token aligned to the source before it (the output's start if none), ahead of
-    that word's trailing punctuation."""
+    """Tokens and alignment with a word-initial <unk> put back for each source chunk (an <unk> whose surface
+    is a whole `chunks` item, not an unknown letter of a word) that no output <unk> picked: after the word
+    of the last token aligned to the source before it (the output's start if none), ahead of that word's
+    trailing punctuation."""
     tokens, alignment = list(tokens), list(alignment)
     space = tokenizer.piece_to_id("\u2581")
     if space == tokenizer.unk_id:  # no "▁" piece: nothing to mark a word start with
         return tokens, alignment
     picked = {a for t, a in zip(tokens, alignment, strict=True) if t == tokenizer.unk_id}
-    missing = [u for u in range(len(src_ids) - 1) if src_ids[u] == tokenizer.unk_id and u not in picked]
+    missing = [
+        u
+        for u in range(len(src_ids) - 1)
+        if src_ids[u] == tokenizer.unk_id and u not in picked and _CHUNK.fullmatch(surfaces[u].strip())
+    ]
     for u in missing:
         before = [j for j, a in enumerate(alignment) if a < u and tokens[j] != tokenizer.unk_id]
         k = 0
@@ -139,6 +148,7 @@ def reattach(
             pieces = tokenizer.pieces(tokens[k:])
             while k < len(tokens) and _continues_word(pieces[0]):  # to the end of that word
                 k, pieces = k + 1, pieces[1:]
+        k = min(k, _final_punctuation(tokenizer.pieces(tokens)))
         tokens[k:k] = [space, tokenizer.unk_id]
         alignment[k:k] = [u, u]
     return tokens, alignment
@@ -146,6 +156,14 @@ def reattach(
 
 def _continues_word(piece: str) -> bool:
     return not piece.startswith("\u2581") and any(c.isalnum() for c in piece)
+
+
+def _final_punctuation(pieces: Sequence[str]) -> int:
+    """Where the output's final run of punctuation pieces (". ", '?"') starts (len(pieces) if none)."""
+    k = len(pieces)
+    while k > 0 and not any(c.isalnum() for c in pieces[k - 1]) and pieces[k - 1].strip("\u2581"):
+        k -= 1
+    return k
 
 
 def restore(
@@ -158,7 +176,7 @@ def restore(
     """Detokenize `tokens` with each <unk> replaced by the surface of its source position (`alignment`, one
     per token; the <unk>s of a run that picked the same position give it once), and the source's <unk>s no
     output <unk> picked put back (`reattach`)."""
-    tokens, alignment = reattach(tokenizer, tokens, alignment, src_ids)
+    tokens, alignment = reattach(tokenizer, tokens, alignment, src_ids, surfaces)
     text = tokenizer.decode(tokens)
     parts = text.split(tokenizer.unk_surface)
     unks = [j for j, t in enumerate(tokens) if t == tokenizer.unk_id]
@@ -168,7 +186,14 @@ def restore(
     for j in unks:
         same = j > 0 and tokens[j - 1] == tokenizer.unk_id and alignment[j - 1] == alignment[j]
         fills.append("" if same else surfaces[alignment[j]].strip())
-    return parts[0] + "".join(f + p for f, p in zip(fills, parts[1:], strict=True))
+    out = parts[0]
+    for fill, part in zip(fills, parts[1:], strict=True):
+        if _CHUNK.fullmatch(fill):  # "19:30" + "0.": digits glued on (a chunk ends where its digits do);
+            part = part.lstrip(
+                "0123456789"
+            )  # the model learned "<unk>0" from numbers split by unknown digits
+        out += fill + part
+    return out
 
 
 def restore_text(tokenizer: Tokenizer, hyp: Hypothesis, source: Source) -> str:
