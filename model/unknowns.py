@@ -60,13 +60,17 @@ def chunks(text: str, unknown: Sequence[tuple[int, int]]) -> list[tuple[int, int
     spans = []
     for m in _CHUNK.finditer(text):
         a, b = m.span()
-        while a < b and not bad[a] and unicodedata.category(text[a]).startswith("P"):
+        while a < b and _trimmed(text[a], bad[a]):
             a += 1
-        while b > a and not bad[b - 1] and unicodedata.category(text[b - 1]).startswith("P"):
+        while b > a and _trimmed(text[b - 1], bad[b - 1]):
             b -= 1
         if any(bad[a:b]):
             spans.append((a, b))
     return spans
+
+
+def _trimmed(char: str, unknown: bool) -> bool:
+    return char.isspace() or (not unknown and unicodedata.category(char).startswith("P"))
 
 
 def encode_source(tokenizer: Tokenizer, text: str, cfg: ModelConfig, cut: bool = True) -> Source:

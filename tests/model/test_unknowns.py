@@ -1,0 +1,139 @@
+"""Unknown-token replacement (model/unknowns.py): chunk encoding, source picking, restoring, and a tiny model
+whose answer is known."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from model import DecodeOptions, Hypothesis, Tokenizer, Translator
+from model.inference import translate_texts
+from model.preprocess import source_ids
+from model.unknowns import SENTINEL, chunks, encode_source, pick_sources, restore
+from tests.conftest import make_corpus, tiny_translation_config
+
+FR_TEST = Path("/work/shared/data/tatoeba/fra-eng/test.tsv")
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_tokenizer_path: Path) -> Tokenizer:
+    """The tiny tokenizer: its corpus has no digits, symbols or emoji, so they encode to <unk>."""
+    return Tokenizer(tiny_tokenizer_path)
+
+
+def piece(tok: Tokenizer, p: str) -> int:
+    i = tok.piece_to_id(p)
+    assert i != tok.unk_id, p
+    return i
+
+
+def test_text_without_unknowns_encodes_as_before(tok: Tokenizer) -> None:
+    """Parity: where no <unk> is involved the ids are source_ids' (the tiny corpus, and the fr-en test split
+    with the shipped tokenizer when both are here)."""
+    cfg = tiny_translation_config(tok.vocab_size, max_len=24)
+    texts = make_corpus(100)
+    for text in texts:
+        assert encode_source(tok, text, cfg).ids == source_ids(tok, text, cfg)
+    shipped = Path("checkpoints/translate-fr-en/tokenizer.model")
+    if FR_TEST.exists() and shipped.exists():
+        real = Tokenizer(shipped)
+        cfg = tiny_translation_config(real.vocab_size, max_len=66)
+        lines = FR_TEST.read_text(encoding="utf-8").splitlines()[1:]
+        for line in lines:
+            fr = line.split("\t")[1]
+            if real.unk_id not in real.encode(fr):
+                assert encode_source(real, fr, cfg).ids == source_ids(real, fr, cfg)
+
+
+def test_each_chunk_is_one_unknown_with_its_surface(tok: Tokenizer) -> None:
+    assert tok.encodes_unknown(SENTINEL)
+    cfg = tiny_translation_config(tok.vocab_size)
+    text = "Le chat aime 15 € et part 19:30. Mon ami 😀😀 https://x.org/a?b=1 !"
+    src = encode_source(tok, text, cfg)
+    unknown = [s for i, s in zip(src.ids, src.surfaces, strict=True) if i == tok.unk_id]
+    assert unknown == ["15 €", "19:30", "😀😀", "https://x.org/a?b=1"]
+    assert src.ids[-1] == cfg.eos_id
+    assert src.surfaces[-1] == ""
+    assert "".join(src.surfaces).replace(" ", "") == text.replace(" ", "")
+
+
+def test_chunks_keep_the_sentence_mark_and_skip_words() -> None:
+    text = "Il a 2025 chats (12). Écrivez"
+    unknown = [(5, 6), (18, 19), (22, 23)]  # "2" of 2025, "2" of 12, "É"
+    assert [text[a:b] for a, b in chunks(text, unknown)] == ["2025", "12"]  # "(", ")." and words left out
+
+
+def test_pick_sources_prefers_source_unknowns_for_output_unknowns() -> None:
+    unk = 1
+    src = [5, unk, 6, unk, 3]  # EOS last
+    attn = torch.tensor(
+        [
+            [0.1, 0.5, 0.0, 0.3, 0.1],  # token "a": plain argmax -> 1
+            [0.6, 0.1, 0.0, 0.2, 0.1],  # <unk>: source 0 is not unknown -> best unknown is 3
+            [0.0, 0.0, 0.1, 0.0, 0.9],  # token "b": EOS never -> 2
+        ]
+    )
+    assert pick_sources(attn, src, [7, unk, 8], unk) == [1, 3, 2]
+    assert pick_sources(attn[:, :4], src, [7, unk, 8], unk) == [1, 3, 2]  # CTranslate2: no EOS column
+
+
+def test_restore_spaces_merges_and_reattaches(tok: Tokenizer) -> None:
+    u, sp = tok.unk_id, piece(tok, "\u2581")
+    cat, dot = piece(tok, "\u2581maison"), piece(tok, ".")
+    src = [cat, sp, u, dot, 3]
+    surfaces = ("maison", " ", "12", ".", "")
+    assert restore(tok, [cat, sp, u, dot], [0, 1, 2, 3], src, surfaces) == "maison 12."
+    assert restore(tok, [cat, u, dot], [0, 2, 3], src, surfaces) == "maison12."
+    assert restore(tok, [sp, u, u, cat], [1, 2, 2, 0], src, surfaces) == "12 maison"  # one run, one surface
+    # dropped by the model: put back after the word aligned before it, ahead of the final mark
+    assert restore(tok, [cat, dot], [0, 3], src, surfaces) == "maison 12."
+    assert restore(tok, [cat, dot], [3, 3], src, surfaces) == "12 maison."  # nothing before it: first
+    # an unknown letter inside a word is not an item: never put back
+    assert restore(tok, [cat, dot], [0, 3], src, ("maison", " ", "É", ".", "")) == "maison."
+
+
+def unk_emitter(vocab_size: int, emit: int) -> Translator:
+    """A tiny translator that writes `emit` at every step: its decoder's final LayerNorm outputs one fixed
+    vector whatever the input, and only `emit`'s output row points along it."""
+    torch.manual_seed(0)
+    model = Translator(tiny_translation_config(vocab_size, tie_embeddings=False)).eval()
+    direction = torch.zeros(model.cfg.d_model)
+    direction[0] = 1.0
+    with torch.no_grad():
+        model.decoder.norm.weight.zero_()
+        model.decoder.norm.bias.copy_(direction)
+        model.generator.weight.zero_()
+        model.generator.weight[emit] = 10.0 * direction
+    return model
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_tiny_model_gives_the_number_back(tok: Tokenizer, beam_size: int) -> None:
+    """The model writes only <unk> (until EOS is forced): every one attends to the one source <unk>, "12",
+    so the translation is "12" with replacement and a row of ⁇ without."""
+    model = unk_emitter(tok.vocab_size, tok.unk_id)
+    opts = DecodeOptions(beam_size=beam_size)
+    [[(on, _)]] = translate_texts(model, tok, ["le chat 12 ."], opts, replace_unknowns=True)
+    [[(off, _)]] = translate_texts(model, tok, ["le chat 12 ."], opts)
+    assert on == "12"
+    assert len(off.split()) > 1
+    assert set(off.split()) == {tok.unk_surface.strip()}
+
+
+def test_tiny_model_that_drops_the_number_gets_it_back(tok: Tokenizer) -> None:
+    """A model that never writes <unk>: the source's number is put back once, between two words."""
+    model = unk_emitter(tok.vocab_size, piece(tok, "\u2581maison"))
+    [[(on, _)]] = translate_texts(
+        model, tok, ["le chat 12 ."], DecodeOptions(beam_size=1), replace_unknowns=True
+    )
+    [[(off, _)]] = translate_texts(model, tok, ["le chat 12 ."], DecodeOptions(beam_size=1))
+    assert "12" not in off
+    words = on.split()
+    assert words.count("12") == 1
+    assert [w for w in words if w != "12"] == off.split()
+
+
+def test_hypothesis_alignment_defaults_to_none() -> None:
+    assert Hypothesis([5], -1.0, -1.0).alignment is None
