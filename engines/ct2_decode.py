@@ -199,7 +199,8 @@ class CT2Decoder:
                 return_attention=attend,
                 max_input_length=cfg.max_len,
             )
-            first = self._first_rows(chunk, seqs, prefix) if attend and k > 1 else {}
+            wanted = [i for i in chunk if want[i]]
+            first = self._first_rows(wanted, seqs, prefix) if attend and k > 1 else {}
             for i, res in zip(chunk, out, strict=True):
                 steps = max(map(len, res.hypotheses))  # the step its search ended at (EOS counted)
                 if steps < limits[i]:  # ended before its limit: every hypothesis ends in EOS
@@ -251,12 +252,11 @@ class CT2Decoder:
         return results
 
     def _first_rows(
-        self, chunk: list[int], seqs: list[list[int]], prefix: list[str]
+        self, todo: list[int], seqs: list[list[int]], prefix: list[str]
     ) -> dict[int, list[float]]:
-        """The first step's attention row of each source of `chunk` that holds an <unk>, from a one-step
-        greedy search: batched beam search returns another example's row there (CTranslate2 4.x; its greedy
-        search and its later beam steps agree with torch)."""
-        todo = [i for i in chunk if self.cfg.unk_id in seqs[i]]
+        """The first step's attention row of the sources `todo`, from a one-step greedy search: batched beam
+        search returns another example's row there (CTranslate2 4.x; its greedy search and its later beam
+        steps agree with torch)."""
         out = self.translator.translate_batch(
             [self.tokenizer.pieces(seqs[i][:-1]) for i in todo],
             [prefix] * len(todo) if prefix else None,

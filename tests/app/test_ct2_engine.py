@@ -55,6 +55,14 @@ def engine_checkpoint_dir(
     with torch.no_grad():
         model.generator.weight[cfg.eos_id] *= 6.0
     save_checkpoint(root / "translate-ends", model, tiny_tokenizer_path, dtype=torch.float32)
+    torch.manual_seed(
+        2
+    )  # `translate-unk`: it -> en/fr, its <unk> output row scaled up: <unk>s in its outputs
+    model = Translator(tiny_translation_config(**(cfg.__dict__ | {"source_langs": ("it",)}))).eval()
+    with torch.no_grad():
+        model.generator.weight[cfg.eos_id] *= 4.0
+        model.generator.weight[cfg.unk_id] *= 5.0
+    save_checkpoint(root / "translate-unk", model, tiny_tokenizer_path, dtype=torch.float32)
     return root
 
 
@@ -333,3 +341,42 @@ async def test_the_engine_without_the_package_names_the_install(
 def test_unknown_engine_is_refused() -> None:
     with pytest.raises(ValueError, match="translation_engine"):
         Settings(translation_engine="onnx")  # type: ignore[arg-type]
+
+
+IT = [  # digits, symbols and emoji: <unk>s for the tiny tokenizer
+    "le chat 12 aime la musique 2025 .",
+    "un chien 15 € voit un livre 😀 aujourd'hui 19:30",
+    "mon ami lit 50 % et 7 & 8 https://x.org/a?b=1",
+    "elle 😀😀",
+    "le chat aime la maison",
+]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"beam_size": 1},
+        {"beam_size": 4, "num_hypotheses": 3},
+        {"beam_size": 4, "target_lang": "fr"},
+        {"beam_size": 3, "length_penalty": 0},
+        {"beam_size": 4, "replace_unknowns": False},
+    ],
+    ids=["greedy", "beam4-nbest3", "beam4-fr", "beam3-lp0", "off"],
+)
+async def test_unknowns_are_replaced_as_torch_replaces_them(
+    torch_client: httpx.AsyncClient, ct2_server: tuple[Any, httpx.AsyncClient], body: dict[str, Any]
+) -> None:
+    """The same texts from both engines with <unk>s replaced (CTranslate2's attention read as torch's); the
+    outputs do hold <unk>s (off: ⁇), and on, every number and symbol of the sources comes back."""
+    body = {"texts": IT, "source_lang": "it", "return_scores": True} | body
+    want = await torch_client.post("/translate", json=body)
+    got = await ct2_server[1].post("/translate", json=body)
+    assert want.status_code == got.status_code == 200, (want.text, got.text)
+    assert_same_answer(got.json(), want.json())
+    texts = [r["translation"] for r in want.json()["results"]]
+    if body.get("replace_unknowns", True):
+        assert not any("\u2047" in t for t in texts[:4])
+        for item, text in zip(["12", "15 €", "50 %", "😀😀"], texts, strict=False):
+            assert item in text
+    else:
+        assert any("\u2047" in t for t in texts)
