@@ -20,7 +20,7 @@ from model import DecodeOptions, LoadedModel, Translator, load_checkpoint, save_
 from model.inference import classify_texts, translate_ids
 from model.preprocess import classifier_ids, source_ids, target_ids
 from tests.app.conftest import MULTI_LANG_IDS, serve
-from tests.conftest import tiny_translation_config
+from tests.conftest import make_corpus, tiny_translation_config
 
 pytestmark = pytest.mark.anyio
 FR = ["Le chat aime la maison.", "Un chien voit un livre !", "Elle lit encore"]
@@ -344,6 +344,52 @@ async def test_translate_sentence_over_max_len_is_422_naming_the_limit(client: h
     [err] = r.json()["detail"]
     assert err["loc"] == ["body", "texts", 1]
     assert "512-token limit of translate-fr-en" in err["msg"]
+
+
+async def test_translate_puts_back_numbers_and_symbols_unless_asked_not_to(client: httpx.AsyncClient) -> None:
+    """The tiny tokenizer has no digits, symbols or emoji: each item below is one <unk> of its source. On
+    (the default) each comes back exactly, whatever the random model wrote; off: the raw output."""
+    texts = ["le chat aime 12 livres.", "un chien voit 15 € et 😀 aujourd'hui.", "mon ami lit à 19:30"]
+    on = await client.post("/translate", json={"texts": texts, "source_lang": "fr"})
+    off = await client.post(
+        "/translate", json={"texts": texts, "source_lang": "fr", "replace_unknowns": False}
+    )
+    assert on.status_code == off.status_code == 200, (on.text, off.text)
+    for items, r_on, r_off in zip(
+        [["12"], ["15 €", "😀"], ["19:30"]], on.json()["results"], off.json()["results"], strict=True
+    ):
+        assert all(i in r_on["translation"] for i in items), r_on
+        assert not any(i in r_off["translation"] for i in items), r_off
+        assert "\u2047" not in r_on["translation"]
+
+
+async def test_translate_without_unknowns_is_the_same_either_way(client: httpx.AsyncClient) -> None:
+    """Parity: sentences whose source and output hold no <unk> translate exactly as with replacement off."""
+    texts = make_corpus(20)[::3][:14] + FR
+    on = (await client.post("/translate", json={"texts": texts, "source_lang": "fr", "beam_size": 2})).json()
+    off = (
+        await client.post(
+            "/translate",
+            json={"texts": texts, "source_lang": "fr", "beam_size": 2, "replace_unknowns": False},
+        )
+    ).json()
+    pairs = [(a["translation"], b["translation"]) for a, b in zip(on["results"], off["results"], strict=True)]
+    clean = [(a, b) for a, b in pairs if "\u2047" not in b]
+    assert len(clean) >= len(texts) // 2
+    assert all(a == b for a, b in clean)
+
+
+async def test_replace_unknowns_is_a_documented_boolean(client: httpx.AsyncClient) -> None:
+    spec = (await client.get("/openapi.json")).json()
+    field = spec["components"]["schemas"]["TranslateRequest"]["properties"]["replace_unknowns"]
+    assert field["type"] == "boolean"
+    assert field["default"] is True
+    assert "<unk>" in field["description"]
+    r = await client.post(
+        "/translate", json={"text": "le chat", "source_lang": "fr", "replace_unknowns": "no"}
+    )
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"] == ["body", "replace_unknowns"]
 
 
 # --- /attention ------------------------------------------------------------------------------------------
