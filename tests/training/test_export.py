@@ -168,6 +168,36 @@ def test_evaluate_with_the_ctranslate2_engine_scores_as_torch(
     assert ct2_res["bleu"] > 10  # real translations
 
 
+def test_evaluate_replace_unknowns_puts_numbers_back_in_both_engines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--replace-unknowns`: the shipped fr-en model's lost numbers and symbols come back, the same in both
+    engines, and BLEU against references that hold them rises."""
+    pairs = [
+        (
+            "The ticket costs 15 € and the train leaves at 19:30.",
+            "Le billet coûte 15 € et le train part à 19:30.",
+        ),
+        ("I have 3 cats and 2 dogs.", "J'ai 3 chats et 2 chiens."),
+        ("He was born on 12/03/1990 in Paris.", "Il est né le 12/03/1990 à Paris."),
+    ]
+    data = tmp_path / "test.tsv"
+    data.write_text("en\tfr\n" + "".join(f"{e}\t{f}\n" for e, f in pairs))
+    argv = ["evaluate", "--checkpoint", str(SHIPPED), "--data", str(data), "--format", "tatoeba"]
+    results = {}
+    for engine, flags in (
+        ("torch", []),
+        ("torch", ["--replace-unknowns"]),
+        ("ctranslate2", ["--replace-unknowns"]),
+    ):
+        assert main([*argv, "--engine", engine, *flags]) == 0
+        results[engine, bool(flags)] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    off, on, ct2 = results["torch", False], results["torch", True], results["ctranslate2", True]
+    assert (off["replace_unknowns"], on["replace_unknowns"]) == (False, True)
+    assert (ct2["bleu"], ct2["chrf"]) == (on["bleu"], on["chrf"])
+    assert on["bleu"] > off["bleu"]
+
+
 def test_evaluate_engine_is_for_translators(tiny_sentiment_checkpoint: Path, tmp_path: Path) -> None:
     data = tmp_path / "nsmc.txt"
     data.write_text("id\tdocument\tlabel\n1\t좋아요\t1\n")
