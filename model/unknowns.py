@@ -7,14 +7,15 @@ A tokenizer without byte fallback maps characters it never saw (digits, `€ % @
   `chunk`) becomes one <unk> of the source, so the model sees one unknown where the text has one item (a run
   split by known characters, "2025" -> "▁ <unk> 0 <unk>", would need the model to copy that pattern), and each
   source id keeps its surface text.
-- `pick_sources`: per output <unk>, the source position of highest attention (last decoder layer, mean over
-  heads) among the source's <unk>s (among all its tokens when it has none). Both engines compute the same
-  matrix: the torch engine by one teacher-forced pass over the hypotheses that hold an <unk> (`align`), the
-  CTranslate2 engine during its search (`return_attention`).
-- `restore`: the detokenized text with each <unk> replaced by its source surface; consecutive <unk>s that
-  pick the same source position give it once.
+- `pick_sources`: per output token, the source position of highest attention (last decoder layer, mean
+  over heads); for an output <unk>, among the source's <unk>s when it has some. Both engines compute the
+  same matrix: torch by one teacher-forced pass over the hypotheses that need it (`align`), CTranslate2
+  during its search (`return_attention`).
+- `restore`: the detokenized text with each output <unk> replaced by its source surface (a run of <unk>s
+  that pick the same position gives it once), and each chunk the model dropped put back after the output
+  word aligned just before it (`reattach`): every chunk comes back once, verbatim.
 
-Text whose encoding has no <unk> is encoded, decoded and answered exactly as without replacement.
+A source and output without <unk> are encoded, decoded and answered exactly as without replacement.
 """
 
 from __future__ import annotations
@@ -34,12 +35,11 @@ from model.tokenizer import Tokenizer
 from model.translator import Translator
 
 SENTINEL = "\ue000"  # a private-use character: one <unk> for a tokenizer without byte fallback
+_LINK = r"(?:https?://|www\.)\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # URL, e-mail
 _ITEM = r"[^\w\s]|[\d_]"  # a character that is neither a letter nor a space
-_CHUNK = re.compile(
-    r"(?:https?://|www\.)\S+"  # URL
-    r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # e-mail
-    rf"|(?:{_ITEM})+(?:[ \u00a0\u202f]+(?:{_ITEM})+)*"  # numbers and symbols, spaces inside: "15 €", "1 000"
-)
+# a link, or non-letters with spaces inside ("15 €", "1 000")
+_CHUNK = re.compile(rf"{_LINK}|(?:{_ITEM})+(?:[ \u00a0\u202f]+(?:{_ITEM})+)*")
+_SIGNS = "%&@#*/\\§‰"  # punctuation by their Unicode category, copied as symbols
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,19 @@ def chunks(text: str, unknown: Sequence[tuple[int, int]]) -> list[tuple[int, int
             a += 1
         while b > a and _trimmed(text[b - 1], bad[b - 1]):
             b -= 1
-        if any(bad[a:b]):
+        if any(bad[a:b]) and is_item(text[a:b]):
             spans.append((a, b))
     return spans
+
+
+def is_item(text: str) -> bool:
+    """A number, symbol, emoji, URL or e-mail: text to copy, unlike punctuation alone (": «", which the
+    model renders in the target's own way) or a word."""
+    if not _CHUNK.fullmatch(text):
+        return False
+    if re.fullmatch(_LINK, text):
+        return True
+    return any(c.isdigit() or c in _SIGNS or unicodedata.category(c).startswith("S") for c in text)
 
 
 def _trimmed(char: str, unknown: bool) -> bool:
@@ -142,7 +152,7 @@ def reattach(
     missing = [
         u
         for u in range(len(src_ids) - 1)
-        if src_ids[u] == tokenizer.unk_id and u not in picked and _CHUNK.fullmatch(surfaces[u].strip())
+        if src_ids[u] == tokenizer.unk_id and u not in picked and is_item(surfaces[u].strip())
     ]
     for u in missing:
         before = [j for j, a in enumerate(alignment) if a < u and tokens[j] != tokenizer.unk_id]
@@ -192,7 +202,7 @@ def restore(
         fills.append("" if same else surfaces[alignment[j]].strip())
     out = parts[0]
     for fill, part in zip(fills, parts[1:], strict=True):
-        if _CHUNK.fullmatch(fill):  # "19:30" + "0.": digits glued on (a chunk ends where its digits do);
+        if is_item(fill):  # "19:30" + "0.": digits glued on (a chunk ends where its digits do);
             part = part.lstrip(
                 "0123456789"
             )  # the model learned "<unk>0" from numbers split by unknown digits

@@ -63,6 +63,8 @@ def test_chunks_keep_the_sentence_mark_and_skip_words() -> None:
     text = "Il a 2025 chats (12). Écrivez"
     unknown = [(5, 6), (18, 19), (22, 23)]  # "2" of 2025, "2" of 12, "É"
     assert [text[a:b] for a, b in chunks(text, unknown)] == ["2025", "12"]  # "(", ")." and words left out
+    quoted = "Il a dit : « oui »"  # punctuation alone is the model's to render (English quotes), not an item
+    assert chunks(quoted, [(10, 11), (12, 13), (18, 19)]) == []
 
 
 def test_pick_sources_prefers_source_unknowns_for_output_unknowns() -> None:
