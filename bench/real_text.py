@@ -25,6 +25,7 @@ import torch
 from engines.ct2_decode import CT2Decoder, load_ct2_decoder
 from model import DecodeOptions, LoadedModel, Translator, load_checkpoint
 from model.inference import translate_texts
+from model.jit import TracedTranslator, trace_translator
 from model.preprocess import source_ids
 from model.unknowns import encode_source, restore_text
 from training.data import read_tsv_pairs, resolve_data_dir
@@ -86,12 +87,9 @@ def build_set(sentences: Sequence[str], n: int, seed: int) -> list[Case]:
 Translate = Callable[[list[str], bool], list[str]]
 
 
-def torch_engine(loaded: LoadedModel, opts: DecodeOptions) -> Translate:
-    model = loaded.model
-    assert isinstance(model, Translator)
-
+def torch_engine(loaded: LoadedModel, decoder: TracedTranslator, opts: DecodeOptions) -> Translate:
     def run(texts: list[str], replace: bool) -> list[str]:
-        out = translate_texts(model, loaded.tokenizer, texts, opts, replace_unknowns=replace)
+        out = translate_texts(decoder, loaded.tokenizer, texts, opts, replace_unknowns=replace)
         return [h[0][0] for h in out]
 
     return run
@@ -140,14 +138,14 @@ def main() -> None:
         src, tgt = pair.split("-")
         loaded = load_checkpoint(f"checkpoints/translate-{pair}", dtype=torch.float32)
         assert isinstance(loaded.model, Translator)
-        loaded.model.trace()
-        ct2 = load_ct2_decoder(loaded, intra_threads=args.threads)
+        decoder = trace_translator(loaded.model)  # as served
+        ct2 = load_ct2_decoder(loaded, decoder, intra_threads=args.threads)
         test = read_tsv_pairs(data / CORPUS[pair] / "test.tsv", src, tgt)
         cases = build_set([x.src for x in test], args.n, args.seed)
         texts = [c.text for c in cases]
         outputs: dict[tuple[str, bool], list[str]] = {}
         for name, engine in (
-            ("torch", torch_engine(loaded, opts)),
+            ("torch", torch_engine(loaded, decoder, opts)),
             ("ctranslate2", ct2_engine(loaded, ct2, opts)),
         ):
             for replace in (False, True):
@@ -167,7 +165,7 @@ def main() -> None:
             print(f"  lost {item!r}: {text!r} -> {out!r}")
         refs_pairs = test[: args.bleu_limit] if args.bleu_limit else test
         srcs, refs = [x.src for x in refs_pairs], [x.tgt for x in refs_pairs]
-        run = torch_engine(loaded, opts)
+        run = torch_engine(loaded, decoder, opts)
         for replace in (False, True, False, True):  # twice each, alternating: the seconds of the second
             t0 = time.perf_counter()
             hyps = run(srcs, replace)

@@ -40,7 +40,7 @@ from model.decoding import Decodable, DecodeOptions, Hypothesis, length_penalty
 from model.inference import length_sorted_chunks, translate_ids
 from model.tokenizer import Tokenizer
 from model.translator import Translator
-from model.unknowns import align, needs_alignment, pick_sources
+from model.unknowns import align, eager, needs_alignment, pick_sources
 
 if TYPE_CHECKING:
     import ctranslate2
@@ -247,7 +247,7 @@ class CT2Decoder:
         ]
         if late:
             with torch.inference_mode():
-                align(self.fallback, [seqs[i] for i in late], [results[i] for i in late],
+                align(eager(self.fallback), [seqs[i] for i in late], [results[i] for i in late],
                       cfg.start_id(target_lang), [True] * len(late))  # fmt: skip
         return results
 

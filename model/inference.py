@@ -13,8 +13,7 @@ from model.decoding import Decodable, DecodeOptions, Hypothesis, StopCheck, deco
 from model.ngram import CHUNK, text_units
 from model.preprocess import classifier_ids, pad_ids, source_ids
 from model.tokenizer import Tokenizer
-from model.translator import Translator
-from model.unknowns import align, encode_source, restore_text
+from model.unknowns import align, eager, encode_source, restore_text
 
 
 def _device(model: Any) -> torch.device:
@@ -201,9 +200,7 @@ def translate_texts(
     sources = [encode_source(tokenizer, t, model.cfg) for t in texts]
     seqs = [s.ids for s in sources]
     hyps = translate_ids(model, seqs, options, target_lang, batch_size)
-    eager = getattr(model, "model", model)  # a TracedTranslator's Translator: its eager attention maps
-    assert isinstance(eager, Translator), type(eager)
-    align(eager, seqs, hyps, model.cfg.start_id(target_lang), [True] * len(seqs), batch_size)
+    align(eager(model), seqs, hyps, model.cfg.start_id(target_lang), [True] * len(seqs), batch_size)
     return [
         [(restore_text(tokenizer, h, s), h.score) for h in hs] for hs, s in zip(hyps, sources, strict=True)
     ]

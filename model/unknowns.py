@@ -229,6 +229,13 @@ def cross_attention(model: Translator, pairs: Sequence[tuple[list[int], list[int
     return [last[b, : len(t), : len(s)] for b, (s, t) in enumerate(pairs)]
 
 
+def eager(model: object) -> Translator:
+    """The Translator behind a decoder (a model.jit.TracedTranslator's `model`): its attention maps."""
+    model = getattr(model, "model", model)
+    assert isinstance(model, Translator), type(model)
+    return model
+
+
 def align(
     model: Translator,
     seqs: Sequence[list[int]],

@@ -4,6 +4,7 @@ the same batchers; /attention stays on torch; settings that cannot run fail at s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -37,9 +38,10 @@ def engine_checkpoint_dir(
     tiny_tokenizer_path: Path,
     tiny_vocab_size: int,
 ) -> Path:
-    """The shared random translators (their outputs run to the length limit) and `translate-ends`: es ->
+    """The shared random translators (their outputs run to the length limit), `translate-ends`: es ->
     en/fr with target-language start tags, its EOS output row scaled so that most outputs end early, at
-    varied lengths (beam search then finishes hypotheses along the way, as trained models do)."""
+    varied lengths (beam search then finishes hypotheses along the way, as trained models do), and
+    `translate-unk` (it -> en/fr, the same but writing <unk>s)."""
     root = tmp_path_factory.mktemp("engine-checkpoints")
     for ckpt in (tiny_translator_checkpoint, multi_translator_checkpoint):
         (root / ckpt.name).symlink_to(ckpt, target_is_directory=True)
@@ -55,10 +57,9 @@ def engine_checkpoint_dir(
     with torch.no_grad():
         model.generator.weight[cfg.eos_id] *= 6.0
     save_checkpoint(root / "translate-ends", model, tiny_tokenizer_path, dtype=torch.float32)
-    torch.manual_seed(
-        2
-    )  # `translate-unk`: it -> en/fr, its <unk> output row scaled up: <unk>s in its outputs
-    model = Translator(tiny_translation_config(**(cfg.__dict__ | {"source_langs": ("it",)}))).eval()
+    # `translate-unk`: it -> en/fr, its <unk> output row scaled up, so that its outputs hold <unk>s
+    torch.manual_seed(2)
+    model = Translator(dataclasses.replace(cfg, source_langs=("it",))).eval()
     with torch.no_grad():
         model.generator.weight[cfg.eos_id] *= 4.0
         model.generator.weight[cfg.unk_id] *= 5.0
