@@ -13,8 +13,9 @@ from model.inference import translate_texts
 from model.preprocess import source_ids
 from model.unknowns import SENTINEL, chunks, encode_source, pick_sources, restore
 from tests.conftest import make_corpus, tiny_translation_config
+from training.data import resolve_data_dir
 
-FR_TEST = Path("/work/shared/data/tatoeba/fra-eng/test.tsv")
+FR_TEST = resolve_data_dir() / "tatoeba" / "fra-eng" / "test.tsv"  # $TRAINING_DATA_DIR or ../shared/data
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def test_text_without_unknowns_encodes_as_before(tok: Tokenizer) -> None:
     texts = make_corpus(100)
     for text in texts:
         assert encode_source(tok, text, cfg).ids == source_ids(tok, text, cfg)
-    shipped = Path("checkpoints/translate-fr-en/tokenizer.model")
+    shipped = Path(__file__).resolve().parents[2] / "checkpoints" / "translate-fr-en" / "tokenizer.model"
     if FR_TEST.exists() and shipped.exists():
         real = Tokenizer(shipped)
         cfg = tiny_translation_config(real.vocab_size, max_len=66)
