@@ -95,7 +95,8 @@ def torch_engine(loaded: LoadedModel, decoder: TracedTranslator, opts: DecodeOpt
     return run
 
 
-def ct2_engine(loaded: LoadedModel, ct2: CT2Decoder, opts: DecodeOptions) -> Translate:
+def ct2_engine(loaded: LoadedModel, ct2: CT2Decoder, opts: DecodeOptions, put_back: bool = True) -> Translate:
+    """put_back=False: only the <unk>s the model wrote are replaced (what the model copies by itself)."""
     tok, cfg = loaded.tokenizer, loaded.config
 
     def run(texts: list[str], replace: bool) -> list[str]:
@@ -104,7 +105,7 @@ def ct2_engine(loaded: LoadedModel, ct2: CT2Decoder, opts: DecodeOptions) -> Tra
             return [tok.decode(h[0].tokens) for h in out]
         sources = [encode_source(tok, t, cfg) for t in texts]
         out = ct2.translate_ids([s.ids for s in sources], opts, align_unknowns=[True] * len(texts))
-        return [restore_text(tok, h[0], s) for h, s in zip(out, sources, strict=True)]
+        return [restore_text(tok, h[0], s, put_back) for h, s in zip(out, sources, strict=True)]
 
     return run
 
@@ -153,6 +154,9 @@ def main() -> None:
                 outputs[name, replace] = out = engine(texts, replace)
                 kept, total = preserved(cases, out)
                 rows.append((pair, name, replace, kept, total, time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        kept, total = preserved(cases, ct2_engine(loaded, ct2, opts, put_back=False)(texts, True))
+        rows.append((pair, "ctranslate2, no put-back", True, kept, total, time.perf_counter() - t0))
         same = sum(a == b for a, b in zip(outputs["torch", True], outputs["ctranslate2", True], strict=True))
         print(f"{pair}: torch and CTranslate2 identical on {same}/{len(cases)} sentences (replace on)")
         lost = [

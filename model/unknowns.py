@@ -186,11 +186,13 @@ def restore(
     alignment: Sequence[int],
     src_ids: Sequence[int],
     surfaces: Sequence[str],
+    put_back: bool = True,
 ) -> str:
     """Detokenize `tokens` with each <unk> replaced by the surface of its source position (`alignment`, one
-    per token; the <unk>s of a run that picked the same position give it once), and the source's <unk>s no
-    output <unk> picked put back (`reattach`)."""
-    tokens, alignment = reattach(tokenizer, tokens, alignment, src_ids, surfaces)
+    per token; the <unk>s of a run that picked the same position give it once), and (put_back) the
+    source's chunks no output <unk> picked put back (`reattach`)."""
+    if put_back:
+        tokens, alignment = reattach(tokenizer, tokens, alignment, src_ids, surfaces)
     text = tokenizer.decode(tokens)
     parts = text.split(tokenizer.unk_surface)
     unks = [j for j, t in enumerate(tokens) if t == tokenizer.unk_id]
@@ -210,11 +212,11 @@ def restore(
     return out
 
 
-def restore_text(tokenizer: Tokenizer, hyp: Hypothesis, source: Source) -> str:
+def restore_text(tokenizer: Tokenizer, hyp: Hypothesis, source: Source, put_back: bool = True) -> str:
     """A hypothesis' text: `restore` when it has an alignment, else plain detokenization."""
     if hyp.alignment is None:
         return tokenizer.decode(hyp.tokens)
-    return restore(tokenizer, hyp.tokens, hyp.alignment, source.ids, source.surfaces)
+    return restore(tokenizer, hyp.tokens, hyp.alignment, source.ids, source.surfaces, put_back)
 
 
 @torch.inference_mode()

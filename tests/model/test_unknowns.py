@@ -93,6 +93,7 @@ def test_restore_spaces_merges_and_reattaches(tok: Tokenizer) -> None:
     # dropped by the model: put back after the word aligned before it, ahead of the final mark
     assert restore(tok, [cat, dot], [0, 3], src, surfaces) == "maison 12."
     assert restore(tok, [cat, dot], [3, 3], src, surfaces) == "12 maison."  # nothing before it: first
+    assert restore(tok, [cat, dot], [0, 3], src, surfaces, put_back=False) == "maison."
     # an unknown letter inside a word is not an item: never put back
     assert restore(tok, [cat, dot], [0, 3], src, ("maison", " ", "É", ".", "")) == "maison."
 
