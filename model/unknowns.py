@@ -30,6 +30,7 @@ from torch import Tensor
 
 from model.config import ModelConfig
 from model.decoding import Hypothesis
+from model.layers import make_causal_mask
 from model.preprocess import pad_ids
 from model.tokenizer import Tokenizer
 from model.translator import Translator
@@ -226,9 +227,15 @@ def cross_attention(model: Translator, pairs: Sequence[tuple[list[int], list[int
     dev = model.banned.device
     src = pad_ids([s for s, _ in pairs], model.cfg.pad_id, dev)
     tgt = pad_ids([t for _, t in pairs], model.cfg.pad_id, dev)  # padding after a row's end changes nothing
-    _, maps = model.attention(src, tgt)
-    last = maps.cross[-1].mean(1)  # (B, T, S)
-    return [last[b, : len(t), : len(s)] for b, (s, t) in enumerate(pairs)]
+    memory, mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
+    x = model.tgt_embed(tgt)  # (B, T, D)
+    causal = make_causal_mask(tgt.size(1), dev)
+    *first, last = model.decoder.layers  # weights from the last layer only (no output projection either)
+    for layer in first:
+        x, _, _ = layer(x, memory, causal, mask)
+    _, _, weights = last(x, memory, causal, mask, need_weights=True)
+    mean = weights.float().mean(1).cpu()  # (B, T, S)
+    return [mean[b, : len(t), : len(s)] for b, (s, t) in enumerate(pairs)]
 
 
 def eager(model: object) -> Translator:
