@@ -148,14 +148,15 @@ class CT2Decoder:
         alpha: float,
         src: list[int] | None = None,
         attention: list[list[float]] | None = None,
+        tag: int = 0,
     ) -> Hypothesis:
-        """A hypothesis that ended in EOS, in our convention; with its source and attention (T + 1, S - 1: EOS
-        row, no EOS column), its alignment when `restore` needs one."""
+        """A hypothesis that ended in EOS, in our convention; with its source and attention (T + 1 rows: an EOS
+        row; tag + S - 1 columns: a source-side tag's, none for EOS), its alignment when `restore` needs one."""
         ids = [self.tokenizer.piece_to_id(p) for p in pieces]
         assert ids[-1] == self.cfg.eos_id, ids  # only ended hypotheses get here
         hyp = Hypothesis(ids[:-1], log_prob / length_penalty(len(ids), alpha), log_prob)
         if src is not None and attention is not None and needs_alignment(src, hyp.tokens, self.cfg.unk_id):
-            rows = torch.tensor(attention, dtype=torch.float32)
+            rows = torch.tensor(attention, dtype=torch.float32)[:, tag:]
             hyp.alignment = pick_sources(rows, src, hyp.tokens, self.cfg.unk_id)
         return hyp
 
@@ -200,7 +201,7 @@ class CT2Decoder:
                 max_input_length=cfg.max_len,
             )
             wanted = [i for i in chunk if want[i]]
-            first = self._first_rows(wanted, seqs, prefix) if attend and k > 1 else {}
+            first = self._first_rows(wanted, seqs, prefix, tag) if attend and k > 1 else {}
             for i, res in zip(chunk, out, strict=True):
                 steps = max(map(len, res.hypotheses))  # the step its search ended at (EOS counted)
                 if steps < limits[i]:  # ended before its limit: every hypothesis ends in EOS
@@ -208,7 +209,7 @@ class CT2Decoder:
                     if want[i] and attend:
                         attention = [[first[i], *a[1:]] if i in first else a for a in res.attention]
                     hyps = [  # raw log-probabilities: score * |Y| ** beta
-                        self._hypothesis(h, s * len(h) ** beta, alpha, seqs[i], a)
+                        self._hypothesis(h, s * len(h) ** beta, alpha, seqs[i], a, len(tag))
                         for h, s, a in zip(res.hypotheses, res.scores, attention, strict=True)
                     ]
                     hyps.sort(key=lambda h: h.score, reverse=True)
@@ -248,17 +249,17 @@ class CT2Decoder:
         if late:
             with torch.inference_mode():
                 align(eager(self.fallback), [seqs[i] for i in late], [results[i] for i in late],
-                      cfg.start_id(target_lang), [True] * len(late))  # fmt: skip
+                      cfg.start_id(target_lang), [True] * len(late), source_prefix=tag)  # fmt: skip
         return results
 
     def _first_rows(
-        self, todo: list[int], seqs: list[list[int]], prefix: list[str]
+        self, todo: list[int], seqs: list[list[int]], prefix: list[str], tag: list[int]
     ) -> dict[int, list[float]]:
         """The first step's attention row of the sources `todo`, from a one-step greedy search: batched beam
         search returns another example's row there (CTranslate2 4.x; its greedy search and its later beam
         steps agree with torch)."""
         out = self.translator.translate_batch(
-            [self.tokenizer.pieces(seqs[i][:-1]) for i in todo],
+            [self.tokenizer.pieces(tag + seqs[i][:-1]) for i in todo],
             [prefix] * len(todo) if prefix else None,
             beam_size=1,
             max_decoding_length=1,

@@ -200,7 +200,9 @@ def translate_texts(
     sources = [encode_source(tokenizer, t, model.cfg) for t in texts]
     seqs = [s.ids for s in sources]
     hyps = translate_ids(model, seqs, options, target_lang, batch_size)
-    align(eager(model), seqs, hyps, model.cfg.start_id(target_lang), [True] * len(seqs), batch_size)
+    cfg = model.cfg
+    align(eager(model), seqs, hyps, cfg.start_id(target_lang), [True] * len(seqs), batch_size,
+          cfg.source_prefix(target_lang))  # fmt: skip
     return [
         [(restore_text(tokenizer, h, s), h.score) for h in hs] for hs, s in zip(hyps, sources, strict=True)
     ]

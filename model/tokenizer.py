@@ -43,6 +43,10 @@ class Tokenizer:
         """Ids -> text, skipping pad/bos/eos and other control symbols."""
         return self.sp.decode(ids)
 
+    def decode_marked(self, ids: list[int]) -> str:
+        """`decode`: it writes each <unk> as unk_surface (model.unknowns replaces it)."""
+        return self.sp.decode(ids)
+
     def pieces(self, ids: list[int]) -> list[str]:
         """Ids -> display pieces ("▁word" marks a word start)."""
         return [self.sp.id_to_piece(i) for i in ids]
@@ -72,6 +76,7 @@ class PairTokenizer:
         self.pad_id, self.unk_id, self.eos_id = vocab["<pad>"], vocab["<unk>"], vocab["</s>"]
         self.bos_id = vocab.get("<s>", self.pad_id)  # Marian has no BOS: its decoder starts from <pad>
         self.special = {self.pad_id, self.unk_id, self.eos_id, self.bos_id}
+        self.unk_surface: str = self.target_sp.decode_pieces(["<unk>"])  # what decode_marked writes (" ⁇ ")
 
     @property
     def vocab_size(self) -> int:
@@ -84,10 +89,28 @@ class PairTokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [self.encode(t) for t in texts]
 
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Ids and each piece's character span in `text` (Tokenizer.encode_with_offsets)."""
+        out = self.sp.encode(text, out_type="offset_mapping")
+        unk = self.sp.unk_id()
+        ids = [
+            self.unk_id if i == unk else self.vocab.get(p, self.unk_id)
+            for i, p in zip(out["ids"], out["pieces"], strict=True)
+        ]
+        return ids, [tuple(o) for o in out["offsets"]]
+
+    def encodes_unknown(self, text: str) -> bool:
+        return self.unk_id in self.encode(text)
+
     def decode(self, ids: list[int]) -> str:
         """Ids -> text by the target model, without special pieces; a source-only piece's "▁" still becomes a
         space (as transformers' MarianTokenizer decodes with skip_special_tokens)."""
         pieces = [self.id_to_piece[i] for i in ids if i not in self.special]
+        return self.target_sp.decode_pieces(pieces).replace("▁", " ").strip()
+
+    def decode_marked(self, ids: list[int]) -> str:
+        """`decode`, with each <unk> written as unk_surface (model.unknowns replaces it)."""
+        pieces = [self.id_to_piece[i] for i in ids if i not in self.special or i == self.unk_id]
         return self.target_sp.decode_pieces(pieces).replace("▁", " ").strip()
 
     def pieces(self, ids: list[int]) -> list[str]:

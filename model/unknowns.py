@@ -32,9 +32,10 @@ from model.config import ModelConfig
 from model.decoding import Hypothesis
 from model.layers import make_causal_mask
 from model.preprocess import pad_ids
-from model.tokenizer import Tokenizer
+from model.tokenizer import PairTokenizer, Tokenizer
 from model.translator import Translator
 
+AnyTokenizer = Tokenizer | PairTokenizer
 SENTINEL = "\ue000"  # a private-use character: one <unk> for a tokenizer without byte fallback
 _LINK = r"(?:https?://|www\.)\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # URL, e-mail
 _ITEM = r"[^\w\s]|[\d_]"  # a character that is neither a letter nor a space
@@ -45,7 +46,7 @@ _SIGNS = "%&@#*/\\§‰"  # punctuation by their Unicode category, copied as sym
 
 @dataclass(frozen=True)
 class Source:
-    """A translator source: ids (pieces + EOS, within max_len) and the source text of each id."""
+    """A translator source: ids (pieces + EOS, within max_source_len) and the source text of each id."""
 
     ids: list[int]
     surfaces: tuple[str, ...]  # (S,): "" for EOS and for pieces that cover no character
@@ -84,7 +85,7 @@ def _trimmed(char: str, unknown: bool) -> bool:
     return char.isspace() or (not unknown and unicodedata.category(char).startswith("P"))
 
 
-def encode_source(tokenizer: Tokenizer, text: str, cfg: ModelConfig, cut: bool = True) -> Source:
+def encode_source(tokenizer: AnyTokenizer, text: str, cfg: ModelConfig, cut: bool = True) -> Source:
     """`model.preprocess.source_ids` with each chunk as one <unk>, and every id's surface text; cut=False
     keeps every piece (a caller that refuses long sources counts them)."""
     ids, offsets = tokenizer.encode_with_offsets(text)
@@ -94,7 +95,7 @@ def encode_source(tokenizer: Tokenizer, text: str, cfg: ModelConfig, cut: bool =
             masked, origin = _mask(text, spans)
             ids, offsets = tokenizer.encode_with_offsets(masked)
             offsets = [(origin[a][0], origin[b - 1][1]) if a < b else (0, 0) for a, b in offsets]
-    n = cfg.max_len - 1 if cut else len(ids)
+    n = cfg.max_source_len - 1 if cut else len(ids)
     return Source(ids[:n] + [cfg.eos_id], (*(text[a:b] for a, b in offsets[:n]), ""))
 
 
@@ -135,7 +136,7 @@ def pick_sources(attention: Tensor, src_ids: Sequence[int], tokens: Sequence[int
 
 
 def reattach(
-    tokenizer: Tokenizer,
+    tokenizer: AnyTokenizer,
     tokens: Sequence[int],
     alignment: Sequence[int],
     src_ids: Sequence[int],
@@ -182,7 +183,7 @@ def _final_punctuation(pieces: Sequence[str]) -> int:
 
 
 def restore(
-    tokenizer: Tokenizer,
+    tokenizer: AnyTokenizer,
     tokens: Sequence[int],
     alignment: Sequence[int],
     src_ids: Sequence[int],
@@ -194,11 +195,17 @@ def restore(
     source's chunks no output <unk> picked put back (`reattach`)."""
     if put_back:
         tokens, alignment = reattach(tokenizer, tokens, alignment, src_ids, surfaces)
-    text = tokenizer.decode(tokens)
-    parts = text.split(tokenizer.unk_surface)
+    text = tokenizer.decode_marked(tokens)
+    parts = text.split(tokenizer.unk_surface.strip())  # (a stripped text may have lost an end's space)
     unks = [j for j, t in enumerate(tokens) if t == tokenizer.unk_id]
     if not unks or len(parts) != len(unks) + 1:  # (a literal unk surface in the output: left alone)
-        return text
+        return tokenizer.decode(tokens)
+    pad = tokenizer.unk_surface[:1] if tokenizer.unk_surface[:1].isspace() else ""
+    for k in range(len(parts)):  # the unk surface's own spaces go: "a  ⁇ ." -> "a " + fill + "."
+        if k < len(parts) - 1 and pad and parts[k].endswith(pad):
+            parts[k] = parts[k][: -len(pad)]
+        if k > 0 and pad and parts[k].startswith(pad):
+            parts[k] = parts[k][len(pad) :]
     fills = []
     for j in unks:
         same = j > 0 and tokens[j - 1] == tokenizer.unk_id and alignment[j - 1] == alignment[j]
@@ -213,7 +220,7 @@ def restore(
     return out
 
 
-def restore_text(tokenizer: Tokenizer, hyp: Hypothesis, source: Source, put_back: bool = True) -> str:
+def restore_text(tokenizer: AnyTokenizer, hyp: Hypothesis, source: Source, put_back: bool = True) -> str:
     """A hypothesis' text: `restore` when it has an alignment, else plain detokenization."""
     if hyp.alignment is None:
         return tokenizer.decode(hyp.tokens)
@@ -252,9 +259,11 @@ def align(
     start_id: int,
     want: Sequence[bool],
     batch_size: int = 64,
+    source_prefix: Sequence[int] = (),
 ) -> None:
     """Set `alignment` on the hypotheses of the sources `want` marks that need one (`needs_alignment`), by
-    teacher-forced passes of `batch_size` hypotheses."""
+    teacher-forced passes of `batch_size` hypotheses; `source_prefix`: the ids decoding put before each
+    source (ModelConfig.source_prefix), whose attention columns are dropped."""
     unk = model.cfg.unk_id
     todo = [
         (seqs[i], h)
@@ -265,6 +274,6 @@ def align(
     ]
     for k in range(0, len(todo), batch_size):
         group = todo[k : k + batch_size]
-        maps = cross_attention(model, [(s, [start_id, *h.tokens]) for s, h in group])
+        maps = cross_attention(model, [([*source_prefix, *s], [start_id, *h.tokens]) for s, h in group])
         for (s, h), attn in zip(group, maps, strict=True):
-            h.alignment = pick_sources(attn, s, h.tokens, unk)
+            h.alignment = pick_sources(attn[:, len(source_prefix) :], s, h.tokens, unk)

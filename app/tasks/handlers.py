@@ -255,7 +255,9 @@ class TranslationHandler:
         with torch.inference_mode():
             out = translate_ids(self.decoder, seqs, opts, target_lang, max(1, len(seqs)), should_stop)
             if align_unknowns is not None and any(align_unknowns):
-                align(self.model, seqs, out, self.model.cfg.start_id(target_lang), align_unknowns)
+                cfg = self.cfg
+                align(self.model, seqs, out, cfg.start_id(target_lang), align_unknowns,
+                      source_prefix=cfg.source_prefix(target_lang))  # fmt: skip
         return out
 
     def join(

@@ -141,3 +141,33 @@ def test_tiny_model_that_drops_the_number_gets_it_back(tok: Tokenizer) -> None:
 
 def test_hypothesis_alignment_defaults_to_none() -> None:
     assert Hypothesis([5], -1.0, -1.0).alignment is None
+
+
+def test_marian_pair_tokenizer_with_a_source_tag(tmp_path: Path) -> None:
+    """An imported OPUS-MT model (separate source and target sentencepiece models, a >>tag<< before the
+    source): both engines replace alike, attention columns of the tag aside, and the number comes back."""
+    pytest.importorskip("transformers")
+    from engines.ct2_decode import load_ct2_decoder
+    from model import load_checkpoint
+    from model.tokenizer import PairTokenizer
+    from model.unknowns import restore_text
+    from tests.tiny_marian import build_marian
+    from training import import_marian
+
+    folder = build_marian(tmp_path / "opus-mt-fr-ROMANCE", tags=("fra", "spa", "ita"), seed=3, train_steps=0)
+    loaded = load_checkpoint(import_marian.import_marian(folder, tmp_path / "ours", ["fr"], ["es", "it"]))
+    tok, cfg = loaded.tokenizer, loaded.config
+    assert isinstance(tok, PairTokenizer)
+    assert isinstance(loaded.model, Translator)
+    texts = ["Le chat 12 aime la maison.", "Le chien voit 15 € et 😀.", "Le chat aime la maison."]
+    sources = [encode_source(tok, t, cfg) for t in texts]
+    assert tok.unk_id in sources[0].ids
+    opts = DecodeOptions(beam_size=2, max_length=12)
+    on = translate_texts(loaded.model, tok, texts, opts, "it", replace_unknowns=True)
+    off = translate_texts(loaded.model, tok, texts, opts, "it")
+    assert "12" in on[0][0][0]
+    assert "15 €" in on[1][0][0]
+    assert on[2] == off[2]  # no <unk>: as before
+    ct2 = load_ct2_decoder(loaded)
+    hyps = ct2.translate_ids([s.ids for s in sources], opts, "it", align_unknowns=[True] * len(texts))
+    assert [restore_text(tok, h[0], s) for h, s in zip(hyps, sources, strict=True)] == [o[0][0] for o in on]
