@@ -195,8 +195,9 @@ class TranslationHandler:
         self, text: str, loc: Sequence[str | int], num_hypotheses: int, replace_unknowns: bool
     ) -> Sentence:
         """One batch item; replace_unknowns: model.unknowns' encoding, and surfaces to replace <unk>s from."""
+        ids = self.encode_source(text, loc)  # refused here when too long, replacement on or off
         if not replace_unknowns:
-            return Sentence(self.encode_source(text, loc), num_hypotheses)
+            return Sentence(ids, num_hypotheses)
         src = checked_source(self.name, self.tokenizer, self.cfg, text, loc)
         return Sentence(src.ids, num_hypotheses, src.surfaces)
 
