@@ -120,10 +120,8 @@ class Service(Lifecycle):
         self.limits.check_work(floor, field, "at least ")
         jobs, layouts = [], []
         for name, idxs in groups.items():
-            handler = self.translation[name]
-            items, lays = handler.sentences(
-                [split[i] for i in idxs], field, req.num_hypotheses, idxs, req.replace_unknowns
-            )
+            handler, rows = self.translation[name], [split[i] for i in idxs]
+            items, lays = handler.sentences(rows, field, req.num_hypotheses, idxs, req.replace_unknowns)
             jobs.append((self.queues.translation(name, handler, key), items))
             layouts.append(lays)
         outputs = await self._submit(jobs, self._deadline(), disconnected, field) if jobs else []
