@@ -87,6 +87,11 @@ class Settings(BaseSettings):
     # every file descriptor
     header_timeout_s: float = Field(default=10.0, gt=0, le=3600)  # request line + headers, else 408 / close
     body_timeout_s: float = Field(default=30.0, gt=0, le=3600)  # the whole body after the headers, else 408
+    # a body's average rate since its head, in bytes/s, past a grace period (Kestrel's MinRequestBodyDataRate:
+    # 240 bytes/s after 5 s), else 408; 0 = none. While every connection is taken, a lagging body is closed
+    # sooner to make room (app/edge/body_rate.py)
+    min_body_rate: float = Field(default=240.0, ge=0)
+    body_rate_grace_s: float = Field(default=5.0, gt=0, le=3600)
     keepalive_timeout_s: float = Field(default=5.0, gt=0, le=3600)  # idle between requests, then closed
     max_header_bytes: int = Field(default=32_768, ge=1024, le=1_048_576)  # request line + headers; 431 above
     max_headers: int = Field(default=100, ge=8, le=10_000)  # header fields per request; 431 above
