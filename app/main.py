@@ -1,6 +1,9 @@
 """The FastAPI application: `create_app(settings)` factory; models load in the lifespan, never at import.
 
-python -m app   (the connection limits of app/edge/connections.py; a bare `uvicorn app.main:app` runs without them)
+Served by `python -m app` only. There is no module-level `app` for `uvicorn app.main:app`: a bare uvicorn has
+none of the connection limits of app/edge/connections.py (head and body deadlines, the minimum body rate, the
+connection cap), which are uvicorn protocol classes that only app/__main__.py installs, so one client could
+hold every descriptor. Tests and embedders call create_app().
 """
 
 from __future__ import annotations
@@ -71,6 +74,3 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(FastPath, routes=routes)
     app.add_middleware(Gate, settings=settings, metrics=metrics, routes=routes)
     return app
-
-
-app = create_app()

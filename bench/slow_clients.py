@@ -4,7 +4,7 @@
                                [--server-fds 4096] [--only limits|no-limits | --no-limits] [--set APP_X=value ...]
 
 Per run it starts the server on a free 127.0.0.1 port with its descriptors capped at --server-fds (soft and
-hard, as a container's `ulimit -n`): `no-limits` is plain `uvicorn app.main:app` (uvicorn's defaults: no
+hard, as a container's `ulimit -n`): `no-limits` is a bare `uvicorn --factory app.main:create_app` (uvicorn's defaults: no
 head or body deadline, no cap), `limits` is `python -m app` (app/edge/connections.py, its APP_* defaults). Then:
 
 - the flood (a child process, asyncio raw sockets): --slow connections, opened --connect-rate per second, each
@@ -172,7 +172,7 @@ def start_server(
 
 
 def run(limits: bool, args: argparse.Namespace, extra: dict[str, str]) -> Row:
-    name = "limits (python -m app)" if limits else "no limits (uvicorn app.main:app)"
+    name = "limits (python -m app)" if limits else "no limits (bare uvicorn)"
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "server.log"
         proc, port = start_server(limits, args.checkpoint_dir, args.server_fds, extra, log)
