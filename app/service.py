@@ -22,7 +22,6 @@ from app.queues import Queues
 from app.registry import Registry
 from app.schemas import (
     AUTO,
-    DEFAULT_LENGTH_PENALTY,
     AttentionRequest,
     DetectedLanguage,
     ModelInfo,
@@ -217,7 +216,7 @@ class Service:
                 groups.setdefault(
                     registry.auto_translator(found, req.target_lang, req.model, loc), []
                 ).append(i)
-        key = DecodeKey(req.target_lang, req.beam_size, req.length_penalty, req.max_length)
+        key = DecodeKey(req.target_lang, req.beam_size)  # the queue; the other options go per sentence
         split = [  # each text as lines of sentences, in its language: split once, priced, then tokenized
             split_sentences(text, req.source_lang if detected is None else detected[i][0].language)
             for i, text in enumerate(texts)
@@ -225,12 +224,14 @@ class Service:
         floor = 0  # far over budget is refused before tokenizing (a hostile loop costs the split only)
         for name, idxs in groups.items():
             sentences = sum(len(line) for i in idxs for line in split[i])
-            floor += sentences * sentence_floor(key, self.translation[name].max_len)
+            floor += sentences * sentence_floor(key, self.translation[name].max_len, req.max_length)
         self._check_work(floor, field, "at least ")
         jobs, layouts = [], []
         for name, idxs in groups.items():
             handler = self.translation[name]
-            items, lays = handler.sentences([split[i] for i in idxs], field, req.num_hypotheses, idxs)
+            items, lays = handler.sentences(
+                [split[i] for i in idxs], field, req.num_hypotheses, idxs, req.length_penalty, req.max_length
+            )
             jobs.append((self.queues.translation(name, handler, key), items))
             layouts.append(lays)
         outputs = await self._submit(jobs, self._deadline(), disconnected, field)
@@ -277,9 +278,7 @@ class Service:
             if req.target is not None:
                 item = AttentionItem(item.source, handler.decoder_input(req.target, lang))
             else:  # greedy translation through the batcher, like /translate with beam_size=1
-                greedy = self.queues.translation(
-                    entry.name, self.translation[entry.name], DecodeKey(lang, 1, DEFAULT_LENGTH_PENALTY, None)
-                )
+                greedy = self.queues.translation(entry.name, self.translation[entry.name], DecodeKey(lang, 1))
                 [[[best]]] = await self._submit([(greedy, [Sentence(item.source)])], deadline, disconnected)
                 translation = best.text
                 item = AttentionItem(item.source, [entry.config.start_id(lang), *best.tokens])

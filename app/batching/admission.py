@@ -19,15 +19,15 @@ if TYPE_CHECKING:
 
 
 def sentence_work(key: DecodeKey, max_len: int) -> Callable[[Sentence], int]:
-    """A sentence's work units under `key` for a translator of max_len positions."""
-    opts = key.options(1, max_len)
+    """A sentence's work units under `key` (its own length limit) for a translator of max_len positions."""
     beam = key.beam_size
-    return lambda s: len(s.ids) + beam * min(opts.limit(len(s.ids)), max_len)
+    return lambda s: len(s.ids) + beam * min(s.options(beam, max_len).limit(len(s.ids)), max_len)
 
 
-def sentence_floor(key: DecodeKey, max_len: int) -> int:
-    """The least a sentence can cost under `key` (one token: its EOS), known before tokenizing."""
-    return sentence_work(key, max_len)(Sentence([0]))
+def sentence_floor(key: DecodeKey, max_len: int, max_length: int | None = None) -> int:
+    """The least a sentence can cost under `key` and `max_length` (one token: its EOS), known before
+    tokenizing."""
+    return sentence_work(key, max_len)(Sentence([0], max_length=max_length))
 
 
 def token_work(item: Any) -> int:

@@ -44,7 +44,7 @@ class Settings(BaseSettings):
     max_work: int = Field(default=50_000, ge=1)
     max_queue_work: int = Field(default=200_000, ge=1)
     max_batch_work: int = Field(default=8_192, ge=1)
-    max_decode_queues: int = Field(default=64, ge=1)  # live translation queues (distinct decoding options)
+    max_decode_queues: int = Field(default=64, ge=1)  # live translation queues (model, target, beam size)
     request_timeout_s: float = Field(default=30.0, gt=0)  # 504 past this deadline
     max_texts: int = Field(default=64, ge=1, le=MAX_TEXTS)  # texts per request (the schema's hard cap)
     max_chars: int = Field(default=2000, ge=1)  # characters per text

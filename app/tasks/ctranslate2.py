@@ -10,6 +10,7 @@ CTranslate2 has read it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from app.tasks.handlers import TranslationHandler
@@ -31,9 +32,22 @@ class CT2TranslationHandler(TranslationHandler):
         log.info("%s: CTranslate2 %s", self.name, ", ".join(f"{k}={v}" for k, v in translator_kwargs.items()))
 
     def decode(
-        self, seqs: list[list[int]], opts: DecodeOptions, target_lang: str, should_stop: StopCheck = None
+        self,
+        seqs: list[list[int]],
+        opts: Sequence[DecodeOptions],
+        target_lang: str,
+        should_stop: StopCheck = None,
     ) -> list[list[Hypothesis]]:
-        """should_stop: checked once, before the batch (CTranslate2 decodes it in one call)."""
+        """One CTranslate2 call per distinct options in the batch (its length penalty and limit are per
+        call); should_stop: checked once, before the batch."""
         if should_stop is not None and should_stop():
             raise DecodingStopped(0)
-        return self.engine.translate_ids(seqs, opts, target_lang, batch_size=max(1, len(seqs)))
+        groups: dict[DecodeOptions, list[int]] = {}
+        for i, o in enumerate(opts):
+            groups.setdefault(o, []).append(i)
+        results: list[list[Hypothesis]] = [[] for _ in seqs]
+        for o, idxs in groups.items():
+            hyps = self.engine.translate_ids([seqs[i] for i in idxs], o, target_lang, batch_size=len(idxs))
+            for i, h in zip(idxs, hyps, strict=True):
+                results[i] = h
+        return results

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from app.core.errors import invalid
-from app.schemas import ScoredTranslation, SentimentResult, TranslationResult
+from app.schemas import DEFAULT_LENGTH_PENALTY, ScoredTranslation, SentimentResult, TranslationResult
 from model import (
     DecodeOptions,
     Hypothesis,
@@ -88,33 +88,35 @@ class SentimentHandler:
 
 @dataclass(frozen=True)
 class DecodeKey:
-    """Options that must be equal within one forward pass (num_hypotheses may differ per item)."""
+    """What must be equal within one batch (a translation queue's key): the start token and the beam size
+    (rows per sentence). The options that change no tensor shape are per sentence (Sentence)."""
 
     target_lang: str
     beam_size: int
-    length_penalty: float
-    max_length: int | None
-
-    def options(self, num_hypotheses: int, max_len: int) -> DecodeOptions:
-        """DecodeOptions; an explicit max_length is absolute, and no limit passes the model's max_len."""
-        if self.max_length is None:
-            return DecodeOptions(
-                self.beam_size, min(DecodeOptions.max_length, max_len), length_penalty=self.length_penalty,
-                num_hypotheses=num_hypotheses,
-            )  # fmt: skip
-        limit = min(self.max_length, max_len)
-        return DecodeOptions(
-            self.beam_size, limit, max_length_ratio=0.0, max_length_offset=limit,
-            length_penalty=self.length_penalty, num_hypotheses=num_hypotheses,
-        )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Sentence:
-    """One batch item: a sentence's source ids (EOS included) and how many hypotheses its request wants."""
+    """One batch item: a sentence's source ids (EOS included) and its request's per-row decoding options:
+    n-best count, length penalty, length limit (None: the default ratio, within the model's max_len)."""
 
     ids: list[int]
     num_hypotheses: int = 1
+    length_penalty: float = DEFAULT_LENGTH_PENALTY
+    max_length: int | None = None
+
+    def options(self, beam_size: int, max_len: int) -> DecodeOptions:
+        """DecodeOptions; an explicit max_length is absolute, and no limit passes the model's max_len."""
+        if self.max_length is None:
+            return DecodeOptions(
+                beam_size, min(DecodeOptions.max_length, max_len), length_penalty=self.length_penalty,
+                num_hypotheses=self.num_hypotheses,
+            )  # fmt: skip
+        limit = min(self.max_length, max_len)
+        return DecodeOptions(
+            beam_size, limit, max_length_ratio=0.0, max_length_offset=limit,
+            length_penalty=self.length_penalty, num_hypotheses=self.num_hypotheses,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -154,10 +156,12 @@ class TranslationHandler:
         field: str,
         num_hypotheses: int,
         indices: Sequence[int] | None = None,
+        length_penalty: float = DEFAULT_LENGTH_PENALTY,
+        max_length: int | None = None,
     ) -> tuple[list[Sentence], list[TextLayout]]:
         """Every sentence of every text (each split into lines of sentences: app.text.sentences.split_sentences) as
-        one item, plus the layouts to put the texts back together; `indices`: the texts' places in the request
-        (for error locations), default 0, 1, ..."""
+        one item with the request's decoding options, plus the layouts to put the texts back together;
+        `indices`: the texts' places in the request (for error locations), default 0, 1, ..."""
         items: list[Sentence] = []
         layouts = []
         for t, text in zip(indices or range(len(texts)), texts, strict=True):
@@ -165,17 +169,20 @@ class TranslationHandler:
             lines = []
             for sentences in text:
                 lines.append(list(range(len(items), len(items) + len(sentences))))
-                items += [Sentence(self.encode_source(s, loc), num_hypotheses) for s in sentences]
+                items += [
+                    Sentence(self.encode_source(s, loc), num_hypotheses, length_penalty, max_length)
+                    for s in sentences
+                ]
             layouts.append(TextLayout(lines))
         return items, layouts
 
     def run(
         self, items: list[Sentence], key: DecodeKey, should_stop: StopCheck = None
     ) -> list[list[SentenceTranslation]]:
-        """Per item its own n-best, detokenized: the batch decodes with the largest n and each item keeps
-        its first num_hypotheses (translate_ids sorts by length and pads per chunk). should_stop: checked
+        """Per item its own n-best, detokenized, under its own options (length penalty, length limit, n-best
+        count: per row in one batch; translate_ids sorts by length and pads per chunk). should_stop: checked
         between decoder steps (True raises model.DecodingStopped)."""
-        opts = key.options(max(s.num_hypotheses for s in items), self.max_len)
+        opts = [s.options(key.beam_size, self.max_len) for s in items]
         output = self.decode([s.ids for s in items], opts, key.target_lang, should_stop)
         decode = self.tokenizer.decode
         return [
@@ -184,9 +191,14 @@ class TranslationHandler:
         ]
 
     def decode(
-        self, seqs: list[list[int]], opts: DecodeOptions, target_lang: str, should_stop: StopCheck = None
+        self,
+        seqs: list[list[int]],
+        opts: Sequence[DecodeOptions],
+        target_lang: str,
+        should_stop: StopCheck = None,
     ) -> list[list[Hypothesis]]:
-        """One dynamic batch of source ids -> n-best hypotheses per item (the engine's part of `run`)."""
+        """One dynamic batch of source ids, with options per item -> n-best hypotheses per item (the
+        engine's part of `run`)."""
         with torch.inference_mode():
             return translate_ids(self.model, seqs, opts, target_lang, max(1, len(seqs)), should_stop)
 
@@ -217,4 +229,4 @@ class TranslationHandler:
     def warmup(self) -> None:
         ids = self.encode_source(WARMUP_TEXT, ("text",))
         lang = self.model.cfg.target_langs[0]
-        self.run([Sentence(ids)], DecodeKey(lang, beam_size=2, length_penalty=0.6, max_length=4))
+        self.run([Sentence(ids, max_length=4)], DecodeKey(lang, beam_size=2))
