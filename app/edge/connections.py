@@ -429,6 +429,15 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.phase == "app" and not self.transport.is_closing() and self.cycle.response_complete:
             self._idle()
 
+    def eof_received(self) -> bool | None:
+        """The client half-closed (SHUT_WR): a request with the app still gets its answer, then the connection
+        closes (True keeps our side open); otherwise it closes now (uvicorn closes it either way, and the
+        answer was lost)."""
+        if self.phase == "app" and self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.keep_alive = False
+            return True
+        return None
+
     def _idle(self) -> None:
         """Between requests: uvicorn's keep-alive timeout runs; the head deadline starts with a first byte."""
         self.phase = "idle"
