@@ -22,6 +22,7 @@ from app.core.metrics import Metrics
 from app.core.settings import Settings, load_settings
 from app.edge.fastpath import FastPath
 from app.edge.gate import Gate
+from app.edge.hosts import AllowedHosts
 from app.service import Service
 
 DESCRIPTION = """From-scratch Transformers (sentiment, translation) with cross-request dynamic batching.
@@ -50,7 +51,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await service.stop()  # ready -> 503, drain the queues, stop the batchers and the thread
 
     app = FastAPI(
-        title="Transformer serving", version=__version__, description=DESCRIPTION, lifespan=lifespan
+        title="Transformer serving",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        # no 307 from /x/ to /x: Starlette builds its Location from the request's Host header
+        redirect_slashes=False,
     )
     app.state.service = service
     install_error_handlers(app)
@@ -72,5 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     routes = [r for r in every if isinstance(r, Route | Mount)]
     if settings.fast_path:  # inside the gate: added first
         app.add_middleware(FastPath, routes=routes)
+    if "*" not in settings.allowed_hosts:  # inside the gate, which counts its 400s
+        app.add_middleware(AllowedHosts, hosts=settings.allowed_hosts)
     app.add_middleware(Gate, settings=settings, metrics=metrics, routes=routes)
     return app

@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     metrics_api_key: SecretStr | None = None
     metrics_public: bool = False
     cors_origins: Annotated[list[str], NoDecode] = []  # comma-separated
+    # Host header values served (comma-separated; "*.example.com" takes subdomains; "*" any): others get 400,
+    # against DNS rebinding (app/edge/hosts.py; /health and /ready answer any Host)
+    allowed_hosts: Annotated[list[str], NoDecode] = ["*"]
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
@@ -120,7 +123,7 @@ class Settings(BaseSettings):
             )
         return v
 
-    @field_validator("cors_origins", mode="before")
+    @field_validator("cors_origins", "allowed_hosts", mode="before")
     @classmethod
     def _split_origins(cls, v: object) -> object:
         if isinstance(v, str):
