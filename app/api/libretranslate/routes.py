@@ -49,6 +49,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     for code, why in {
         400: "Invalid request (a missing or invalid field, a limit, an unsupported language)",
         403: "APP_API_KEY is set and the request lacks it (api_key, or the Authorization/X-API-Key header)",
+        413: "The body is larger than APP_MAX_BODY_BYTES",
         429: "Queue full: retry after the Retry-After header's seconds",
         503: "Models still loading, or shutting down",
     }.items()
