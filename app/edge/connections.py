@@ -33,7 +33,7 @@ from uvicorn.server import ServerState
 
 from app.core.metrics import Metrics
 from app.core.settings import ENV_PREFIX, Settings
-from app.edge.body_rate import BodyRate
+from app.edge.body_rate import PRESSURE_GRACE_S, BodyRate
 
 PROBE_PATHS = frozenset({"/health", "/ready"})  # answered on refused connections too: probes stay truthful
 REFUSAL_GRACE_S = 1.0  # a refused connection's time to send its request head (then the 503 can be read)
@@ -84,19 +84,19 @@ class Rejected(Exception):
 
 
 class Registry:
-    """Per server: connections waiting for a request, oldest first (the ones to close when full)."""
+    """Per server: connections waiting for a request and connections receiving a body, oldest first (the
+    ones to close when full)."""
 
     def __init__(self) -> None:
-        # oldest first; an OrderedDict pops its first item in O(1) (a dict scans the slots freed before it)
-        self.waiting: OrderedDict[LimitedHttpToolsProtocol, None] = OrderedDict()
-        self.bodies: OrderedDict[LimitedHttpToolsProtocol, None] = (
-            OrderedDict()
-        )  # receiving a body, oldest first
+        # oldest first; an OrderedDict pops its first item in O(1) (a dict scans the slots freed before it).
+        # waiting: the loop time each began to wait
+        self.waiting: OrderedDict[LimitedHttpToolsProtocol, float] = OrderedDict()
+        self.bodies: OrderedDict[LimitedHttpToolsProtocol, None] = OrderedDict()
         self.refused = 0
 
     def wait(self, conn: LimitedHttpToolsProtocol) -> None:
         self.waiting.pop(conn, None)
-        self.waiting[conn] = None
+        self.waiting[conn] = conn.loop.time()
 
     def busy(self, conn: LimitedHttpToolsProtocol) -> None:
         self.waiting.pop(conn, None)
@@ -107,18 +107,25 @@ class Registry:
         self.bodies[conn] = None
 
     def evict(self, now: float) -> str | None:
-        """Close the connection that has waited longest for a request, else answer 408 to the oldest whose body
-        lags below the minimum rate -> the reason counted, or None if there was none."""
+        """Make room for a new connection -> the reason counted, or None if nothing could be closed. Closed,
+        in this order: the connection that has waited longest for a request, if for PRESSURE_GRACE_S (idle,
+        or a slow head); else the oldest whose body lags below the minimum rate (a 408); else the one that
+        has waited longest, however briefly (a client that has just connected, its head on the way)."""
+        if self.waiting and now - next(iter(self.waiting.values())) >= PRESSURE_GRACE_S:
+            return self._close_waiting()
+        lagging = next((c for c in self.bodies if c.body_lags(now)), None)
+        if lagging is not None:
+            lagging.cut_body("evicted_slow_body")
+            return "evicted_slow_body"
+        return self._close_waiting()
+
+    def _close_waiting(self) -> str | None:
         while self.waiting:
             conn, _ = self.waiting.popitem(last=False)
             if not conn.transport.is_closing():
                 conn.transport.close()
                 return "evicted"
-        lagging = next((c for c in self.bodies if c.body_lags(now)), None)
-        if lagging is None:
-            return None
-        lagging.cut_body("evicted_slow_body")
-        return "evicted_slow_body"
+        return None
 
 
 _registries: weakref.WeakKeyDictionary[ServerState, Registry] = weakref.WeakKeyDictionary()
@@ -257,7 +264,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                     f"{grace:g} s, {ENV_PREFIX}BODY_RATE_GRACE_S"
                     + (", or sooner while every connection is taken)" if reason != "body_too_slow" else ")")
                 )
-            self._reply(408, message)
+            # closed for a new connection: at once (a second's linger would hold the slot it is freeing)
+            self._reply(408, message, linger=0.0 if reason == "evicted_slow_body" else LINGER_S)
         else:
             self.transport.close()
 
@@ -331,7 +339,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.flow.resume_reading()
         if self.transport.can_write_eof():
             self.transport.write_eof()  # after the answer; the client sees its end and closes
-        self.deadline = self.loop.call_later(linger, self.transport.close)
+        if linger > 0:
+            self.deadline = self.loop.call_later(linger, self.transport.close)
+        else:
+            self.transport.close()
 
     # --- reading --------------------------------------------------------------------------------------
 
