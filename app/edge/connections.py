@@ -8,12 +8,13 @@ complete: a connection that never finishes its head holds a descriptor forever. 
   and at APP_MIN_BODY_RATE bytes/s on average after APP_BODY_RATE_GRACE_S (app/edge/body_rate.py; else 408);
 - APP_MAX_HEADER_BYTES and APP_MAX_HEADERS (431), checked before each read reaches the parser: httptools
   concatenates a header split over many reads (`bytes +=` per read, quadratic), uvicorn its URL likewise;
-- APP_MAX_CONNECTIONS: past it a new connection closes the one that has waited longest for a request (idle or
-  sending its head), else the oldest whose body lags below APP_MIN_BODY_RATE (408; never one whose body
-  keeps the rate or whose request is with the app). With none to close it is refused: GET /health is
+- APP_MAX_CONNECTIONS: past it a new connection closes one that waits for a request (idle or sending its
+  head) or whose body lags below APP_MIN_BODY_RATE (408), in the order of Registry.evict; never one whose
+  body keeps the rate or whose request is with the app. With none to close it is refused: GET /health is
   answered, /ready gets 503 "saturated" (a load balancer sends users elsewhere), the rest get 503 unless a
-  connection can be closed once their head is complete; such a connection has a second to send its head. At most `refusal_slots` wait so, more are closed at once: never more than
-  max_connections + refusal_slots client sockets;
+  connection can be closed once their head is complete; it has a second to send its head. At most
+  `refusal_slots` wait so, more are closed at once: never more than max_connections + refusal_slots
+  client sockets;
 - on shutdown, requests still unanswered just before APP_SHUTDOWN_TIMEOUT_S (uvicorn's
   timeout_graceful_shutdown) get a 503 and are closed.
 """
