@@ -9,7 +9,7 @@ complete: a connection that never finishes its head holds a descriptor forever. 
 - APP_MAX_HEADER_BYTES and APP_MAX_HEADERS (431), checked before each read reaches the parser: httptools
   concatenates a header split over many reads (`bytes +=` per read, quadratic), uvicorn its URL likewise;
 - APP_MAX_CONNECTIONS: past it a new connection closes one that waits for a request (idle or sending its
-  head) or whose body lags below APP_MIN_BODY_RATE (408), in the order of Registry.evict; never one whose
+  head) or whose body lags below APP_MIN_BODY_RATE (408), in the order of IdleConnections.evict; never one whose
   body keeps the rate or whose request is with the app. With none to close it is refused: GET /health is
   answered, /ready gets 503 "saturated" (a load balancer sends users elsewhere), the rest get 503 unless a
   connection can be closed once their head is complete; it has a second to send its head. At most
@@ -84,9 +84,10 @@ class Rejected(Exception):
         self.status, self.reason = status, reason
 
 
-class Registry:
-    """Per server: connections waiting for a request and connections receiving a body, oldest first (the
-    ones to close when full)."""
+class IdleConnections:
+    """Per server: the connections that may be closed to make room, oldest first: waiting for a request
+    (idle), or receiving a body (closed once it lags); and the count of refused connections waiting to read
+    their 503."""
 
     def __init__(self) -> None:
         # oldest first; an OrderedDict pops its first item in O(1) (a dict scans the slots freed before it).
@@ -129,7 +130,7 @@ class Registry:
         return None
 
 
-_registries: weakref.WeakKeyDictionary[ServerState, Registry] = weakref.WeakKeyDictionary()
+_idle_connections: weakref.WeakKeyDictionary[ServerState, IdleConnections] = weakref.WeakKeyDictionary()
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
@@ -147,7 +148,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self.registry = _registries.setdefault(server_state, Registry())
+        self.idle_connections = _idle_connections.setdefault(server_state, IdleConnections())
         # waiting for: a request (idle), the rest of its head, its body, the app's answer
         self.phase: Literal["idle", "head", "body", "app", "closing"] = "idle"
         self.deadline: asyncio.TimerHandle | None = None
@@ -166,28 +167,28 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(transport)  # joins server_state.connections
         limits = self.limits
         full = len(self.connections) > limits.max_connections
-        evicted = self.registry.evict(self.loop.time()) if full else None
+        evicted = self.idle_connections.evict(self.loop.time()) if full else None
         if evicted == "evicted":  # (a lagging body counted itself)
             self._cut(evicted)
         elif full and evicted is None:
             self._cut("refused")
-            if self.registry.refused >= refusal_slots(limits.max_connections):
+            if self.idle_connections.refused >= refusal_slots(limits.max_connections):
                 transport.close()
                 return
             self.refused = True
-            self.registry.refused += 1
+            self.idle_connections.refused += 1
             self.app = self._refusing_app
-        if not self.refused:
-            self.registry.wait(self)  # refused ones are not evicted: they get their second to read the 503
+        if not self.refused:  # refused ones are not evicted: they get their second to read the 503
+            self.idle_connections.wait(self)
         self._arm(REFUSAL_GRACE_S if self.refused else limits.header_timeout_s, self._head_timed_out)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         self._stop_rate_check()
-        self.registry.busy(self)
+        self.idle_connections.busy(self)
         if self.refused:
             self.refused = False
-            self.registry.refused -= 1
+            self.idle_connections.refused -= 1
         super().connection_lost(exc)
 
     async def _refusing_app(self, scope: Any, receive: Any, send: Any) -> None:
@@ -336,7 +337,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.phase = "closing"
         self._disarm()
         self._stop_rate_check()
-        self.registry.busy(self)
+        self.idle_connections.busy(self)
         self.flow.resume_reading()
         if self.transport.can_write_eof():
             self.transport.write_eof()  # after the answer; the client sees its end and closes
@@ -403,14 +404,16 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
-        if self.refused and self.registry.evict(self.loop.time()) is not None:  # room now: served after all
+        if (
+            self.refused and self.idle_connections.evict(self.loop.time()) is not None
+        ):  # room now: served after all
             self.refused = False
-            self.registry.refused -= 1
+            self.idle_connections.refused -= 1
             self.app = self.config.loaded_app
         if self.refused:
-            self.registry.busy(self)
+            self.idle_connections.busy(self)
         else:
-            self.registry.body(self)  # closable while the table is full, once its body lags
+            self.idle_connections.body(self)  # closable while the table is full, once its body lags
         self.phase, self.head_begun, self.head_bytes = "body", False, 0
         self.heads += 1
         self._arm(self.limits.body_timeout_s, self._body_timed_out)
@@ -427,7 +430,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.phase == "body":
             self._disarm()
             self._stop_rate_check()
-            self.registry.busy(self)
+            self.idle_connections.busy(self)
             self.phase = "app"
             if self.cycle.response_complete:  # answered before its body was read (401, 413): idle now
                 self._idle()
@@ -454,7 +457,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         """Between requests: uvicorn's keep-alive timeout runs; the head deadline starts with a first byte."""
         self.phase = "idle"
         self._disarm()
-        self.registry.wait(self)
+        self.idle_connections.wait(self)
 
 
 def _detail(message: str) -> bytes:

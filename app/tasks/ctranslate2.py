@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.tasks.handlers import TranslationHandler
-from engines.ct2_decode import load_ct2_decoder
+from engines.ct2_decode import CT2Decoder, load_ct2_decoder
 from model import DecodeOptions, DecodingStopped, Hypothesis, LoadedModel
 from model.decoding import StopCheck
 
@@ -28,7 +28,7 @@ class CT2TranslationHandler(TranslationHandler):
         """translator_kwargs: ctranslate2.Translator's (Settings.ctranslate2_kwargs); torchscript: the torch
         model's decoding graphs, for its share of the decoding."""
         super().__init__(loaded, torchscript)
-        self.engine = load_ct2_decoder(loaded, **translator_kwargs)
+        self.engine = load_ct2_decoder(loaded, fallback=self.decoder, **translator_kwargs)
         log.info("%s: CTranslate2 %s", self.name, ", ".join(f"{k}={v}" for k, v in translator_kwargs.items()))
 
     def decode(
@@ -38,16 +38,22 @@ class CT2TranslationHandler(TranslationHandler):
         target_lang: str,
         should_stop: StopCheck = None,
     ) -> list[list[Hypothesis]]:
-        """One CTranslate2 call per distinct options in the batch (its length penalty and limit are per
-        call); should_stop: checked once, before the batch."""
+        """should_stop: checked once, before the batch (CTranslate2 decodes it in one call per options)."""
         if should_stop is not None and should_stop():
             raise DecodingStopped(0)
-        groups: dict[DecodeOptions, list[int]] = {}
-        for i, o in enumerate(opts):
-            groups.setdefault(o, []).append(i)
-        results: list[list[Hypothesis]] = [[] for _ in seqs]
-        for o, idxs in groups.items():
-            hyps = self.engine.translate_ids([seqs[i] for i in idxs], o, target_lang, batch_size=len(idxs))
-            for i, h in zip(idxs, hyps, strict=True):
-                results[i] = h
-        return results
+        return decode_grouped(self.engine, seqs, opts, target_lang)
+
+
+def decode_grouped(
+    engine: CT2Decoder, seqs: list[list[int]], opts: Sequence[DecodeOptions], target_lang: str
+) -> list[list[Hypothesis]]:
+    """One CTranslate2 call per distinct options in a batch (its length penalty and limit are per call)."""
+    groups: dict[DecodeOptions, list[int]] = {}
+    for i, o in enumerate(opts):
+        groups.setdefault(o, []).append(i)
+    results: list[list[Hypothesis]] = [[] for _ in seqs]
+    for o, idxs in groups.items():
+        hyps = engine.translate_ids([seqs[i] for i in idxs], o, target_lang, batch_size=len(idxs))
+        for i, h in zip(idxs, hyps, strict=True):
+            results[i] = h
+    return results

@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from app.batching.batcher import Batcher, InferenceWorkers
+from app.batching.admission import ModelQueue
+from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers
 from app.batching.fair import FairQueue
 from app.core.request_id import CURRENT, RequestInfo
 from tests.app.conftest import eventually
@@ -43,7 +44,8 @@ async def test_a_light_client_is_served_before_a_heavy_clients_backlog() -> None
         batches.append(items)
         return items
 
-    b: Batcher[str, str] = Batcher("q", run, workers, max_batch_size=4, max_delay_s=0.0, max_queue=100)
+    settings = BatchSettings(max_batch_size=4, max_delay_s=0.0)
+    b: Batcher[str, str] = Batcher("q", run, workers, ModelQueue("q", 100), settings)
 
     def enqueue(client: str, items: list[str]) -> asyncio.Future[list[str]]:
         token = CURRENT.set(RequestInfo(f"{client}-request", client))
