@@ -1,6 +1,9 @@
 """The FastAPI application: `create_app(settings)` factory; models load in the lifespan, never at import.
 
-python -m app   (the connection limits of app/edge/connections.py; a bare `uvicorn app.main:app` runs without them)
+Served by `python -m app` only. There is no module-level `app` for `uvicorn app.main:app`: a bare uvicorn has
+none of the connection limits of app/edge/connections.py (head and body deadlines, the minimum body rate, the
+connection cap), which are uvicorn protocol classes that only app/__main__.py installs, so one client could
+hold every descriptor. Tests and embedders call create_app().
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from app.core.metrics import Metrics
 from app.core.settings import Settings, load_settings
 from app.edge.fastpath import FastPath
 from app.edge.gate import Gate
+from app.edge.hosts import AllowedHosts
 from app.service import Service
 
 DESCRIPTION = """From-scratch Transformers (sentiment, translation) with cross-request dynamic batching.
@@ -47,7 +51,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await service.stop()  # ready -> 503, drain the queues, stop the batchers and the thread
 
     app = FastAPI(
-        title="Transformer serving", version=__version__, description=DESCRIPTION, lifespan=lifespan
+        title="Transformer serving",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        # no 307 from /x/ to /x: Starlette builds its Location from the request's Host header
+        redirect_slashes=False,
     )
     app.state.service = service
     install_error_handlers(app)
@@ -69,8 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     routes = [r for r in every if isinstance(r, Route | Mount)]
     if settings.fast_path:  # inside the gate: added first
         app.add_middleware(FastPath, routes=routes)
+    if "*" not in settings.allowed_hosts:  # inside the gate, which counts its 400s
+        app.add_middleware(AllowedHosts, hosts=settings.allowed_hosts)
     app.add_middleware(Gate, settings=settings, metrics=metrics, routes=routes)
     return app
-
-
-app = create_app()

@@ -100,19 +100,19 @@ class Queues:
         )
 
     def translation(self, name: str, handler: TranslationHandler, key: DecodeKey) -> Batcher[Any, Any]:
-        """The queue of one model and decoding mode. At most APP_MAX_DECODE_QUEUES live at once: a new mode
-        retires an idle one, or gets 429."""
+        """The queue of one model, target language and beam size (other options are per sentence). At most
+        APP_MAX_DECODE_QUEUES live at once: a new one retires an idle one, or gets 429."""
         pool_key = ("translation", name, key)
         limit = self.settings.max_decode_queues
         full = pool_key not in self.pool and self.pool.count("translation") >= limit
         if full and not self.pool.retire_idle("translation"):
             raise QueueFull(
-                f"{limit} distinct decoding modes (target_lang, beam_size, length_penalty, max_length) are "
-                "in use, the limit (APP_MAX_DECODE_QUEUES); retry later or use one of theirs",
+                f"{limit} distinct decoding queues (model, target_lang, beam_size) are in use, the limit "
+                "(APP_MAX_DECODE_QUEUES); retry later or use one of theirs",
                 1,
             )
         run, cost = partial(handler.run, key=key), partial(handler.cost, key=key)
-        label = f"{name}:{key.target_lang}:beam{key.beam_size}:lp{key.length_penalty:g}:max{key.max_length or 'auto'}"
+        label = f"{name}:{key.target_lang}:beam{key.beam_size}"
         policy = self._policy(expensive=True, stoppable=True, idle_timeout_s=IDLE_BATCHER_S)
         return self.pool.get(
             pool_key, lambda on_idle: self._new(label, run, name, cost, policy, on_idle=on_idle)

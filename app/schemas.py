@@ -49,7 +49,9 @@ def _model_name(name: str) -> str:
 
 
 Str = Annotated[str, AfterValidator(_unicode)]
-Text = Annotated[str, AfterValidator(_not_blank)]
+# minLength and pattern: the schema refuses what _not_blank refuses ("", whitespace only), as far as a
+# pattern can say it (characters the models ignore are still refused only by the server)
+Text = Annotated[str, AfterValidator(_not_blank), Field(json_schema_extra={"minLength": 1, "pattern": r"\S"})]
 ModelName = Annotated[
     str, AfterValidator(_model_name), Field(json_schema_extra={"maxLength": MAX_MODEL_NAME})
 ]
@@ -190,7 +192,8 @@ class DetectRequest(_TextsRequest):
             "examples": [
                 {"text": "Je voudrais un café, s'il vous plaît."},
                 {"texts": ["Der Hund schläft.", "정말 재미있어요"], "candidates": True},
-            ]
+            ],
+            **EXACTLY_ONE_TEXT,
         }
     )
 

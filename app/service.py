@@ -17,7 +17,6 @@ from app.lifecycle import Lifecycle
 from app.registry import ModelEntry
 from app.schemas import (
     AUTO,
-    DEFAULT_LENGTH_PENALTY,
     AttentionRequest,
     DetectedLanguage,
     SentimentRequest,
@@ -108,7 +107,7 @@ class Service(Lifecycle):
             langs = [found[0].language if found else None for found in detected]
         through = set(passed(texts, langs, req.target_lang))
         groups = registry.route(req, detected, through)
-        key = DecodeKey(req.target_lang, req.beam_size, req.length_penalty, req.max_length)
+        key = DecodeKey(req.target_lang, req.beam_size)  # the queue; the other options go per sentence
         split = [  # each text as lines of sentences, in its language: split once, priced, then tokenized
             [] if i in through else split_sentences(text, langs[i] or req.source_lang)
             for i, text in enumerate(texts)
@@ -116,12 +115,13 @@ class Service(Lifecycle):
         floor = 0  # far over budget is refused before tokenizing (a hostile loop costs the split only)
         for name, idxs in groups.items():
             sentences = sum(len(line) for i in idxs for line in split[i])
-            floor += sentences * self.translation[name].least_cost(key)
+            floor += sentences * self.translation[name].least_cost(key, req.max_length)
         self.limits.check_work(floor, field, "at least ")
         jobs, layouts = [], []
         for name, idxs in groups.items():
             handler, rows = self.translation[name], [split[i] for i in idxs]
-            items, lays = handler.sentences(rows, field, req.num_hypotheses, idxs, req.replace_unknowns)
+            options = (req.num_hypotheses, idxs, req.length_penalty, req.max_length, req.replace_unknowns)
+            items, lays = handler.sentences(rows, field, *options)
             jobs.append((self.queues.translation(name, handler, key), items))
             layouts.append(lays)
         outputs = await self._submit(jobs, self._deadline(), disconnected, field) if jobs else []
@@ -197,7 +197,7 @@ class Service(Lifecycle):
             tagged = entry.config.source_prefix(lang) + item.source  # OPUS-MT ">>fra<<": what the model reads
             return AttentionItem(tagged, handler.decoder_input(req.target, lang)), None
         greedy = self.queues.translation(  # through the batcher, like /translate with beam_size=1
-            entry.name, self.translation[entry.name], DecodeKey(lang, 1, DEFAULT_LENGTH_PENALTY, None)
+            entry.name, self.translation[entry.name], DecodeKey(lang, 1)
         )
         [[[best]]] = await self._submit([(greedy, [Sentence(item.source)])], deadline, disconnected)
         tagged = entry.config.source_prefix(lang) + item.source  # the tag is part of what the model reads

@@ -10,6 +10,8 @@ requests' outcomes by status, and from /metrics the items computed after their r
     python -m bench.heavy_mix --sentiment-clients 64 --heavy-clients 0 --png-clients 4 --seconds 60
     python -m bench.heavy_mix --env APP_MAX_WORK=1000000 --env APP_MAX_QUEUE_WORK=4000000  # heavy admitted
     python -m bench.heavy_mix --url http://127.0.0.1:8000  # a server already running (e.g. another checkout)
+    # issue 29: four clients on the heaviest translation the default budget admits (45 sentences of ~27 tokens)
+    python -m bench.heavy_mix --heavy-clients 4 --heavy-texts 45 --heavy-sentences 1 --heavy-words 22-26
 """
 
 from __future__ import annotations
@@ -38,14 +40,19 @@ PNG_BODY = {
 }
 
 
-def heavy_body(seed: int = 0) -> dict[str, object]:
-    """64 texts of 16 French sentences (4-9 words each), beam 16."""
+def heavy_body(
+    seed: int = 0,
+    texts_n: int = HEAVY_TEXTS,
+    sentences: int = HEAVY_SENTENCES,
+    words: tuple[int, int] = (4, 9),
+) -> dict[str, object]:
+    """`texts_n` texts of `sentences` French sentences (`words` words each, a range), beam 16."""
     rng = random.Random(seed)
 
     def sentence() -> str:
-        return " ".join(rng.choice(FR_WORDS) for _ in range(rng.randint(4, 9))).capitalize() + "."
+        return " ".join(rng.choice(FR_WORDS) for _ in range(rng.randint(*words))).capitalize() + "."
 
-    texts = [" ".join(sentence() for _ in range(HEAVY_SENTENCES)) for _ in range(HEAVY_TEXTS)]
+    texts = [" ".join(sentence() for _ in range(sentences)) for _ in range(texts_n)]
     return {"texts": texts, "source_lang": "fr", "beam_size": HEAVY_BEAM}
 
 
@@ -123,7 +130,12 @@ async def run(url: str, args: argparse.Namespace) -> None:
     loaded, heavy, png = await asyncio.gather(
         sentiment_load(url, args.sentiment_clients, args.seconds, use_wrk),
         looping_clients(
-            url, "/translate", heavy_body(), args.heavy_clients, args.seconds, args.heavy_timeout
+            url,
+            "/translate",
+            heavy_body(0, args.heavy_texts, args.heavy_sentences, words(args.heavy_words)),
+            args.heavy_clients,
+            args.seconds,
+            args.heavy_timeout,
         ),
         looping_clients(url, "/attention", PNG_BODY, args.png_clients, args.seconds, args.heavy_timeout),
     )
@@ -143,12 +155,20 @@ async def run(url: str, args: argparse.Namespace) -> None:
         print(f"{name}: {'n/a (not exported)' if a is None or b is None else f'{b - a:g}'}")
 
 
+def words(span: str) -> tuple[int, int]:
+    low, _, high = span.partition("-")
+    return int(low), int(high or low)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint-dir", type=Path, default=REPO / "checkpoints")
     p.add_argument("--sentiment-clients", type=int, default=64)
     p.add_argument("--heavy-clients", type=int, default=2)
     p.add_argument("--png-clients", type=int, default=0, help="clients looping on /attention PNGs")
+    p.add_argument("--heavy-texts", type=int, default=HEAVY_TEXTS, help="texts per heavy request")
+    p.add_argument("--heavy-sentences", type=int, default=HEAVY_SENTENCES, help="sentences per heavy text")
+    p.add_argument("--heavy-words", default="4-9", help="words per heavy sentence: MIN-MAX")
     p.add_argument("--seconds", type=float, default=60.0, help="loaded phase; the unloaded one is half")
     p.add_argument("--heavy-timeout", type=float, default=35.0, help="client timeout of a heavy request")
     p.add_argument("--env", action="append", default=[], help="KEY=VALUE server settings, repeatable")

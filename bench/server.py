@@ -26,14 +26,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def server_cmd(port: int) -> list[str]:
+    """`python -m app` (the service's entry, with its connection limits) on 127.0.0.1:port; no access log
+    (APP_ACCESS_LOG's default): callers pipe its output and read it only at exit, so /ready polls must not
+    fill the pipe. The command sets APP_HOST and APP_PORT over the caller's environment."""
+    return ["env", "APP_HOST=127.0.0.1", f"APP_PORT={port}", sys.executable, "-m", "app"]
+
+
 def uvicorn_cmd(port: int) -> list[str]:
-    """`uvicorn app.main:app` on 127.0.0.1:port, without the access log: callers pipe its output and read it
-    only at exit, so /ready polls must not fill the pipe."""
+    """A bare uvicorn serving create_app() on 127.0.0.1:port, without the connection limits of
+    app/edge/connections.py: only bench/slow_clients.py's `no-limits` comparison runs it."""
     return [
         sys.executable,
         "-m",
         "uvicorn",
-        "app.main:app",
+        "--factory",
+        "app.main:create_app",
         "--host",
         "127.0.0.1",
         "--port",

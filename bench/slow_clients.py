@@ -2,9 +2,10 @@
 
   python -m bench.slow_clients [--checkpoint-dir checkpoints] [--slow 5000] [--clients 64] [--duration 30]
                                [--server-fds 4096] [--only limits|no-limits | --no-limits] [--set APP_X=value ...]
+  python -m bench.slow_clients --only limits --body --slow 300 --set APP_MAX_CONNECTIONS=256  # issue 29
 
 Per run it starts the server on a free 127.0.0.1 port with its descriptors capped at --server-fds (soft and
-hard, as a container's `ulimit -n`): `no-limits` is plain `uvicorn app.main:app` (uvicorn's defaults: no
+hard, as a container's `ulimit -n`): `no-limits` is a bare `uvicorn --factory app.main:create_app` (uvicorn's defaults: no
 head or body deadline, no cap), `limits` is `python -m app` (app/edge/connections.py, its APP_* defaults). Then:
 
 - the flood (a child process, asyncio raw sockets): --slow connections, opened --connect-rate per second, each
@@ -41,6 +42,8 @@ from bench.load import percentile, process_cpu_s
 from bench.server import REPO, free_port, server_env, stop, uvicorn_cmd, wait_ready
 
 SLOW_HEAD = b"GET /health HTTP/1.1\r\nHost: slow\r\nX-Slow: " + b"a" * 4096  # never finished at 1 byte/s
+# --body (issue 29): a complete head, then a body of 1000 bytes sent a byte a second
+BODY_HEAD = b"POST /sentiment HTTP/1.1\r\nHost: slow\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
 
 
 @dataclass
@@ -70,8 +73,9 @@ class _Slow(asyncio.Protocol):
         self.closed = True
 
 
-async def _slow_connection(port: int, counts: Any, delay: float) -> None:
-    """Connect, send SLOW_HEAD a byte a second; reopen `delay` s after the server closes it."""
+async def _slow_connection(port: int, counts: Any, delay: float, body: bool = False) -> None:
+    """Connect, send SLOW_HEAD a byte a second (body: BODY_HEAD, then its body a byte a second); reopen
+    `delay` s after the server closes it."""
     loop = asyncio.get_running_loop()
     while True:
         try:
@@ -80,7 +84,9 @@ async def _slow_connection(port: int, counts: Any, delay: float) -> None:
             await asyncio.sleep(delay)
             continue
         counts[0] += 1
-        for byte in SLOW_HEAD:
+        if body:
+            transport.write(BODY_HEAD)
+        for byte in b" " * 1000 if body else SLOW_HEAD:
             if proto.closed:
                 break
             transport.write(bytes([byte]))
@@ -91,20 +97,20 @@ async def _slow_connection(port: int, counts: Any, delay: float) -> None:
         await asyncio.sleep(delay)
 
 
-async def _flood(port: int, n: int, rate: float, delay: float, counts: Any) -> None:
+async def _flood(port: int, n: int, rate: float, delay: float, counts: Any, body: bool) -> None:
     tasks = []
     for i in range(n):
-        tasks.append(asyncio.create_task(_slow_connection(port, counts, delay)))
+        tasks.append(asyncio.create_task(_slow_connection(port, counts, delay, body)))
         if (i + 1) % max(1, int(rate / 10)) == 0:
             await asyncio.sleep(0.1)
     await asyncio.gather(*tasks)
 
 
-def flood(port: int, n: int, rate: float, delay: float, counts: Any) -> None:
+def flood(port: int, n: int, rate: float, delay: float, counts: Any, body: bool = False) -> None:
     """The child process: `counts` is a shared array (open connections, reconnects)."""
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    asyncio.run(_flood(port, n, rate, delay, counts))
+    asyncio.run(_flood(port, n, rate, delay, counts, body))
 
 
 # --- real clients and the probe (this process) --------------------------------------------------------------
@@ -172,14 +178,16 @@ def start_server(
 
 
 def run(limits: bool, args: argparse.Namespace, extra: dict[str, str]) -> Row:
-    name = "limits (python -m app)" if limits else "no limits (uvicorn app.main:app)"
+    name = "limits (python -m app)" if limits else "no limits (bare uvicorn)"
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "server.log"
         proc, port = start_server(limits, args.checkpoint_dir, args.server_fds, extra, log)
         url = f"http://127.0.0.1:{port}"
         counts = mp.Array("q", 2, lock=False)  # the flood's open connections, reconnects
         child = mp.Process(
-            target=flood, args=(port, args.slow, args.connect_rate, args.reconnect_delay, counts), daemon=True
+            target=flood,
+            args=(port, args.slow, args.connect_rate, args.reconnect_delay, counts, args.body),
+            daemon=True,
         )
         opened: list[int] = []
         try:
@@ -254,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reconnect-delay", type=float, default=1.0, help="s before a closed one is reopened")
     p.add_argument("--server-fds", type=int, default=4096, help="the server's RLIMIT_NOFILE (soft = hard)")
     p.add_argument("--only", choices=["limits", "no-limits"], help="one run instead of both")
+    p.add_argument("--body", action="store_true", help="slow bodies: a complete POST head, then 1 byte/s")
     p.add_argument(
         "--no-limits", dest="only", action="store_const", const="no-limits", help="= --only no-limits"
     )

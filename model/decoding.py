@@ -4,13 +4,15 @@ model.jit.TracedTranslator, an engine or an imported model that has its three me
 Greedy is beam search with beam_size=1 (CTranslate2's convention); `greedy_decode` is a dedicated, cheaper
 loop that `decode` takes for beam_size 1 (a parity test pins it to beam search with K=1). Both force EOS at each example's length limit.
 Both take an optional `should_stop()`, called before each decoder step: when it returns True they raise
-DecodingStopped (a server stops a batch whose requests have all left).
+DecodingStopped (a server stops a batch whose requests have all left). Options may differ per example
+(`decode(..., [opts per row])`) in what changes no tensor shape: the length penalty (it ranks finished
+hypotheses only), the length limit and the n-best count; the beam size is shared.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, Self, TypeVar
 
@@ -82,6 +84,19 @@ class DecodeOptions:
 
 
 StopCheck = Callable[[], bool] | None  # called between decoder steps; True stops decoding
+Options = DecodeOptions | Sequence[DecodeOptions]  # one for every example, or one per example
+
+
+def per_row(options: Options | None, n: int, default: DecodeOptions) -> list[DecodeOptions]:
+    """One DecodeOptions per example; ValueError unless they share one beam size."""
+    if options is None or isinstance(options, DecodeOptions):
+        return [options or default] * n
+    rows = list(options)
+    if len(rows) != n:
+        raise ValueError(f"{len(rows)} DecodeOptions for {n} examples")
+    if len({o.beam_size for o in rows}) > 1:
+        raise ValueError(f"one beam_size per batch, got {sorted({o.beam_size for o in rows})}")
+    return rows
 
 
 class DecodingStopped(Exception):
@@ -126,15 +141,17 @@ def _force_eos(log_probs: Tensor, rows: Tensor, eos_id: int) -> Tensor:
 def greedy_decode(
     model: Decodable[Any],
     src: Tensor,
-    options: DecodeOptions | None = None,  # None: DecodeOptions(beam_size=1); beam_size is not read
+    options: Options | None = None,  # None: DecodeOptions(beam_size=1); beam_size is not read
     start_ids: Tensor | None = None,
     should_stop: StopCheck = None,
 ) -> list[list[Hypothesis]]:
     """src (B, S) padded ids -> one hypothesis per example; finished rows leave the batch."""
-    opts = options or DecodeOptions(beam_size=1)
+    rows = per_row(options, src.size(0), DecodeOptions(beam_size=1))
     eos = model.cfg.eos_id
     state, tokens, src_lens = _start(model, src, start_ids)
-    limits = torch.tensor([min(opts.limit(n), model.cfg.max_len) for n in src_lens], device=src.device)
+    limits = torch.tensor(
+        [min(o.limit(n), model.cfg.max_len) for o, n in zip(rows, src_lens, strict=True)], device=src.device
+    )
     active = torch.arange(src.size(0), device=src.device)  # example index of each row
     out: list[list[int]] = [[] for _ in src_lens]
     log_prob = [0.0] * len(src_lens)
@@ -153,7 +170,7 @@ def greedy_decode(
             if tok == eos:
                 results[ex] = [
                     Hypothesis(
-                        out[ex], log_prob[ex] / length_penalty(t + 1, opts.length_penalty), log_prob[ex]
+                        out[ex], log_prob[ex] / length_penalty(t + 1, rows[ex].length_penalty), log_prob[ex]
                     )
                 ]
             else:
@@ -171,23 +188,24 @@ def greedy_decode(
 def beam_search(
     model: Decodable[Any],
     src: Tensor,
-    options: DecodeOptions | None = None,  # None: DecodeOptions(), its default beam
+    options: Options | None = None,  # None: DecodeOptions(), its default beam; or one per example
     start_ids: Tensor | None = None,
     should_stop: StopCheck = None,
 ) -> list[list[Hypothesis]]:
-    """src (B, S) padded ids -> per example, `num_hypotheses` hypotheses sorted best first.
+    """src (B, S) padded ids -> per example, its `num_hypotheses` hypotheses sorted best first.
 
     Each step expands the K alive beams of every unfinished example, keeps the best 2K candidates, finalizes
     those ending in EOS among the top K, and continues with the best K others. An example is done when it has
     K finished hypotheses or reaches its length limit (where EOS is forced). The KV cache is reordered by beam
     origin, and finished examples are dropped from the batch.
     """
-    opts = options or DecodeOptions()
-    k, eos, alpha = opts.beam_size, model.cfg.eos_id, opts.length_penalty
+    n = src.size(0)
+    opts = per_row(options, n, DecodeOptions())
+    k, eos, alphas = opts[0].beam_size, model.cfg.eos_id, [o.length_penalty for o in opts]
     dev = src.device
     state, start, src_lens = _start(model, src, start_ids)
-    n = src.size(0)
-    limits = [min(opts.limit(s), model.cfg.max_len) for s in src_lens]  # positions must fit the encoding
+    # positions must fit the encoding
+    limits = [min(o.limit(s), model.cfg.max_len) for o, s in zip(opts, src_lens, strict=True)]
     rows = torch.arange(n, device=dev).repeat_interleave(k)
     state, tokens = state.select(rows), start[rows]  # (n*K,) rows; the memory stays one row per example
     scores = torch.full((n, k), float("-inf"), device=dev)
@@ -215,7 +233,8 @@ def beam_search(
                     break
                 if w == eos:
                     if rank < k:
-                        finished[ex].append(Hypothesis(prefixes[ex][o], s / length_penalty(t + 1, alpha), s))
+                        lp = length_penalty(t + 1, alphas[ex])
+                        finished[ex].append(Hypothesis(prefixes[ex][o], s / lp, s))
                 elif len(beams) < k:
                     beams.append((o, w, s))
             if len(finished[ex]) >= k or limits[ex] == t + 1 or not beams:
@@ -238,17 +257,21 @@ def beam_search(
         tokens = torch.tensor(next_tokens, device=dev)
         scores = torch.tensor(next_scores, device=dev)
         active = next_active
-    return [sorted(f, key=lambda h: h.score, reverse=True)[: opts.num_hypotheses] for f in finished]
+    return [
+        sorted(f, key=lambda h: h.score, reverse=True)[: o.num_hypotheses]
+        for f, o in zip(finished, opts, strict=True)
+    ]
 
 
 def decode(
     model: Decodable[Any],
     src: Tensor,
-    options: DecodeOptions,
+    options: Options,
     start_ids: Tensor | None = None,
     should_stop: StopCheck = None,
 ) -> list[list[Hypothesis]]:
     """Dispatch: beam_size 1 takes the dedicated greedy loop (same tokens as beam search with K=1)."""
-    if options.beam_size == 1:
+    rows = per_row(options, src.size(0), DecodeOptions())
+    if rows and rows[0].beam_size == 1:
         return greedy_decode(model, src, options, start_ids, should_stop)
     return beam_search(model, src, options, start_ids, should_stop)

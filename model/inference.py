@@ -159,12 +159,13 @@ def classify_texts(
 def translate_ids(
     model: Decodable[Any],
     seqs: list[list[int]],
-    options: DecodeOptions,
+    options: DecodeOptions | Sequence[DecodeOptions],
     target_lang: str | None = None,
     batch_size: int = 64,
     should_stop: StopCheck = None,
 ) -> list[list[Hypothesis]]:
-    """Source id lists (each ending in EOS) -> n-best hypotheses per source, in input order.
+    """Source id lists (each ending in EOS) -> n-best hypotheses per source, in input order. options: one
+    for all, or one per source (sharing a beam size: model.decoding.per_row).
 
     A model that takes its target-language tag on the source side gets it in front of each source here.
     should_stop: called before each decoder step; True raises model.decoding.DecodingStopped."""
@@ -176,7 +177,8 @@ def translate_ids(
     for chunk in length_sorted_chunks([len(s) for s in seqs], batch_size):
         src = pad_ids([seqs[i] for i in chunk], model.cfg.pad_id, dev)
         starts = torch.full((len(chunk),), start, dtype=torch.long, device=dev)
-        for i, hyps in zip(chunk, decode(model, src, options, starts, should_stop), strict=True):
+        opts = options if isinstance(options, DecodeOptions) else [options[i] for i in chunk]
+        for i, hyps in zip(chunk, decode(model, src, opts, starts, should_stop), strict=True):
             results[i] = hyps
     return results
 

@@ -8,7 +8,8 @@ load, and under load batches grow while the workers run the previous ones). The 
 thread (app/batching/workers.py: expensive batches leave a lane to cheap ones); each result goes back to its own
 request. Items of requests that are already done (timed out, disconnected, failed elsewhere) are skipped at
 batch time, and a decoding batch whose requests have all gone stops between two steps. A failing batch
-fails only its requests. Admission is per model (app/batching/admission.py: ModelQueue).
+fails only its requests. Admission is per model (app/batching/admission.py: ModelQueue). Clients share a
+queue fairly (app/batching/fair.py: by work units, per client address), not first come first served.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ import contextvars
 import logging
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from app.batching.admission import ModelQueue
+from app.batching.fair import FairQueue
 from app.batching.workers import InferenceWorkers
 from app.core.errors import DeadlineExceeded, InferenceFailed, Unavailable
 from app.core.metrics import Metrics
@@ -50,6 +51,12 @@ class _Pending(Generic[O]):
     def gone(self, now: float) -> bool:
         """Nobody waits for its results (done elsewhere, failed, or past its deadline)."""
         return self.failed or self.future.done() or now >= self.deadline
+
+
+def _client(item: _Item) -> str:
+    """Who queued the item (fair sharing's unit): its request's client address."""
+    request = item.pending.request
+    return request.client if request is not None else ""
 
 
 @dataclass(eq=False, slots=True)
@@ -120,7 +127,7 @@ class Batcher(Generic[I, O]):
         self.queue.batchers.add(self)
         self._run, self._worker, self._metrics, self._cost = run, workers, metrics, cost
         self._on_idle = on_idle
-        self._queue: deque[_Item] = deque()
+        self._queue: FairQueue[_Item] = FairQueue(_client, lambda i: i.work)
         self._queued_work = 0
         # this key's submitted, unfinished batches (running or waiting for a worker), oldest first
         self._submitted: dict[asyncio.Task[None], _Batch] = {}
@@ -178,10 +185,9 @@ class Batcher(Generic[I, O]):
 
     def purge(self) -> None:
         """Drop the queued items of requests that are done (left, timed out): they would only be skipped."""
-        kept = deque(i for i in self._queue if not i.pending.future.done())
-        if len(kept) < len(self._queue):
-            self.stats.skipped += len(self._queue) - len(kept)
-            self._queue, self._queued_work = kept, sum(i.work for i in kept)
+        if dropped := self._queue.keep(lambda i: not i.pending.future.done()):
+            self.stats.skipped += dropped
+            self._queued_work = sum(i.work for i in self._queue)
 
     def drain_seconds(self) -> float:
         """Seconds to run what waits here at the recent batch rate (0 when nothing waits)."""

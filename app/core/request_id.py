@@ -29,6 +29,7 @@ class RequestInfo:
     """One request (or, in a batch's context, the requests of the batch: `id` is then their ids)."""
 
     id: str
+    client: str = ""  # who sent it (the client address): the batch queues share their turns between clients
     models: list[str] = field(default_factory=list)  # the models whose batches ran its items, in order
     batch_size: int = 0  # the largest batch its items ran in
 

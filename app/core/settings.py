@@ -44,7 +44,7 @@ class Settings(BaseSettings):
     max_work: int = Field(default=50_000, ge=1)
     max_queue_work: int = Field(default=200_000, ge=1)
     max_batch_work: int = Field(default=8_192, ge=1)
-    max_decode_queues: int = Field(default=64, ge=1)  # live translation queues (distinct decoding options)
+    max_decode_queues: int = Field(default=64, ge=1)  # live translation queues (model, target, beam size)
     request_timeout_s: float = Field(default=30.0, gt=0)  # 504 past this deadline
     max_texts: int = Field(default=64, ge=1, le=MAX_TEXTS)  # texts per request (the schema's hard cap)
     max_chars: int = Field(default=2000, ge=1)  # characters per text
@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     metrics_api_key: SecretStr | None = None
     metrics_public: bool = False
     cors_origins: Annotated[list[str], NoDecode] = []  # comma-separated
+    # Host header values served (comma-separated; "*.example.com" takes subdomains; "*" any): others get 400,
+    # against DNS rebinding (app/edge/hosts.py; /health and /ready answer any Host)
+    allowed_hosts: Annotated[list[str], NoDecode] = ["*"]
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
@@ -95,6 +98,11 @@ class Settings(BaseSettings):
     # every file descriptor
     header_timeout_s: float = Field(default=10.0, gt=0, le=3600)  # request line + headers, else 408 / close
     body_timeout_s: float = Field(default=30.0, gt=0, le=3600)  # the whole body after the headers, else 408
+    # a body's average rate since its head, in bytes/s, past a grace period (Kestrel's MinRequestBodyDataRate:
+    # 240 bytes/s after 5 s), else 408; 0 = none. While every connection is taken, a lagging body is closed
+    # sooner to make room (app/edge/body_rate.py)
+    min_body_rate: float = Field(default=240.0, ge=0)
+    body_rate_grace_s: float = Field(default=5.0, gt=0, le=3600)
     keepalive_timeout_s: float = Field(default=5.0, gt=0, le=3600)  # idle between requests, then closed
     max_header_bytes: int = Field(default=32_768, ge=1024, le=1_048_576)  # request line + headers; 431 above
     max_headers: int = Field(default=100, ge=8, le=10_000)  # header fields per request; 431 above
@@ -123,7 +131,7 @@ class Settings(BaseSettings):
             )
         return v
 
-    @field_validator("cors_origins", mode="before")
+    @field_validator("cors_origins", "allowed_hosts", mode="before")
     @classmethod
     def _split_origins(cls, v: object) -> object:
         if isinstance(v, str):

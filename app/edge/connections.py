@@ -4,13 +4,17 @@ uvicorn arms its keep-alive timeout only after a response, and checks `limit_con
 complete: a connection that never finishes its head holds a descriptor forever. This subclass adds:
 
 - deadlines: the request head within APP_HEADER_TIMEOUT_S of connecting (or of a next request's first byte;
-  an idle connection is closed, a partial head gets 408), the whole body within APP_BODY_TIMEOUT_S of the head;
+  an idle connection is closed, a partial head gets 408), the whole body within APP_BODY_TIMEOUT_S of the head,
+  and at APP_MIN_BODY_RATE bytes/s on average after APP_BODY_RATE_GRACE_S (app/edge/body_rate.py; else 408);
 - APP_MAX_HEADER_BYTES and APP_MAX_HEADERS (431), checked before each read reaches the parser: httptools
   concatenates a header split over many reads (`bytes +=` per read, quadratic), uvicorn its URL likewise;
-- APP_MAX_CONNECTIONS: past it a new connection closes the one that has waited longest for a request (idle or
-  sending its head; never one with a request in progress). With none to close it is refused: GET /health and
-  /ready are answered, the rest get 503, and it has a second to send its head. At most `refusal_slots` wait
-  so, more are closed at once: never more than max_connections + refusal_slots client sockets;
+- APP_MAX_CONNECTIONS: past it a new connection closes one that waits for a request (idle or sending its
+  head) or whose body lags below APP_MIN_BODY_RATE (408), in the order of IdleConnections.evict; never one whose
+  body keeps the rate or whose request is with the app. With none to close it is refused: GET /health is
+  answered, /ready gets 503 "saturated" (a load balancer sends users elsewhere), the rest get 503 unless a
+  connection can be closed once their head is complete; it has a second to send its head. At most
+  `refusal_slots` wait so, more are closed at once: never more than max_connections + refusal_slots
+  client sockets;
 - on shutdown, requests still unanswered just before APP_SHUTDOWN_TIMEOUT_S (uvicorn's
   timeout_graceful_shutdown) get a 503 and are closed.
 """
@@ -30,6 +34,7 @@ from uvicorn.server import ServerState
 
 from app.core.metrics import Metrics
 from app.core.settings import ENV_PREFIX, Settings
+from app.edge.body_rate import PRESSURE_GRACE_S, BodyRate
 
 PROBE_PATHS = frozenset({"/health", "/ready"})  # answered on refused connections too: probes stay truthful
 REFUSAL_GRACE_S = 1.0  # a refused connection's time to send its request head (then the 503 can be read)
@@ -49,6 +54,8 @@ class ConnectionLimits:
     max_headers: int
     max_connections: int
     shutdown_timeout_s: float
+    min_body_rate: float = 0.0  # bytes/s; 0 = none
+    body_rate_grace_s: float = 5.0
 
     @classmethod
     def from_settings(cls, s: Settings) -> ConnectionLimits:
@@ -59,6 +66,8 @@ class ConnectionLimits:
             s.max_headers,
             s.max_connections,
             s.shutdown_timeout_s,
+            s.min_body_rate,
+            s.body_rate_grace_s,
         )
 
 
@@ -76,29 +85,49 @@ class Rejected(Exception):
 
 
 class IdleConnections:
-    """Per server: connections waiting for a request, oldest first (the ones to close when full), and the
-    count of refused connections waiting to read their 503."""
+    """Per server: the connections that may be closed to make room, oldest first: waiting for a request
+    (idle), or receiving a body (closed once it lags); and the count of refused connections waiting to read
+    their 503."""
 
     def __init__(self) -> None:
-        # oldest first; an OrderedDict pops its first item in O(1) (a dict scans the slots freed before it)
-        self.waiting: OrderedDict[LimitedHttpToolsProtocol, None] = OrderedDict()
+        # oldest first; an OrderedDict pops its first item in O(1) (a dict scans the slots freed before it).
+        # waiting: the loop time each began to wait
+        self.waiting: OrderedDict[LimitedHttpToolsProtocol, float] = OrderedDict()
+        self.bodies: OrderedDict[LimitedHttpToolsProtocol, None] = OrderedDict()
         self.refused = 0
 
     def wait(self, conn: LimitedHttpToolsProtocol) -> None:
         self.waiting.pop(conn, None)
-        self.waiting[conn] = None
+        self.waiting[conn] = conn.loop.time()
 
     def busy(self, conn: LimitedHttpToolsProtocol) -> None:
         self.waiting.pop(conn, None)
+        self.bodies.pop(conn, None)
 
-    def evict(self) -> bool:
-        """Close the connection that has waited longest for a request -> whether there was one."""
+    def body(self, conn: LimitedHttpToolsProtocol) -> None:
+        self.waiting.pop(conn, None)
+        self.bodies[conn] = None
+
+    def evict(self, now: float) -> str | None:
+        """Make room for a new connection -> the reason counted, or None if nothing could be closed. Closed,
+        in this order: the connection that has waited longest for a request, if for PRESSURE_GRACE_S (idle,
+        or a slow head); else the oldest whose body lags below the minimum rate (a 408); else the one that
+        has waited longest, however briefly (a client that has just connected, its head on the way)."""
+        if self.waiting and now - next(iter(self.waiting.values())) >= PRESSURE_GRACE_S:
+            return self._close_waiting()
+        lagging = next((c for c in self.bodies if c.body_lags(now)), None)
+        if lagging is not None:
+            lagging.cut_body("evicted_slow_body")
+            return "evicted_slow_body"
+        return self._close_waiting()
+
+    def _close_waiting(self) -> str | None:
         while self.waiting:
             conn, _ = self.waiting.popitem(last=False)
             if not conn.transport.is_closing():
                 conn.transport.close()
-                return True
-        return False
+                return "evicted"
+        return None
 
 
 _idle_connections: weakref.WeakKeyDictionary[ServerState, IdleConnections] = weakref.WeakKeyDictionary()
@@ -129,6 +158,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.head_count = 0
         self.heads = 0  # request heads completed on this connection
         self.refused = False
+        self.rate = BodyRate(self.limits.min_body_rate, self.limits.body_rate_grace_s)
+        self.rate_check: asyncio.TimerHandle | None = None  # when the body may fall below the minimum rate
 
     # --- connection admission -------------------------------------------------------------------------
 
@@ -136,9 +167,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(transport)  # joins server_state.connections
         limits = self.limits
         full = len(self.connections) > limits.max_connections
-        if full and self.idle_connections.evict():
-            self._cut("evicted")
-        elif full:
+        evicted = self.idle_connections.evict(self.loop.time()) if full else None
+        if evicted == "evicted":  # (a lagging body counted itself)
+            self._cut(evicted)
+        elif full and evicted is None:
             self._cut("refused")
             if self.idle_connections.refused >= refusal_slots(limits.max_connections):
                 transport.close()
@@ -152,6 +184,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._stop_rate_check()
         self.idle_connections.busy(self)
         if self.refused:
             self.refused = False
@@ -159,11 +192,14 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     async def _refusing_app(self, scope: Any, receive: Any, send: Any) -> None:
-        """The ASGI app of a connection accepted past the cap: probes are served, the rest get a 503."""
-        if scope["method"] in ("GET", "HEAD") and scope["path"] in PROBE_PATHS:
+        """The ASGI app of a connection accepted past the cap: /health is served, /ready answers 503
+        "saturated" (no room for a user's request here), the rest get a 503."""
+        probe = scope["method"] in ("GET", "HEAD") and scope["path"] in PROBE_PATHS
+        if probe and scope["path"] == "/health":
             await self.config.loaded_app(scope, receive, send)
             return
-        body = _detail(self._too_many())
+        message = self._too_many()
+        body = json.dumps({"status": "saturated", "detail": message}).encode() if probe else _detail(message)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         headers += [(b"retry-after", b"1"), (b"connection", b"close")]
         await send({"type": "http.response.start", "status": 503, "headers": headers})
@@ -210,15 +246,60 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.flow.read_paused:  # we stopped reading (the app has not taken the body yet): not the client
             self._arm(self.limits.body_timeout_s, self._body_timed_out)
             return
-        self._cut("body_timeout")
+        self.cut_body("body_timeout")
+
+    def cut_body(self, reason: str) -> None:
+        """408 for a body that came too slowly (`reason`: body_timeout, body_too_slow, evicted_slow_body)."""
+        self._cut(reason)
+        self._stop_rate_check()
         cycle = self.cycle
         if cycle is not None and not cycle.response_started:
             cycle.disconnected = True  # the app's receive() returns http.disconnect, its sends are dropped
             cycle.message_event.set()
-            seconds = self.limits.body_timeout_s
-            self._reply(408, f"request body not received within {seconds:g} s ({ENV_PREFIX}BODY_TIMEOUT_S)")
+            if reason == "body_timeout":
+                seconds = self.limits.body_timeout_s
+                message = f"request body not received within {seconds:g} s ({ENV_PREFIX}BODY_TIMEOUT_S)"
+            else:
+                rate, grace = self.limits.min_body_rate, self.limits.body_rate_grace_s
+                message = (
+                    f"request body sent below {rate:g} bytes/s ({ENV_PREFIX}MIN_BODY_RATE, after "
+                    f"{grace:g} s, {ENV_PREFIX}BODY_RATE_GRACE_S"
+                    + (", or sooner while every connection is taken)" if reason != "body_too_slow" else ")")
+                )
+            # closed for a new connection: at once (a second's linger would hold the slot it is freeing)
+            self._reply(408, message, linger=0.0 if reason == "evicted_slow_body" else LINGER_S)
         else:
             self.transport.close()
+
+    # --- the minimum body rate ------------------------------------------------------------------------
+
+    def body_lags(self, now: float) -> bool:
+        """Below the minimum body rate for a while (closable while the table is full)."""
+        return self.phase == "body" and not self.flow.read_paused and self.rate.lagging(now)
+
+    def _start_rate_check(self) -> None:
+        self._stop_rate_check()
+        self.rate.restart(self.loop.time())
+        if self.rate.rate > 0:
+            self.rate_check = self.loop.call_at(self.rate.due(), self._check_rate)
+
+    def _stop_rate_check(self) -> None:
+        if self.rate_check is not None:
+            self.rate_check.cancel()
+            self.rate_check = None
+
+    def _check_rate(self) -> None:
+        """At the time the body would fall below the rate: cut it if it has, else look again when it may."""
+        self.rate_check = None
+        if self.phase != "body" or self.transport.is_closing():
+            return
+        now = self.loop.time()
+        if self.flow.read_paused:  # the app has not taken the body yet: measure again from now
+            self._start_rate_check()
+        elif self.rate.too_slow(now):
+            self.cut_body("body_too_slow")
+        else:
+            self.rate_check = self.loop.call_at(self.rate.due(), self._check_rate)
 
     def shutdown(self) -> None:
         super().shutdown()  # idle or partial head: closed now; a request in progress: closed once answered
@@ -255,11 +336,15 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.write(b"".join(head))
         self.phase = "closing"
         self._disarm()
+        self._stop_rate_check()
         self.idle_connections.busy(self)
         self.flow.resume_reading()
         if self.transport.can_write_eof():
             self.transport.write_eof()  # after the answer; the client sees its end and closes
-        self.deadline = self.loop.call_later(linger, self.transport.close)
+        if linger > 0:
+            self.deadline = self.loop.call_later(linger, self.transport.close)
+        else:
+            self.transport.close()
 
     # --- reading --------------------------------------------------------------------------------------
 
@@ -319,17 +404,33 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
-        self.idle_connections.busy(self)
+        if (
+            self.refused and self.idle_connections.evict(self.loop.time()) is not None
+        ):  # room now: served after all
+            self.refused = False
+            self.idle_connections.refused -= 1
+            self.app = self.config.loaded_app
+        if self.refused:
+            self.idle_connections.busy(self)
+        else:
+            self.idle_connections.body(self)  # closable while the table is full, once its body lags
         self.phase, self.head_begun, self.head_bytes = "body", False, 0
         self.heads += 1
         self._arm(self.limits.body_timeout_s, self._body_timed_out)
+        self._start_rate_check()
         super().on_headers_complete()
         if self.refused:
             self.cycle.keep_alive = False
 
+    def on_body(self, body: bytes) -> None:
+        self.rate.received += len(body)
+        super().on_body(body)
+
     def on_message_complete(self) -> None:
         if self.phase == "body":
             self._disarm()
+            self._stop_rate_check()
+            self.idle_connections.busy(self)
             self.phase = "app"
             if self.cycle.response_complete:  # answered before its body was read (401, 413): idle now
                 self._idle()
@@ -342,6 +443,15 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_response_complete()  # starts a pipelined request, or arms uvicorn's keep-alive timeout
         if self.phase == "app" and not self.transport.is_closing() and self.cycle.response_complete:
             self._idle()
+
+    def eof_received(self) -> bool | None:
+        """The client half-closed (SHUT_WR): a request with the app still gets its answer, then the connection
+        closes (True keeps our side open); otherwise it closes now (uvicorn closes it either way, and the
+        answer was lost)."""
+        if self.phase == "app" and self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.keep_alive = False
+            return True
+        return None
 
     def _idle(self) -> None:
         """Between requests: uvicorn's keep-alive timeout runs; the head deadline starts with a first byte."""

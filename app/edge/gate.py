@@ -69,7 +69,8 @@ class Gate:
             await self.app(scope, receive, send)
             return
         start, status = time.perf_counter(), 500
-        request = RequestInfo(incoming_id(scope))
+        client = scope.get("client")
+        request = RequestInfo(incoming_id(scope), client[0] if client else "")
         token = CURRENT.set(request)  # this task's: the route, the service and the batch queue read it
         request_id = (HEADER, request.id.encode())
 

@@ -8,8 +8,10 @@ there are no torch weights to read attention maps from.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
+from app.tasks.ctranslate2 import decode_grouped
 from app.tasks.handlers import TranslationHandler
 from engines.argos import ArgosPackage, load_argos_decoder
 from model import DecodeOptions, DecodingStopped, Hypothesis
@@ -32,9 +34,14 @@ class ArgosTranslationHandler(TranslationHandler):
         )
 
     def decode(
-        self, seqs: list[list[int]], opts: DecodeOptions, target_lang: str, should_stop: StopCheck = None
+        self,
+        seqs: list[list[int]],
+        opts: Sequence[DecodeOptions],
+        target_lang: str,
+        should_stop: StopCheck = None,
+        align_unknowns: Sequence[bool] | None = None,
     ) -> list[list[Hypothesis]]:
-        """should_stop: checked once, before the batch (CTranslate2 decodes it in one call)."""
+        """should_stop: checked once, before the batch (CTranslate2 decodes it in one call per options)."""
         if should_stop is not None and should_stop():
             raise DecodingStopped(0)
-        return self.engine.translate_ids(seqs, opts, target_lang, batch_size=max(1, len(seqs)))
+        return decode_grouped(self.engine, seqs, opts, target_lang, align_unknowns)

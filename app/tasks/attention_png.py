@@ -3,7 +3,8 @@ translators, drawn by app/tasks/heatmap.py.
 
 A PNG takes long to draw, mostly Python holding the GIL: in a thread it would halve the event loop's share of
 the interpreter. PngRenderer draws in a process of its own (spawned: numpy and matplotlib only, niced below
-the server), one PNG at a time, for at most MAX_PNG_REQUESTS requests at once (429 beyond).
+the server), one PNG at a time, for at most MAX_PNG_REQUESTS requests at once (429 beyond). When that process
+dies (killed, out of memory), the PNGs it had are drawn again once by a new one, then 503 with Retry-After.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Any
 
-from app.core.errors import QueueFull
+from app.core.errors import QueueFull, Unavailable
 from app.tasks.attention_maps import AttentionHandler, AttentionItem, LayerSelection, TextMaps, pick
 from app.tasks.heatmap import heatmap_grid, lower_priority
 
 MAX_PNG_REQUESTS = 4  # PNG requests in progress at once (their maps computing, waiting, or drawing)
+RENDER_TRIES = 2  # a PNG whose renderer process died is drawn once more by a new one
 
 
 def heatmap_inputs(
@@ -82,13 +84,21 @@ class PngRenderer:
     ) -> bytes:
         start = time.monotonic()
         args = await asyncio.to_thread(heatmap_inputs, handler, item, maps, sel)  # up to 2M weights
-        try:
-            png = await asyncio.get_running_loop().run_in_executor(self.executor(), heatmap_grid, *args)
-        except BrokenProcessPool:  # the process died (killed?): a new one for the next request
-            self._executor = None
-            raise
-        self.seconds_ewma = 0.8 * self.seconds_ewma + 0.2 * (time.monotonic() - start)
-        return png
+        for _ in range(RENDER_TRIES):
+            pool = self.executor()
+            try:
+                png = await asyncio.get_running_loop().run_in_executor(pool, heatmap_grid, *args)
+            except BrokenProcessPool:  # the process died (killed?): a new one, for this PNG and the next
+                if self._executor is pool:  # (the other PNGs it had may have replaced it already)
+                    self._executor = None
+                    pool.shutdown(wait=False)
+                continue
+            self.seconds_ewma = 0.8 * self.seconds_ewma + 0.2 * (time.monotonic() - start)
+            return png
+        raise Unavailable(
+            "the PNG renderer process died while drawing this map, twice; retry, or ask for JSON (format=json)",
+            max(1, math.ceil(self.seconds_ewma)),
+        )
 
     def shutdown(self) -> None:
         if self._executor is not None:

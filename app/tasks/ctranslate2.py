@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.tasks.handlers import TranslationHandler
-from engines.ct2_decode import load_ct2_decoder
+from engines.ct2_decode import CT2Decoder, load_ct2_decoder
 from model import DecodeOptions, DecodingStopped, Hypothesis, LoadedModel
 from model.decoding import StopCheck
 
@@ -34,12 +34,32 @@ class CT2TranslationHandler(TranslationHandler):
     def decode(
         self,
         seqs: list[list[int]],
-        opts: DecodeOptions,
+        opts: Sequence[DecodeOptions],
         target_lang: str,
         should_stop: StopCheck = None,
         align_unknowns: Sequence[bool] | None = None,
     ) -> list[list[Hypothesis]]:
-        """should_stop: checked once, before the batch (CTranslate2 decodes it in one call)."""
+        """should_stop: checked once, before the batch (CTranslate2 decodes it in one call per options)."""
         if should_stop is not None and should_stop():
             raise DecodingStopped(0)
-        return self.engine.translate_ids(seqs, opts, target_lang, max(1, len(seqs)), align_unknowns)
+        return decode_grouped(self.engine, seqs, opts, target_lang, align_unknowns)
+
+
+def decode_grouped(
+    engine: CT2Decoder,
+    seqs: list[list[int]],
+    opts: Sequence[DecodeOptions],
+    target_lang: str,
+    align_unknowns: Sequence[bool] | None = None,
+) -> list[list[Hypothesis]]:
+    """One CTranslate2 call per distinct options in a batch (its length penalty and limit are per call)."""
+    groups: dict[DecodeOptions, list[int]] = {}
+    for i, o in enumerate(opts):
+        groups.setdefault(o, []).append(i)
+    results: list[list[Hypothesis]] = [[] for _ in seqs]
+    for o, idxs in groups.items():
+        align = None if align_unknowns is None else [align_unknowns[i] for i in idxs]
+        hyps = engine.translate_ids([seqs[i] for i in idxs], o, target_lang, len(idxs), align)
+        for i, h in zip(idxs, hyps, strict=True):
+            results[i] = h
+    return results

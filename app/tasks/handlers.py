@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from app.core.errors import invalid
-from app.schemas import ScoredTranslation, SentimentResult, TranslationResult
+from app.schemas import DEFAULT_LENGTH_PENALTY, ScoredTranslation, SentimentResult, TranslationResult
 from model import (
     DecodeOptions,
     Hypothesis,
@@ -117,39 +117,42 @@ class SentimentHandler:
 
 @dataclass(frozen=True)
 class DecodeKey:
-    """Options that must be equal within one forward pass (num_hypotheses may differ per item)."""
+    """What must be equal within one batch (a translation queue's key): the start token and the beam size
+    (rows per sentence). The options that change no tensor shape are per sentence (Sentence)."""
 
     target_lang: str
     beam_size: int
-    length_penalty: float
-    max_length: int | None
-
-    def options(self, num_hypotheses: int, max_len: int) -> DecodeOptions:
-        """DecodeOptions; an explicit max_length is absolute, and no limit passes the model's max_len."""
-        if self.max_length is None:
-            return DecodeOptions(
-                self.beam_size, min(DecodeOptions.max_length, max_len), length_penalty=self.length_penalty,
-                num_hypotheses=num_hypotheses,
-            )  # fmt: skip
-        limit = min(self.max_length, max_len)
-        return DecodeOptions(
-            self.beam_size, limit, max_length_ratio=0.0, max_length_offset=limit,
-            length_penalty=self.length_penalty, num_hypotheses=num_hypotheses,
-        )  # fmt: skip
 
     def work(self, sentence: Sentence, max_len: int) -> int:
-        """A sentence's work units under these options, for a translator of max_len positions."""
+        """A sentence's work units under this beam size and its own length limit, for a translator of
+        max_len positions."""
         n = len(sentence.ids)
-        return n + self.beam_size * min(self.options(1, max_len).limit(n), max_len)
+        return n + self.beam_size * min(sentence.options(self.beam_size, max_len).limit(n), max_len)
 
 
 @dataclass(frozen=True)
 class Sentence:
-    """One batch item: a sentence's source ids (EOS included) and how many hypotheses its request wants."""
+    """One batch item: a sentence's source ids (EOS included) and its request's per-row decoding options:
+    n-best count, length penalty, length limit (None: the default ratio, within the model's max_len)."""
 
     ids: list[int]
     num_hypotheses: int = 1
+    length_penalty: float = DEFAULT_LENGTH_PENALTY
+    max_length: int | None = None
     surfaces: tuple[str, ...] | None = None  # each id's source text: output <unk>s are replaced from it
+
+    def options(self, beam_size: int, max_len: int) -> DecodeOptions:
+        """DecodeOptions; an explicit max_length is absolute, and no limit passes the model's max_len."""
+        if self.max_length is None:
+            return DecodeOptions(
+                beam_size, min(DecodeOptions.max_length, max_len), length_penalty=self.length_penalty,
+                num_hypotheses=self.num_hypotheses,
+            )  # fmt: skip
+        limit = min(self.max_length, max_len)
+        return DecodeOptions(
+            beam_size, limit, max_length_ratio=0.0, max_length_offset=limit,
+            length_penalty=self.length_penalty, num_hypotheses=self.num_hypotheses,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -184,22 +187,24 @@ class TranslationHandler:
         """Work units of a sentence decoded under `key`."""
         return key.work(item, self.max_len)
 
-    def least_cost(self, key: DecodeKey) -> int:
-        """The least a sentence can cost under `key` (one token: its EOS), known before tokenizing."""
-        return key.work(Sentence([0]), self.max_len)
+    def least_cost(self, key: DecodeKey, max_length: int | None = None) -> int:
+        """The least a sentence can cost under `key` and `max_length` (one token: its EOS), known before
+        tokenizing."""
+        return key.work(Sentence([0], max_length=max_length), self.max_len)
 
     def encode_source(self, text: str, loc: Sequence[str | int]) -> list[int]:
         return checked_source_ids(self.name, self.tokenizer, self.cfg, text, loc)
 
     def sentence(
-        self, text: str, loc: Sequence[str | int], num_hypotheses: int, replace_unknowns: bool
+        self, text: str, loc: Sequence[str | int], replace_unknowns: bool, *options: Any
     ) -> Sentence:
-        """One batch item; replace_unknowns: model.unknowns' encoding, and surfaces to replace <unk>s from."""
+        """One batch item (options: Sentence's num_hypotheses, length_penalty, max_length); replace_unknowns:
+        model.unknowns' encoding, and surfaces to replace <unk>s from."""
         ids = self.encode_source(text, loc)  # refused here when too long, replacement on or off
         if not replace_unknowns:
-            return Sentence(ids, num_hypotheses)
+            return Sentence(ids, *options)
         src = checked_source(self.name, self.tokenizer, self.cfg, text, loc)
-        return Sentence(src.ids, num_hypotheses, src.surfaces)
+        return Sentence(src.ids, *options, surfaces=src.surfaces)
 
     def sentences(
         self,
@@ -207,11 +212,14 @@ class TranslationHandler:
         field: str,
         num_hypotheses: int,
         indices: Sequence[int] | None = None,
+        length_penalty: float = DEFAULT_LENGTH_PENALTY,
+        max_length: int | None = None,
         replace_unknowns: bool = False,
     ) -> tuple[list[Sentence], list[TextLayout]]:
         """Every sentence of every text (each split into lines of sentences: app.text.sentences.split_sentences) as
-        one item, plus the layouts to put the texts back together; `indices`: the texts' places in the request
-        (for error locations), default 0, 1, ...; replace_unknowns: see `sentence`."""
+        one item with the request's decoding options, plus the layouts to put the texts back together;
+        `indices`: the texts' places in the request (for error locations), default 0, 1, ...; replace_unknowns:
+        see `sentence`."""
         items: list[Sentence] = []
         layouts = []
         for t, text in zip(indices or range(len(texts)), texts, strict=True):
@@ -219,17 +227,20 @@ class TranslationHandler:
             lines = []
             for sentences in text:
                 lines.append(list(range(len(items), len(items) + len(sentences))))
-                items += [self.sentence(s, loc, num_hypotheses, replace_unknowns) for s in sentences]
+                items += [
+                    self.sentence(s, loc, replace_unknowns, num_hypotheses, length_penalty, max_length)
+                    for s in sentences
+                ]
             layouts.append(TextLayout(lines))
         return items, layouts
 
     def run(
         self, items: list[Sentence], key: DecodeKey, should_stop: StopCheck = None
     ) -> list[list[SentenceTranslation]]:
-        """Per item its own n-best, detokenized: the batch decodes with the largest n and each item keeps
-        its first num_hypotheses (translate_ids sorts by length and pads per chunk). should_stop: checked
+        """Per item its own n-best, detokenized, under its own options (length penalty, length limit, n-best
+        count: per row in one batch; translate_ids sorts by length and pads per chunk). should_stop: checked
         between decoder steps (True raises model.DecodingStopped)."""
-        opts = key.options(max(s.num_hypotheses for s in items), self.max_len)
+        opts = [s.options(key.beam_size, self.max_len) for s in items]
         want = [s.surfaces is not None for s in items]
         output = self.decode([s.ids for s in items], opts, key.target_lang, should_stop, want)
         return [
@@ -246,13 +257,14 @@ class TranslationHandler:
     def decode(
         self,
         seqs: list[list[int]],
-        opts: DecodeOptions,
+        opts: Sequence[DecodeOptions],
         target_lang: str,
         should_stop: StopCheck = None,
         align_unknowns: Sequence[bool] | None = None,
     ) -> list[list[Hypothesis]]:
-        """One dynamic batch of source ids -> n-best hypotheses per item (the engine's part of `run`);
-        align_unknowns: per item, whether its hypotheses that hold an <unk> get an `alignment`."""
+        """One dynamic batch of source ids, with options per item -> n-best hypotheses per item (the
+        engine's part of `run`); align_unknowns: per item, whether its hypotheses that hold an <unk> get an
+        `alignment`."""
         with torch.inference_mode():
             out = translate_ids(self.decoder, seqs, opts, target_lang, max(1, len(seqs)), should_stop)
             if align_unknowns is not None and any(align_unknowns):
@@ -288,4 +300,4 @@ class TranslationHandler:
     def warmup(self) -> None:
         ids = self.encode_source(WARMUP_TEXT, ("text",))
         lang = self.cfg.target_langs[0]
-        self.run([Sentence(ids)], DecodeKey(lang, beam_size=2, length_penalty=0.6, max_length=4))
+        self.run([Sentence(ids, max_length=4)], DecodeKey(lang, beam_size=2))

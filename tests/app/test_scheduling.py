@@ -85,16 +85,16 @@ def metric(text: str, name: str, model: str) -> float:
 
 
 def test_a_sentence_costs_its_source_tokens_plus_beam_times_its_output_limit() -> None:
-    key = DecodeKey("en", 4, 0.6, None)
+    key = DecodeKey("en", 4)
     assert key.work(Sentence([5] * 10), 66) == 10 + 4 * (2 * 10 + 10)  # default limit: 2 x source + 10
     assert key.work(Sentence([5] * 40), 66) == 40 + 4 * 66  # the limit is capped at the model's max_len
-    assert DecodeKey("en", 16, 0.6, 5).work(Sentence([5] * 10), 66) == 10 + 16 * 5
+    assert DecodeKey("en", 16).work(Sentence([5] * 10, max_length=5), 66) == 10 + 16 * 5
 
 
 def test_the_default_budget_takes_a_full_sentiment_batch_not_the_heavy_translation() -> None:
     s = Settings()
     assert s.max_texts * 512 <= s.max_work  # 64 texts at the shipped classifiers' max_len (512 tokens)
-    heavy = 64 * 16 * DecodeKey("en", 16, 0.6, None).work(Sentence([5]), 66)  # 1-token sentences
+    heavy = 64 * 16 * DecodeKey("en", 16).work(Sentence([5]), 66)  # 1-token sentences
     assert heavy > s.max_work
     assert s.max_queue_work >= s.max_work
 

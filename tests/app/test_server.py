@@ -1,4 +1,4 @@
-"""Against a real uvicorn subprocess on 127.0.0.1: start-up, every route over TCP, concurrency, SIGTERM."""
+"""Against a real `python -m app` subprocess on 127.0.0.1: start-up, every route over TCP, concurrency, SIGTERM."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from app.core.settings import REPO_ROOT
-from bench.server import free_port, server_env, stop, uvicorn_cmd, wait_ready
+from bench.server import free_port, server_cmd, server_env, stop, wait_ready
 
 
 def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
@@ -26,7 +26,7 @@ def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
 @pytest.fixture(scope="module")
 def server(app_checkpoint_dir: Path) -> Iterator[str]:
     port = free_port()
-    cmd = uvicorn_cmd(port)
+    cmd = server_cmd(port)
     proc = start(cmd, {"APP_CHECKPOINT_DIR": str(app_checkpoint_dir), "APP_MAX_BATCH_DELAY_MS": "20"})
     url = f"http://127.0.0.1:{port}"
     try:

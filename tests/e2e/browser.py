@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.server import free_port, server_env, stop, uvicorn_cmd, wait_ready
+from bench.server import free_port, server_cmd, server_env, stop, wait_ready
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page, Playwright
@@ -37,9 +37,9 @@ PHONE = {"width": 390, "height": 844}
 
 @contextmanager
 def server(checkpoint_dir: Path, timeout: float = 60.0, **env: str) -> Iterator[str]:
-    """uvicorn app.main:app on a free 127.0.0.1 port until /ready is 200; yields its URL, SIGTERM at exit."""
+    """`python -m app` on a free 127.0.0.1 port until /ready is 200; yields its URL, SIGTERM at exit."""
     port = free_port()
-    cmd = uvicorn_cmd(port)
+    cmd = server_cmd(port)
     proc = subprocess.Popen(
         cmd,
         env=server_env({"APP_CHECKPOINT_DIR": str(checkpoint_dir)} | env),

@@ -277,6 +277,36 @@ def test_batched_equals_one_at_a_time(beam_size: int) -> None:
     assert not all(early)
 
 
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_per_row_options_in_one_batch_equal_each_row_alone(beam_size: int) -> None:
+    """Length penalty, length limit and n-best count per row (issue 29: one queue per beam size): a batch
+    mixing them gives each row what it gets decoded alone with its own options."""
+    model = make_translator(0)
+    srcs = random_seqs(SRC_LENGTHS + [2, 8], seed=7)
+    alphas, limits = [0.0, 0.6, 2.0, 1.0, 0.3, 0.6, 1.5], [None, 3, None, 1, 6, None, 2]
+    n_best = [1, beam_size, 2, 1, beam_size, 1, 2]
+    rows = [
+        DecodeOptions(
+            beam_size,
+            limit or DecodeOptions.max_length,
+            max_length_ratio=0.0 if limit else DecodeOptions.max_length_ratio,
+            max_length_offset=limit or DecodeOptions.max_length_offset,
+            length_penalty=alpha,
+            num_hypotheses=min(n, beam_size),
+        )
+        for alpha, limit, n in zip(alphas, limits, n_best, strict=True)
+    ]
+    batched = decode(model, pad_ids(srcs, PAD), rows)
+    for s, o, hyps in zip(srcs, rows, batched, strict=True):
+        [single] = decode(model, torch.tensor([s]), o)
+        assert len(hyps) == len(single) <= o.num_hypotheses
+        assert [h.tokens for h in hyps] == [h.tokens for h in single]
+        assert [h.score for h in hyps] == pytest.approx([h.score for h in single], abs=1e-4)
+        assert all(len(h.tokens) < o.limit(len(s)) for h in hyps)  # EOS included in the limit
+    with pytest.raises(ValueError, match="one beam_size per batch"):
+        decode(model, pad_ids(srcs[:2], PAD), [DecodeOptions(beam_size=2), DecodeOptions(beam_size=3)])
+
+
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])  # 2.0 favours long outputs: score order != finishing order
 def test_beam_hypotheses_are_sorted_scored_and_counted(alpha: float) -> None:
     model = make_translator(0)

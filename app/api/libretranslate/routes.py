@@ -27,7 +27,7 @@ from starlette.requests import ClientDisconnect
 from app import __version__
 from app.api.deps import DisconnectDep, ServiceDep
 from app.api.libretranslate import mapping as lt
-from app.core.errors import ClientDisconnected, ServiceError
+from app.core.errors import ClientDisconnected, ServiceError, unparsable
 from app.core.settings import Settings
 from app.edge.api_key import authorized, matches
 
@@ -51,6 +51,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     for code, why in {
         400: "Invalid request (a missing or invalid field, a limit, an unsupported language)",
         403: "APP_API_KEY is set and the request lacks it (api_key, or the Authorization/X-API-Key header)",
+        413: "The body is larger than APP_MAX_BODY_BYTES",
         429: "Queue full: retry after the Retry-After header's seconds",
         503: "Models still loading, or shutting down",
     }.items()
@@ -122,24 +123,49 @@ def router(prefix: str) -> APIRouter:
 
 async def _fields(request: Request, settings: Settings) -> dict[str, Any]:
     """The body's fields (JSON object or form; query parameters fill in what it lacks), the key checked
-    first: a body that cannot be read has no key in it, so without one elsewhere that is the answer."""
+    first: a key in the headers before the body is read; else a body that cannot be read, or a JSON body
+    without the text `api_key`, has no key in it, so without one elsewhere that is the answer."""
     fields = _multi(request.query_params.multi_items())
+    settled = _header_key(request, fields, settings)  # 403 here for a wrong key in the headers
     try:
-        fields |= await _body_fields(request)
+        fields |= await _body_fields(request, None if settled else settings)
     except ClientDisconnect:
         raise ClientDisconnected() from None
     except (lt.LtError, StarletteHTTPException):  # not JSON, a bad form, a body past APP_MAX_BODY_BYTES
-        _check_key(request, fields, settings)
+        if not settled:
+            _check_key(request, fields, settings)
         raise
-    _check_key(request, fields, settings)
+    if not settled:
+        _check_key(request, fields, settings)
     return fields
 
 
-async def _body_fields(request: Request) -> dict[str, Any]:
+def _header_key(request: Request, fields: dict[str, Any], settings: Settings) -> bool:
+    """Whether the key is settled before the body is read: none is needed, or the headers (or the query's
+    api_key) carry it; a wrong key in the headers is a 403 at once (the body is never read)."""
+    if settings.api_key is None:
+        return True
+    key = settings.api_key.get_secret_value().encode()
+    sent = fields.get("api_key")
+    if authorized(request.scope, key) or matches(sent if isinstance(sent, str) else None, key):
+        return True
+    if any(name in (b"authorization", b"x-api-key") for name, _ in request.scope["headers"]):
+        raise lt.LtError(403, "Invalid API key")
+    return False
+
+
+async def _body_fields(request: Request, keyed: Settings | None) -> dict[str, Any]:
+    """The fields of the body; `keyed`: the key is still to be found (a JSON body without `api_key` in its
+    text cannot hold it: 403 without parsing it; `\\u` escapes could spell it, so those are parsed)."""
     kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if kind == "application/json" or kind.endswith("+json"):
+        body = await request.body()
+        if keyed is not None and b"api_key" not in body and b"\\u" not in body:
+            _check_key(request, {}, keyed)
         try:
-            data = json.loads(await request.body())
+            data = json.loads(body)
+        except RecursionError as e:  # the parser's depth limit (about sys.getrecursionlimit()): a clean 400
+            raise lt.LtError(400, f"Invalid request: the body is not JSON ({unparsable(e)})") from None
         except ValueError as e:
             raise lt.LtError(400, f"Invalid request: the body is not JSON ({e})") from None
         if not isinstance(data, dict):

@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.api.deps import ServiceDep
+from app.api.routes.common import ERRORS
 from app.core.metrics import METRICS_PATH
 from app.edge.api_key import API_KEY
 from app.schemas import Health, ModelsResponse, Readiness
@@ -42,13 +43,17 @@ async def ready_head(service: ServiceDep) -> Response:
     return Response(status_code=200 if service.readiness().status == "ready" else 503)
 
 
-@router.get("/models", response_model=ModelsResponse)
+@router.get("/models", response_model=ModelsResponse, responses={401: ERRORS[401]})
 async def models(service: ServiceDep) -> ModelsResponse:
     """Every served model: task, languages, labels, size, dtype, device, checksum, metrics."""
     return ModelsResponse(models=service.models())
 
 
-@router.get(METRICS_PATH, response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+@router.get(
+    METRICS_PATH,
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, 401: ERRORS[401]},
+)
 async def metrics(service: ServiceDep) -> Response:
     """Prometheus text format. With APP_API_KEY set it also takes APP_METRICS_API_KEY; APP_METRICS_PUBLIC=true
     leaves it open."""

@@ -1,0 +1,48 @@
+"""APP_ALLOWED_HOSTS: requests whose Host header names another host get 400 (Starlette's TrustedHostMiddleware,
+with the probes exempt). Against DNS rebinding: a page on an attacker's domain that resolves to this server
+sends its own Host, which is not in the list. Default "*": any host (behind a proxy that checks it).
+
+GET /health and /ready are answered whatever the Host: Kubernetes' HTTP probes send the pod's IP.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.core.settings import ENV_PREFIX
+
+PROBES = frozenset({"/health", "/ready"})
+
+
+def host_of(scope: Scope) -> str:
+    """The Host header without its port, lowercased ("" when absent)."""
+    for name, value in scope["headers"]:
+        if name == b"host":
+            host = value.decode("latin-1").strip().lower()
+            if host.startswith("["):  # an IPv6 literal: [::1]:8000
+                return host.split("]", 1)[0] + "]"
+            return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    return ""
+
+
+def allowed(host: str, patterns: list[str]) -> bool:
+    """`host` matches an entry: exactly, or a `*.example.com` entry matches its subdomains."""
+    return any(p in ("*", host) or (p.startswith("*.") and host.endswith(p[1:])) for p in patterns)
+
+
+class AllowedHosts:
+    """400 for a Host outside `hosts` (lowercase names, `*.domain` wildcards)."""
+
+    def __init__(self, app: ASGIApp, hosts: list[str]) -> None:
+        self.app, self.hosts = app, [h.lower() for h in hosts]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in PROBES or allowed(host_of(scope), self.hosts):
+            await self.app(scope, receive, send)
+            return
+        body = json.dumps({"detail": f"invalid Host header: not one of {ENV_PREFIX}ALLOWED_HOSTS"}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 400, "headers": headers})
+        await send({"type": "http.response.body", "body": body})

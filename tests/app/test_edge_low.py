@@ -1,0 +1,75 @@
+"""Issue 29's low items: a half-closed client still gets its answer (a real `python -m app`), trailing-slash
+requests are not redirected to their Host, APP_ALLOWED_HOSTS, and an OpenAPI schema that refuses what the
+server refuses and documents its 401 and 413 answers."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.core.settings import Settings
+from tests.app.conftest import serve
+from tests.app.test_connections import Server, read_until_closed, run_server
+
+
+@pytest.fixture(scope="module")
+def server(sentiment_only_dir: Path) -> Iterator[Server]:
+    with run_server(sentiment_only_dir) as s:
+        yield s
+
+
+def test_a_half_closed_client_gets_its_answer(server: Server) -> None:
+    body = b'{"text": "a good film"}'
+    with server.connect() as sock:
+        sock.sendall(
+            b"POST /sentiment HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        sock.shutdown(socket.SHUT_WR)  # done sending; still reading
+        data, _ = read_until_closed(sock)
+    assert data.startswith(b"HTTP/1.1 200 "), data
+    assert b'"label"' in data
+
+
+@pytest.mark.anyio
+async def test_a_trailing_slash_is_not_redirected_to_the_request_host(client: httpx.AsyncClient) -> None:
+    r = await client.post("/sentiment/", json={"text": "good"}, headers={"host": "evil.example"})
+    assert r.status_code == 404
+    assert "evil.example" not in r.headers.get("location", "")
+
+
+@pytest.mark.anyio
+async def test_allowed_hosts_refuse_other_hosts_but_not_probes(app_checkpoint_dir: Path) -> None:
+    settings = Settings(checkpoint_dir=app_checkpoint_dir, allowed_hosts="api.example.com,*.internal")
+    async with serve(settings) as (_, client):
+        body = {"text": "good"}
+        for host, status in [("api.example.com", 200), ("API.example.com:8000", 200), ("a.b.internal", 200)]:
+            r = await client.post("/sentiment", json=body, headers={"host": host})
+            assert r.status_code == status, (host, r.text)
+        r = await client.post("/sentiment", json=body, headers={"host": "rebound.attacker.example"})
+        assert r.status_code == 400
+        assert "APP_ALLOWED_HOSTS" in r.json()["detail"]
+        for path in ("/health", "/ready"):  # a Kubernetes probe sends the pod's IP
+            assert (await client.get(path, headers={"host": "10.1.2.3:8000"})).status_code == 200
+
+
+@pytest.mark.anyio
+async def test_openapi_refuses_what_the_server_refuses_and_lists_401_and_413(
+    client: httpx.AsyncClient,
+) -> None:
+    spec = (await client.get("/openapi.json")).json()
+    schemas = spec["components"]["schemas"]
+    for name in ("SentimentRequest", "TranslateRequest", "DetectRequest"):
+        text = next(t for t in schemas[name]["properties"]["text"]["anyOf"] if t.get("type") == "string")
+        assert (text["minLength"], text["pattern"]) == (1, r"\S"), name  # {"text": ""} is refused
+        assert [b["required"] for b in schemas[name]["oneOf"]] == [["text"], ["texts"]], name
+    paths = spec["paths"]
+    assert "401" in paths["/models"]["get"]["responses"]
+    assert "401" in paths["/metrics"]["get"]["responses"]
+    for route in ("translate", "detect"):
+        assert "413" in paths[f"/libretranslate/{route}"]["post"]["responses"]
+    assert (await client.post("/sentiment", json={"text": ""})).status_code == 422

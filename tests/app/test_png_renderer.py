@@ -1,0 +1,60 @@
+"""A PNG renderer process that dies (issue 29, item 4): the PNGs it had are drawn again by a new process; if
+that one dies too, 503 with Retry-After, never a 500."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.core.settings import Settings
+from app.service import Service
+from app.tasks import attention_png
+from tests.app.conftest import eventually, serve
+
+pytestmark = pytest.mark.anyio
+BODY = {"model": "sentiment-en", "text": "good", "format": "png"}
+
+
+def die(*args: Any) -> bytes:
+    """A renderer that is killed while drawing (run in the renderer process)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable")
+
+
+async def test_pngs_in_flight_when_the_renderer_is_killed_are_drawn_by_a_new_one(
+    two_models_dir: Path,
+) -> None:
+    async with serve(Settings(checkpoint_dir=two_models_dir)) as (app, client):
+        service: Service = app.state.service
+        pool = service.png.executor()
+        loop = asyncio.get_running_loop()
+        pid = await loop.run_in_executor(pool, os.getpid)
+        busy = loop.run_in_executor(pool, time.sleep, 30)  # the renderer is busy: the PNGs wait in its queue
+        requests = [asyncio.ensure_future(client.post("/attention", json=BODY)) for _ in range(3)]
+        await eventually(lambda: len(pool._pending_work_items) == 1 + 3)  # type: ignore[attr-defined]
+        os.kill(pid, signal.SIGKILL)
+        answers = [await r for r in requests]
+        assert [(r.status_code, r.headers["content-type"]) for r in answers] == [(200, "image/png")] * 3
+        assert service.png.executor() is not pool
+        with pytest.raises(attention_png.BrokenProcessPool):
+            await busy
+
+
+async def test_a_renderer_that_dies_again_gives_503_with_retry_after(
+    two_models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(attention_png, "heatmap_grid", die)
+    async with serve(Settings(checkpoint_dir=two_models_dir)) as (_, client):
+        r = await client.post("/attention", json=BODY)
+        assert r.status_code == 503, r.text
+        assert "renderer process died" in r.json()["detail"]
+        assert int(r.headers["retry-after"]) >= 1
+        monkeypatch.undo()
+        r = await client.post("/attention", json=BODY)  # a new renderer for the next request
+        assert r.status_code == 200
