@@ -242,11 +242,12 @@ class CT2Decoder:
                 hyps = translate_ids(self.fallback, [seqs[i] for i in redo], options, target_lang, batch_size)
             for i, h in zip(redo, hyps, strict=True):
                 results[i] = h
-        # hypotheses with an <unk> but no alignment yet (redone, or decoded without attention): by torch
+        # hypotheses with an <unk> but no alignment yet (redone, or decoded without attention): by torch;
+        # with no torch model (fallback None) they keep none: their <unk>s are detokenized as they are
         late = [
             i for i in range(len(seqs)) if want[i] and any(self._unaligned(seqs[i], h) for h in results[i])
         ]
-        if late:
+        if late and self.fallback is not None:
             with torch.inference_mode():
                 align(eager(self.fallback), [seqs[i] for i in late], [results[i] for i in late],
                       cfg.start_id(target_lang), [True] * len(late), source_prefix=tag)  # fmt: skip
