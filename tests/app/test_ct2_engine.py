@@ -86,89 +86,27 @@ def _handler(app: Any, name: str) -> CT2TranslationHandler:
     return handler
 
 
+TEXTS = {"fr": {"text": FR}, "es": {"texts": ES}, "de": {"texts": ["Hallo.", "Der Hund."]}}
+
+
+def case(case_id: str, source_lang: str, beam_size: int, **options: Any) -> Any:
+    """A /translate body with scores, of source_lang's texts (TEXTS), as a pytest param named case_id."""
+    body = TEXTS[source_lang] | {"source_lang": source_lang, "beam_size": beam_size, "return_scores": True}
+    return pytest.param(body | options, id=case_id)
+
+
 BODIES = [
-    pytest.param({"text": FR, "source_lang": "fr", "beam_size": 1, "return_scores": True}, id="greedy"),
-    pytest.param(
-        {"texts": ES, "source_lang": "es", "beam_size": 1, "return_scores": True}, id="greedy-texts-en"
-    ),
-    pytest.param(
-        {"texts": ES, "source_lang": "es", "target_lang": "fr", "beam_size": 1, "return_scores": True},
-        id="greedy-texts-fr",
-    ),
-    pytest.param(
-        {"texts": ES, "source_lang": "es", "beam_size": 4, "length_penalty": 0, "return_scores": True},
-        id="beam4-lp0",
-    ),
-    pytest.param(
-        {
-            "texts": ES,
-            "source_lang": "es",
-            "beam_size": 4,
-            "length_penalty": 0,
-            "num_hypotheses": 3,
-            "return_scores": True,
-        },
-        id="beam4-nbest3",
-    ),  # fmt: skip
-    pytest.param(
-        {
-            "texts": ES,
-            "source_lang": "es",
-            "target_lang": "fr",
-            "beam_size": 4,
-            "length_penalty": 0,
-            "num_hypotheses": 3,
-            "return_scores": True,
-        },
-        id="beam4-nbest3-fr",
-    ),  # fmt: skip
-    pytest.param(
-        {
-            "texts": ES,
-            "source_lang": "es",
-            "beam_size": 3,
-            "length_penalty": 0,
-            "max_length": 3,
-            "num_hypotheses": 2,
-            "return_scores": True,
-        },
-        id="beam3-max_length3",
-    ),  # fmt: skip
-    pytest.param(
-        {"text": FR, "source_lang": "fr", "beam_size": 1, "max_length": 4, "return_scores": True},
-        id="greedy-max_length4",
-    ),
-    pytest.param(
-        {
-            "text": FR,
-            "source_lang": "fr",
-            "beam_size": 4,
-            "length_penalty": 0,
-            "num_hypotheses": 3,
-            "return_scores": True,
-        },
-        id="beam4-at-the-limit",
-    ),  # fmt: skip
-    pytest.param(
-        {
-            "texts": ["Hallo.", "Der Hund."],
-            "source_lang": "de",
-            "target_lang": "fr",
-            "beam_size": 1,
-            "return_scores": True,
-        },
-        id="greedy-multilingual-at-the-limit",
-    ),  # fmt: skip
-    pytest.param(
-        {
-            "texts": ["Hallo.", "Der Hund."],
-            "source_lang": "de",
-            "beam_size": 1,
-            "max_length": 1,
-            "return_scores": True,
-        },
-        id="greedy-multilingual-max_length1",
-    ),  # fmt: skip
+    case("greedy", "fr", 1),
+    case("greedy-texts-en", "es", 1),
+    case("greedy-texts-fr", "es", 1, target_lang="fr"),
+    case("beam4-lp0", "es", 4, length_penalty=0),
+    case("beam4-nbest3", "es", 4, length_penalty=0, num_hypotheses=3),
+    case("beam4-nbest3-fr", "es", 4, target_lang="fr", length_penalty=0, num_hypotheses=3),
+    case("beam3-max_length3", "es", 3, length_penalty=0, max_length=3, num_hypotheses=2),
+    case("greedy-max_length4", "fr", 1, max_length=4),
+    case("beam4-at-the-limit", "fr", 4, length_penalty=0, num_hypotheses=3),
+    case("greedy-multilingual-at-the-limit", "de", 1, target_lang="fr"),
+    case("greedy-multilingual-max_length1", "de", 1, max_length=1),
 ]
 
 
