@@ -319,3 +319,21 @@ async def test_unknowns_are_replaced_as_torch_replaces_them(
             assert item in text
     else:
         assert any("\u2047" in t for t in texts)
+
+
+def test_without_a_torch_model_unaligned_unknowns_keep_no_alignment(engine_checkpoint_dir: Path) -> None:
+    """fallback None (an Argos package): the hypotheses CTranslate2 decodes without attention (beam searches
+    cut at their length limit) keep no alignment, their <unk>s as decoded, where a torch model would align
+    them."""
+    from engines.ct2_decode import CT2Decoder, load_ct2_decoder
+    from model import DecodeOptions, load_checkpoint
+    from model.preprocess import source_ids
+
+    loaded = load_checkpoint(engine_checkpoint_dir / "translate-unk")
+    engine = CT2Decoder(load_ct2_decoder(loaded).translator, loaded.tokenizer, loaded.config, None)
+    seqs = [source_ids(loaded.tokenizer, text, loaded.config) for text in IT]
+    opts = DecodeOptions(beam_size=3, max_length=6, num_hypotheses=2)  # every search reaches its limit
+    hyps = engine.translate_ids(seqs, opts, "en", align_unknowns=[True] * len(seqs))
+    unk = loaded.config.unk_id
+    assert any(unk in h.tokens for hs in hyps for h in hs)  # there were <unk>s to align
+    assert all(h.alignment is None and len(h.tokens) <= 6 for hs in hyps for h in hs)
