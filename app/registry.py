@@ -103,56 +103,67 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def pairs_of(e: ModelEntry) -> list[tuple[str, str]]:
+    """The (source, target) pairs a translation model serves."""
+    ids = e.config.target_lang_ids
+    return [
+        (src, tgt)
+        for src in e.config.source_langs
+        for tgt in e.config.target_langs
+        if src != tgt and not (ids and tgt not in ids)  # a multilingual model needs the target's tag
+    ]
+
+
+def route_pairs(
+    entries: list[ModelEntry], origin_order: Sequence[str], routes: dict[str, str] | None
+) -> dict[tuple[str, str], str]:
+    """(source, target) -> the translator that serves it, chosen as the module docstring says; a route that
+    names no translator of its pair fails start-up."""
+    candidates: dict[tuple[str, str], list[ModelEntry]] = {}
+    for e in sorted(entries, key=lambda e: e.name):
+        if e.task != "sentiment":
+            for pair in pairs_of(e):
+                candidates.setdefault(pair, []).append(e)
+
+    def rank(e: ModelEntry, pair: tuple[str, str]) -> tuple[int, bool, str]:
+        order = list(origin_order)
+        origin = order.index(e.origin) if e.origin in order else len(order)
+        return origin, e.name != f"translate-{pair[0]}-{pair[1]}", e.name
+
+    pairs = {pair: min(es, key=lambda e: rank(e, pair)).name for pair, es in candidates.items()}
+    by_name = {e.name: e for e in entries}
+    for route, name in (routes or {}).items():
+        src, _, tgt = route.partition("-")
+        entry = by_name.get(name)
+        if entry is None or entry.task != "translation" or (src, tgt) not in pairs_of(entry):
+            serves = ", ".join(f"{s}-{t}" for s, t in pairs_of(entry)) if entry else "not served"
+            raise SettingsError(
+                f"{ENV_PREFIX}ROUTES: {route}={name}, but {name} does not translate {src} -> {tgt} "
+                f"({name}: {serves or 'no pairs'})"
+            )
+        pairs[(src, tgt)] = name
+    return pairs
+
+
 class Registry:
     def __init__(
         self,
         entries: list[ModelEntry],
+        pairs: dict[tuple[str, str], str],
         device: torch.device,
         dtype: torch.dtype,
         quantize: str | None = None,
-        origin_order: Sequence[str] = ORIGINS,
-        routes: dict[str, str] | None = None,
     ) -> None:
+        """pairs: `route_pairs`' choice of translator per language pair."""
         self.entries = {e.name: e for e in entries}
+        self.pairs = pairs
         self.device, self.dtype, self.quantize = device, dtype, quantize
         self.sentiment_by_lang: dict[str, str] = {}
-        candidates: dict[tuple[str, str], list[ModelEntry]] = {}
         for e in sorted(entries, key=lambda e: e.name):
             if e.task == "sentiment":
                 for lang in e.languages:
                     if self.sentiment_by_lang.get(lang) != f"sentiment-{lang}":  # the canonical name wins
                         self.sentiment_by_lang[lang] = e.name
-            else:
-                for pair in self.pairs_of(e):
-                    candidates.setdefault(pair, []).append(e)
-
-        def rank(e: ModelEntry, pair: tuple[str, str]) -> tuple[int, bool, str]:
-            order = list(origin_order)
-            origin = order.index(e.origin) if e.origin in order else len(order)
-            return origin, e.name != f"translate-{pair[0]}-{pair[1]}", e.name
-
-        self.pairs = {pair: min(es, key=lambda e: rank(e, pair)).name for pair, es in candidates.items()}
-        for route, name in (routes or {}).items():
-            src, _, tgt = route.partition("-")
-            entry = self.entries.get(name)
-            if entry is None or entry.task != "translation" or (src, tgt) not in self.pairs_of(entry):
-                serves = ", ".join(f"{s}-{t}" for s, t in self.pairs_of(entry)) if entry else "not served"
-                raise SettingsError(
-                    f"{ENV_PREFIX}ROUTES: {route}={name}, but {name} does not translate {src} -> {tgt} "
-                    f"({name}: {serves or 'no pairs'})"
-                )
-            self.pairs[(src, tgt)] = name
-
-    @staticmethod
-    def pairs_of(e: ModelEntry) -> list[tuple[str, str]]:
-        """The (source, target) pairs a translation model serves."""
-        ids = e.config.target_lang_ids
-        return [
-            (src, tgt)
-            for src in e.config.source_langs
-            for tgt in e.config.target_langs
-            if src != tgt and not (ids and tgt not in ids)  # a multilingual model needs the target's tag
-        ]
 
     @classmethod
     def discover(
@@ -200,7 +211,7 @@ class Registry:
                 f"{ENV_PREFIX}CHECKPOINT_DIR={root}: no checkpoints (subdirectories holding a {CONFIG} "
                 "or an Argos Translate package)"
             )
-        return cls(entries, device, dtype, quantize, origin_order, routes)
+        return cls(entries, route_pairs(entries, origin_order, routes), device, dtype, quantize)
 
     def load(self, name: str) -> LoadedModel:
         """Load one checkpoint's weights (blocking: run it in the inference thread); not for an Argos

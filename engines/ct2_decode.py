@@ -166,6 +166,26 @@ class CT2Decoder:
         body = ids[:-1] if ids and ids[-1] == self.cfg.eos_id else ids
         return Hypothesis(body, log_prob / length_penalty(len(body) + 1, alpha), log_prob)
 
+    def translate_per_row(
+        self,
+        seqs: list[list[int]],
+        opts: Sequence[DecodeOptions],
+        target_lang: str | None = None,
+        align_unknowns: Sequence[bool] | None = None,
+    ) -> list[list[Hypothesis]]:
+        """translate_ids with options per source: one call per distinct options (CTranslate2 takes its length
+        penalty and limit per call), results in input order."""
+        groups: dict[DecodeOptions, list[int]] = {}
+        for i, o in enumerate(opts):
+            groups.setdefault(o, []).append(i)
+        results: list[list[Hypothesis]] = [[] for _ in seqs]
+        for o, idxs in groups.items():
+            align = None if align_unknowns is None else [align_unknowns[i] for i in idxs]
+            hyps = self.translate_ids([seqs[i] for i in idxs], o, target_lang, len(idxs), align)
+            for i, h in zip(idxs, hyps, strict=True):
+                results[i] = h
+        return results
+
     def translate_ids(
         self,
         seqs: list[list[int]],
@@ -242,11 +262,12 @@ class CT2Decoder:
                 hyps = translate_ids(self.fallback, [seqs[i] for i in redo], options, target_lang, batch_size)
             for i, h in zip(redo, hyps, strict=True):
                 results[i] = h
-        # hypotheses with an <unk> but no alignment yet (redone, or decoded without attention): by torch
+        # hypotheses with an <unk> but no alignment yet (redone, or decoded without attention): by torch;
+        # with no torch model (fallback None) they keep none: their <unk>s are detokenized as they are
         late = [
             i for i in range(len(seqs)) if want[i] and any(self._unaligned(seqs[i], h) for h in results[i])
         ]
-        if late:
+        if late and self.fallback is not None:
             with torch.inference_mode():
                 align(eager(self.fallback), [seqs[i] for i in late], [results[i] for i in late],
                       cfg.start_id(target_lang), [True] * len(late), source_prefix=tag)  # fmt: skip

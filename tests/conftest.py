@@ -34,6 +34,14 @@ def _one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread_again() -> Iterator[None]:
+    """A server under test sets torch's process-wide thread count (APP_TORCH_THREADS), and the default
+    inference worker count reads it: each test starts from one thread again."""
+    yield
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real unigram sentencepiece model (~200 pieces, pad 0 / unk 1 / bos 2 / eos 3) trained in a tmp dir."""

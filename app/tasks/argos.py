@@ -1,6 +1,6 @@
 """Argos Translate packages: /translate through CTranslate2 (engines/argos.py), with no torch model.
 
-The handler is a TranslationHandler whose `decode` runs the package's CT2Decoder: sentences, joining,
+The handler is a TranslationHandler whose `engine` is the package's CT2Decoder: sentences, joining,
 scores and warm-up are TranslationHandler's. /attention refuses these models (service.Service._attention):
 there are no torch weights to read attention maps from.
 """
@@ -8,14 +8,10 @@ there are no torch weights to read attention maps from.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 
-from app.tasks.ctranslate2 import decode_grouped
 from app.tasks.handlers import TranslationHandler
 from engines.argos import ArgosPackage, load_argos_decoder
-from model import DecodeOptions, DecodingStopped, Hypothesis
-from model.decoding import StopCheck
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +28,3 @@ class ArgosTranslationHandler(TranslationHandler):
             name,
             ", ".join(f"{k}={v}" for k, v in translator_kwargs.items()),
         )
-
-    def decode(
-        self,
-        seqs: list[list[int]],
-        opts: Sequence[DecodeOptions],
-        target_lang: str,
-        should_stop: StopCheck = None,
-        align_unknowns: Sequence[bool] | None = None,
-    ) -> list[list[Hypothesis]]:
-        """should_stop: checked once, before the batch (CTranslate2 decodes it in one call per options)."""
-        if should_stop is not None and should_stop():
-            raise DecodingStopped(0)
-        return decode_grouped(self.engine, seqs, opts, target_lang, align_unknowns)

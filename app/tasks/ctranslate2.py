@@ -1,6 +1,6 @@
 """APP_TRANSLATION_ENGINE=ctranslate2: /translate decoded by CTranslate2 through the same batchers.
 
-The handler is a TranslationHandler whose `decode` (one dynamic batch) runs engines.ct2_decode.CT2Decoder:
+The handler is a TranslationHandler whose `engine` decodes each dynamic batch (engines.ct2_decode.CT2Decoder):
 sentences, joining, scores and warm-up are TranslationHandler's. The torch model still loads: /attention
 reads its weights, and it decodes the few beam searches that reach their length limit (see
 engines/ct2_decode.py). The checkpoint is converted at load into a temporary directory, removed once
@@ -10,13 +10,11 @@ CTranslate2 has read it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 from app.tasks.handlers import TranslationHandler
-from engines.ct2_decode import CT2Decoder, load_ct2_decoder
-from model import DecodeOptions, DecodingStopped, Hypothesis, LoadedModel
-from model.decoding import StopCheck
+from engines.ct2_decode import load_ct2_decoder
+from model import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -30,36 +28,3 @@ class CT2TranslationHandler(TranslationHandler):
         super().__init__(loaded, torchscript)
         self.engine = load_ct2_decoder(loaded, fallback=self.decoder, **translator_kwargs)
         log.info("%s: CTranslate2 %s", self.name, ", ".join(f"{k}={v}" for k, v in translator_kwargs.items()))
-
-    def decode(
-        self,
-        seqs: list[list[int]],
-        opts: Sequence[DecodeOptions],
-        target_lang: str,
-        should_stop: StopCheck = None,
-        align_unknowns: Sequence[bool] | None = None,
-    ) -> list[list[Hypothesis]]:
-        """should_stop: checked once, before the batch (CTranslate2 decodes it in one call per options)."""
-        if should_stop is not None and should_stop():
-            raise DecodingStopped(0)
-        return decode_grouped(self.engine, seqs, opts, target_lang, align_unknowns)
-
-
-def decode_grouped(
-    engine: CT2Decoder,
-    seqs: list[list[int]],
-    opts: Sequence[DecodeOptions],
-    target_lang: str,
-    align_unknowns: Sequence[bool] | None = None,
-) -> list[list[Hypothesis]]:
-    """One CTranslate2 call per distinct options in a batch (its length penalty and limit are per call)."""
-    groups: dict[DecodeOptions, list[int]] = {}
-    for i, o in enumerate(opts):
-        groups.setdefault(o, []).append(i)
-    results: list[list[Hypothesis]] = [[] for _ in seqs]
-    for o, idxs in groups.items():
-        align = None if align_unknowns is None else [align_unknowns[i] for i in idxs]
-        hyps = engine.translate_ids([seqs[i] for i in idxs], o, target_lang, len(idxs), align)
-        for i, h in zip(idxs, hyps, strict=True):
-            results[i] = h
-    return results

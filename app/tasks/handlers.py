@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -24,6 +24,7 @@ from app.core.errors import invalid
 from app.schemas import DEFAULT_LENGTH_PENALTY, ScoredTranslation, SentimentResult, TranslationResult
 from model import (
     DecodeOptions,
+    DecodingStopped,
     Hypothesis,
     LoadedModel,
     ModelConfig,
@@ -36,6 +37,9 @@ from model.inference import classify_ids, translate_ids
 from model.jit import compile_classifier, trace_translator
 from model.preprocess import classifier_ids, source_ids
 from model.unknowns import Source, align, encode_source, restore
+
+if TYPE_CHECKING:
+    from engines.ct2_decode import CT2Decoder
 
 WARMUP_TEXT = "warm up"
 ClassifierItem = tuple[list[int], str]  # token ids and the text (for an n-gram head)
@@ -182,6 +186,7 @@ class TranslationHandler:
         self.decoder: Decodable[Any] = trace_translator(self.model) if torchscript else self.model
         self.cfg = loaded.config
         self.max_len = loaded.config.max_len
+        self.engine: CT2Decoder | None = None  # CTranslate2 decodes instead (app.tasks.ctranslate2, .argos)
 
     def cost(self, item: Sentence, key: DecodeKey) -> int:
         """Work units of a sentence decoded under `key`."""
@@ -264,9 +269,15 @@ class TranslationHandler:
     ) -> list[list[Hypothesis]]:
         """One dynamic batch of source ids, with options per item -> n-best hypotheses per item (the
         engine's part of `run`); align_unknowns: per item, whether its hypotheses that hold an <unk> get an
-        `alignment`."""
+        `alignment`. should_stop: checked between decoder steps by torch, once before the batch by
+        CTranslate2 (one call per distinct options decodes it)."""
+        batch_size = max(1, len(seqs))
+        if self.engine is not None:
+            if should_stop is not None and should_stop():
+                raise DecodingStopped(0)
+            return self.engine.translate_per_row(seqs, opts, target_lang, align_unknowns)
         with torch.inference_mode():
-            out = translate_ids(self.decoder, seqs, opts, target_lang, max(1, len(seqs)), should_stop)
+            out = translate_ids(self.decoder, seqs, opts, target_lang, batch_size, should_stop)
             if align_unknowns is not None and any(align_unknowns):
                 cfg = self.cfg
                 align(self.model, seqs, out, cfg.start_id(target_lang), align_unknowns,

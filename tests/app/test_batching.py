@@ -66,6 +66,30 @@ def make(executor: InferenceWorkers) -> Callable[..., Batcher[int, int]]:
     return build
 
 
+async def first_batch_held(
+    make: Callable[..., Batcher[int, int]], **kw: Any
+) -> tuple[Recorder, Batcher[int, int], asyncio.Future[list[int]]]:
+    """A batcher of one-item batches whose first request ([1]) holds the inference thread, running, until
+    the test sets the Recorder's `gate`; kw: more BatchSettings or max_queue."""
+    rec = Recorder()
+    rec.gate.clear()
+    b = make(rec, max_batch_size=1, max_delay_s=0.0, **kw)
+    first = b.enqueue([1], FAR)
+    await asyncio.to_thread(rec.started.wait, 5)
+    return rec, b, first
+
+
+@pytest.fixture
+async def busy(executor: InferenceWorkers) -> AsyncIterator[Blocker]:
+    """The inference thread held by another model's call until the test sets `release` (at teardown else)."""
+    blocker = Blocker()
+    other = asyncio.ensure_future(executor.run(blocker))
+    await asyncio.to_thread(blocker.running.wait, 5)
+    yield blocker
+    blocker.release.set()
+    await other
+
+
 async def test_full_batch_flushes_before_the_deadline(make: Callable[..., Batcher[int, int]]) -> None:
     rec = Recorder()
     b = make(rec, max_delay_s=30.0)
@@ -89,39 +113,33 @@ async def test_idle_thread_takes_a_partial_batch_at_once(make: Callable[..., Bat
 
 
 async def test_busy_thread_deadline_flushes_a_partial_batch(
-    make: Callable[..., Batcher[int, int]], executor: InferenceWorkers
+    make: Callable[..., Batcher[int, int]], executor: InferenceWorkers, busy: Blocker
 ) -> None:
     """While another model's batch runs, items wait for more until the first one's deadline, then flush."""
-    rec, blocker = Recorder(), Blocker()
+    rec = Recorder()
     b = make(rec, max_batch_size=32, max_delay_s=0.05)
-    other = asyncio.ensure_future(executor.run(blocker))
-    await asyncio.to_thread(blocker.running.wait, 5)
     first, second = b.enqueue([1], FAR), b.enqueue([2, 3], FAR)
     await eventually(lambda: executor.busy == 2)  # past the deadline, the thread still busy: flushed
     third = b.enqueue([4], FAR)
-    blocker.release.set()
+    busy.release.set()
     assert await asyncio.gather(first, second, third) == [[10], [20, 30], [40]]
     assert rec.batches == [[1, 2, 3], [4]]
-    await other
     await b.close()
 
 
 async def test_batch_waits_for_the_thread_then_flushes_when_it_is_idle(
-    make: Callable[..., Batcher[int, int]], executor: InferenceWorkers
+    make: Callable[..., Batcher[int, int]], executor: InferenceWorkers, busy: Blocker
 ) -> None:
-    rec, blocker = Recorder(), Blocker()
+    rec = Recorder()
     b = make(rec, max_batch_size=32, max_delay_s=30.0)
-    other = asyncio.ensure_future(executor.run(blocker))
-    await asyncio.to_thread(blocker.running.wait, 5)
     first = b.enqueue([1], FAR)
     await eventually(lambda: executor._on_idle)  # the batcher waits for the thread with [1]
     second = b.enqueue([2], FAR)
     start = time.monotonic()
-    blocker.release.set()
+    busy.release.set()
     assert await asyncio.gather(first, second) == [[10], [20]]
     assert time.monotonic() - start < 5  # flushed when the thread freed up, not after 30 s
     assert rec.batches == [[1, 2]]
-    await other
     await b.close()
 
 
@@ -147,11 +165,7 @@ async def test_results_go_back_to_their_own_request_across_batches(
 
 
 async def test_cancelled_requests_are_skipped_not_computed(make: Callable[..., Batcher[int, int]]) -> None:
-    rec = Recorder()
-    rec.gate.clear()  # the first batch blocks the inference thread
-    b = make(rec, max_batch_size=1, max_delay_s=0.0)
-    first = b.enqueue([1], FAR)
-    await asyncio.to_thread(rec.started.wait, 5)
+    rec, b, first = await first_batch_held(make)  # the first batch blocks the inference thread
     gone, kept = b.enqueue([2], FAR), b.enqueue([3], FAR)
     gone.cancel()  # the client went away while queued
     rec.gate.set()
@@ -165,11 +179,7 @@ async def test_cancelled_requests_are_skipped_not_computed(make: Callable[..., B
 async def test_expired_requests_get_deadline_exceeded_and_are_skipped(
     make: Callable[..., Batcher[int, int]],
 ) -> None:
-    rec = Recorder()
-    rec.gate.clear()
-    b = make(rec, max_batch_size=1, max_delay_s=0.0)
-    first = b.enqueue([1], FAR)
-    await asyncio.to_thread(rec.started.wait, 5)
+    rec, b, first = await first_batch_held(make)
     late = b.enqueue([2], asyncio.get_running_loop().time())  # expires as it is queued
     rec.gate.set()
     assert await first == [10]
@@ -212,11 +222,7 @@ async def test_result_count_mismatch_fails_the_batch(make: Callable[..., Batcher
 
 
 async def test_full_queue_raises_queue_full_with_retry_after(make: Callable[..., Batcher[int, int]]) -> None:
-    rec = Recorder()
-    rec.gate.clear()
-    b = make(rec, max_batch_size=1, max_delay_s=0.0, max_queue=2)
-    first = b.enqueue([1], FAR)
-    await asyncio.to_thread(rec.started.wait, 5)
+    rec, b, first = await first_batch_held(make, max_queue=2)
     queued = b.enqueue([2, 3], FAR)
     with pytest.raises(QueueFull) as info:
         b.enqueue([4], FAR)
@@ -305,11 +311,7 @@ async def test_a_full_batch_queues_behind_the_running_one(
 async def test_a_request_cancelled_while_its_batch_waits_behind_is_skipped(
     make: Callable[..., Batcher[int, int]], executor: InferenceWorkers
 ) -> None:
-    rec = Recorder()
-    rec.gate.clear()
-    b = make(rec, max_batch_size=1, max_delay_s=0.0)
-    first = b.enqueue([1], FAR)
-    await asyncio.to_thread(rec.started.wait, 5)
+    rec, b, first = await first_batch_held(make)
     gone = b.enqueue([2], FAR)  # a full batch: submitted behind [1] at once
     await eventually(lambda: executor.busy == 2)
     gone.cancel()

@@ -56,6 +56,22 @@ class Held:
 
         monkeypatch.setattr(SentimentHandler, "run", run)
 
+    async def hold(self, client: httpx.AsyncClient) -> asyncio.Future[httpx.Response]:
+        """Post the SLOW text; back once its batch holds an inference worker (until `release`)."""
+        response = asyncio.ensure_future(client.post("/sentiment", json={"text": SLOW}))
+        await asyncio.to_thread(self.running.wait, 5)
+        return response
+
+
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch) -> Held:
+    return Held(monkeypatch)
+
+
+def no_delay(checkpoint_dir: Path, max_batch_size: int = 1, **kw: Any) -> Settings:
+    """Settings whose batches (of at most max_batch_size items) flush at once: no batching delay."""
+    return Settings(checkpoint_dir=checkpoint_dir, max_batch_size=max_batch_size, max_batch_delay_ms=0, **kw)
+
 
 @pytest.fixture
 def boom(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,16 +100,14 @@ def in_batchers(app: FastAPI) -> int:
 
 
 async def test_sentiment_batching_parity_and_batches_form(
-    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+    make_settings: Callable[..., Settings], held: Held
 ) -> None:
     """64 concurrent requests == the same 64 one at a time; queued behind a busy worker, they form batches."""
     texts = mixed_texts(64)
-    held = Held(monkeypatch)
     async with serve(make_settings(max_batch_delay_ms=20)) as (app, client):
         single = [(await client.post("/sentiment", json={"text": t})).json()["results"][0] for t in texts]
         before = batch_sizes((await client.get("/metrics")).text, "sentiment-en")
-        blocker = asyncio.ensure_future(client.post("/sentiment", json={"text": SLOW}))
-        await asyncio.to_thread(held.running.wait, 5)
+        blocker = await held.hold(client)
         sent = asyncio.gather(*(client.post("/sentiment", json={"text": t}) for t in texts))
         await eventually(lambda: in_batchers(app) == 1 + len(texts))
         held.release.set()
@@ -140,16 +154,9 @@ async def test_translation_batching_parity(
     assert sizes[1.0] < sizes[float("inf")]
 
 
-async def test_full_queue_answers_429_with_retry_after(
-    monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
-) -> None:
-    held = Held(monkeypatch)
-    settings = Settings(
-        checkpoint_dir=sentiment_only_dir, max_queue=1, max_batch_size=1, max_batch_delay_ms=0
-    )
-    async with serve(settings) as (app, client):
-        running = asyncio.ensure_future(client.post("/sentiment", json={"text": SLOW}))
-        await asyncio.to_thread(held.running.wait, 5)  # the inference thread is busy
+async def test_full_queue_answers_429_with_retry_after(held: Held, sentiment_only_dir: Path) -> None:
+    async with serve(no_delay(sentiment_only_dir, max_queue=1)) as (app, client):
+        running = await held.hold(client)  # the inference thread is busy
         waiting = asyncio.ensure_future(client.post("/sentiment", json={"text": "queued"}))
         await eventually(lambda: queued(app) == 1)  # ... and the queue (1 item) is full
         r = await client.post("/sentiment", json={"text": "one too many"})
@@ -163,11 +170,9 @@ async def test_full_queue_answers_429_with_retry_after(
 
 
 async def test_queue_depth_is_one_series_per_model_summed_over_decoding_modes(
-    monkeypatch: pytest.MonkeyPatch, app_checkpoint_dir: Path
+    held: Held, app_checkpoint_dir: Path
 ) -> None:
-    held = Held(monkeypatch)
-    settings = Settings(checkpoint_dir=app_checkpoint_dir, max_batch_size=1, max_batch_delay_ms=0)
-    async with serve(settings) as (app, client):
+    async with serve(no_delay(app_checkpoint_dir)) as (app, client):
 
         def series(text: str) -> dict[str, float]:
             rows = [line for line in text.splitlines() if line.startswith("transformer_serving_queue_depth{")]
@@ -206,17 +211,10 @@ async def test_a_request_larger_than_the_queue_is_422_not_429(sentiment_only_dir
         assert (await client.post("/sentiment", json={"text": "good"})).status_code == 200
 
 
-async def test_past_the_deadline_is_504_and_the_item_is_skipped(
-    monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
-) -> None:
-    held = Held(monkeypatch)
-    settings = Settings(
-        checkpoint_dir=sentiment_only_dir, request_timeout_s=0.2, max_batch_size=1, max_batch_delay_ms=0
-    )
-    async with serve(settings) as (app, client):
+async def test_past_the_deadline_is_504_and_the_item_is_skipped(held: Held, sentiment_only_dir: Path) -> None:
+    async with serve(no_delay(sentiment_only_dir, request_timeout_s=0.2)) as (app, client):
         service: Service = app.state.service
-        blocker = asyncio.ensure_future(client.post("/sentiment", json={"text": SLOW}))
-        await asyncio.to_thread(held.running.wait, 5)
+        blocker = await held.hold(client)
         r = await client.post("/sentiment", json={"text": "waits behind the slow one"})
         assert r.status_code == 504
         assert "APP_REQUEST_TIMEOUT_S" in r.json()["detail"]
@@ -345,15 +343,10 @@ async def test_one_checkpoint_failing_to_load_fails_readiness_beside_a_good_one(
         assert "sentiment-ko/tokenizer.model" in await failed_reason(app, client)
 
 
-async def test_shutdown_finishes_queued_requests_then_refuses(
-    monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
-) -> None:
-    held = Held(monkeypatch)
-    settings = Settings(checkpoint_dir=sentiment_only_dir, max_batch_size=2, max_batch_delay_ms=0)
-    async with serve(settings) as (app, client):
+async def test_shutdown_finishes_queued_requests_then_refuses(held: Held, sentiment_only_dir: Path) -> None:
+    async with serve(no_delay(sentiment_only_dir, max_batch_size=2)) as (app, client):
         service: Service = app.state.service
-        first = asyncio.ensure_future(client.post("/sentiment", json={"text": SLOW}))
-        await asyncio.to_thread(held.running.wait, 5)
+        first = await held.hold(client)
         waiting = [
             asyncio.ensure_future(client.post("/sentiment", json={"text": f"q {i}"})) for i in range(5)
         ]
@@ -370,14 +363,11 @@ async def test_shutdown_finishes_queued_requests_then_refuses(
 
 
 async def test_a_disconnected_client_is_skipped_and_does_not_wedge_the_batcher(
-    monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
+    held: Held, sentiment_only_dir: Path
 ) -> None:
     """Raw ASGI: the body arrives, then http.disconnect while the request is still queued -> 499, not computed."""
-    held = Held(monkeypatch)
-    settings = Settings(checkpoint_dir=sentiment_only_dir, max_batch_size=1, max_batch_delay_ms=0)
-    async with serve(settings) as (app, client):
-        blocker = asyncio.ensure_future(client.post("/sentiment", json={"text": SLOW}))
-        await asyncio.to_thread(held.running.wait, 5)
+    async with serve(no_delay(sentiment_only_dir)) as (app, client):
+        blocker = await held.hold(client)
         sent: list[dict[str, Any]] = []
         body = b'{"text": "the client leaves"}'
         messages = [{"type": "http.request", "body": body, "more_body": False}]

@@ -86,89 +86,27 @@ def _handler(app: Any, name: str) -> CT2TranslationHandler:
     return handler
 
 
+TEXTS = {"fr": {"text": FR}, "es": {"texts": ES}, "de": {"texts": ["Hallo.", "Der Hund."]}}
+
+
+def case(case_id: str, source_lang: str, beam_size: int, **options: Any) -> Any:
+    """A /translate body with scores, of source_lang's texts (TEXTS), as a pytest param named case_id."""
+    body = TEXTS[source_lang] | {"source_lang": source_lang, "beam_size": beam_size, "return_scores": True}
+    return pytest.param(body | options, id=case_id)
+
+
 BODIES = [
-    pytest.param({"text": FR, "source_lang": "fr", "beam_size": 1, "return_scores": True}, id="greedy"),
-    pytest.param(
-        {"texts": ES, "source_lang": "es", "beam_size": 1, "return_scores": True}, id="greedy-texts-en"
-    ),
-    pytest.param(
-        {"texts": ES, "source_lang": "es", "target_lang": "fr", "beam_size": 1, "return_scores": True},
-        id="greedy-texts-fr",
-    ),
-    pytest.param(
-        {"texts": ES, "source_lang": "es", "beam_size": 4, "length_penalty": 0, "return_scores": True},
-        id="beam4-lp0",
-    ),
-    pytest.param(
-        {
-            "texts": ES,
-            "source_lang": "es",
-            "beam_size": 4,
-            "length_penalty": 0,
-            "num_hypotheses": 3,
-            "return_scores": True,
-        },
-        id="beam4-nbest3",
-    ),  # fmt: skip
-    pytest.param(
-        {
-            "texts": ES,
-            "source_lang": "es",
-            "target_lang": "fr",
-            "beam_size": 4,
-            "length_penalty": 0,
-            "num_hypotheses": 3,
-            "return_scores": True,
-        },
-        id="beam4-nbest3-fr",
-    ),  # fmt: skip
-    pytest.param(
-        {
-            "texts": ES,
-            "source_lang": "es",
-            "beam_size": 3,
-            "length_penalty": 0,
-            "max_length": 3,
-            "num_hypotheses": 2,
-            "return_scores": True,
-        },
-        id="beam3-max_length3",
-    ),  # fmt: skip
-    pytest.param(
-        {"text": FR, "source_lang": "fr", "beam_size": 1, "max_length": 4, "return_scores": True},
-        id="greedy-max_length4",
-    ),
-    pytest.param(
-        {
-            "text": FR,
-            "source_lang": "fr",
-            "beam_size": 4,
-            "length_penalty": 0,
-            "num_hypotheses": 3,
-            "return_scores": True,
-        },
-        id="beam4-at-the-limit",
-    ),  # fmt: skip
-    pytest.param(
-        {
-            "texts": ["Hallo.", "Der Hund."],
-            "source_lang": "de",
-            "target_lang": "fr",
-            "beam_size": 1,
-            "return_scores": True,
-        },
-        id="greedy-multilingual-at-the-limit",
-    ),  # fmt: skip
-    pytest.param(
-        {
-            "texts": ["Hallo.", "Der Hund."],
-            "source_lang": "de",
-            "beam_size": 1,
-            "max_length": 1,
-            "return_scores": True,
-        },
-        id="greedy-multilingual-max_length1",
-    ),  # fmt: skip
+    case("greedy", "fr", 1),
+    case("greedy-texts-en", "es", 1),
+    case("greedy-texts-fr", "es", 1, target_lang="fr"),
+    case("beam4-lp0", "es", 4, length_penalty=0),
+    case("beam4-nbest3", "es", 4, length_penalty=0, num_hypotheses=3),
+    case("beam4-nbest3-fr", "es", 4, target_lang="fr", length_penalty=0, num_hypotheses=3),
+    case("beam3-max_length3", "es", 3, length_penalty=0, max_length=3, num_hypotheses=2),
+    case("greedy-max_length4", "fr", 1, max_length=4),
+    case("beam4-at-the-limit", "fr", 4, length_penalty=0, num_hypotheses=3),
+    case("greedy-multilingual-at-the-limit", "de", 1, target_lang="fr"),
+    case("greedy-multilingual-max_length1", "de", 1, max_length=1),
 ]
 
 
@@ -381,3 +319,21 @@ async def test_unknowns_are_replaced_as_torch_replaces_them(
             assert item in text
     else:
         assert any("\u2047" in t for t in texts)
+
+
+def test_without_a_torch_model_unaligned_unknowns_keep_no_alignment(engine_checkpoint_dir: Path) -> None:
+    """fallback None (an Argos package): the hypotheses CTranslate2 decodes without attention (beam searches
+    cut at their length limit) keep no alignment, their <unk>s as decoded, where a torch model would align
+    them."""
+    from engines.ct2_decode import CT2Decoder, load_ct2_decoder
+    from model import DecodeOptions, load_checkpoint
+    from model.preprocess import source_ids
+
+    loaded = load_checkpoint(engine_checkpoint_dir / "translate-unk")
+    engine = CT2Decoder(load_ct2_decoder(loaded).translator, loaded.tokenizer, loaded.config, None)
+    seqs = [source_ids(loaded.tokenizer, text, loaded.config) for text in IT]
+    opts = DecodeOptions(beam_size=3, max_length=6, num_hypotheses=2)  # every search reaches its limit
+    hyps = engine.translate_ids(seqs, opts, "en", align_unknowns=[True] * len(seqs))
+    unk = loaded.config.unk_id
+    assert any(unk in h.tokens for hs in hyps for h in hs)  # there were <unk>s to align
+    assert all(h.alignment is None and len(h.tokens) <= 6 for hs in hyps for h in hs)

@@ -77,41 +77,42 @@ def test_api_translate_batch(client: httpx.Client) -> None:
     assert response.status_code == 200
 
 
-def test_api_translate_unsupported_language(client: httpx.Client) -> None:
-    response = client.post("/translate", data={"q": HELLO, "source": "fr", "target": "zz", "format": "text"})
-    assert _json(response)["error"] == "zz is not supported"
-    assert response.status_code == 400
+# Their six tests of a refused /translate form, one case each (named as theirs, less `test_api_translate_`):
+# the form -> 400 with this error.
+REFUSED_FORMS = [
+    pytest.param(
+        {"q": HELLO, "source": "fr", "target": "zz", "format": "text"},
+        "zz is not supported",
+        id="unsupported_language",
+    ),
+    pytest.param(
+        {"source": "fr", "target": "en", "format": "text"},
+        "Invalid request: missing q parameter",
+        id="missing_parameter",
+    ),
+    pytest.param(
+        {"q": HELLO, "target": "en"}, "Invalid request: missing source parameter", id="missing_source"
+    ),
+    pytest.param(
+        {"q": HELLO, "source": "fr"}, "Invalid request: missing target parameter", id="missing_target"
+    ),
+    pytest.param(
+        {"q": HELLO, "source": "fr", "target": "en", "format": "xml"},
+        "xml format is not supported",
+        id="unsupported_format",
+    ),
+    pytest.param(
+        {"q": HELLO, "source": "fr", "target": "en", "alternatives": "abc"},
+        "Invalid request: alternatives parameter is not a number",
+        id="invalid_alternatives",
+    ),
+]
 
 
-def test_api_translate_missing_parameter(client: httpx.Client) -> None:
-    response = client.post("/translate", data={"source": "fr", "target": "en", "format": "text"})
-    assert _json(response)["error"] == "Invalid request: missing q parameter"
-    assert response.status_code == 400
-
-
-def test_api_translate_missing_source(client: httpx.Client) -> None:
-    response = client.post("/translate", data={"q": HELLO, "target": "en"})
-    assert _json(response)["error"] == "Invalid request: missing source parameter"
-    assert response.status_code == 400
-
-
-def test_api_translate_missing_target(client: httpx.Client) -> None:
-    response = client.post("/translate", data={"q": HELLO, "source": "fr"})
-    assert _json(response)["error"] == "Invalid request: missing target parameter"
-    assert response.status_code == 400
-
-
-def test_api_translate_unsupported_format(client: httpx.Client) -> None:
-    response = client.post("/translate", data={"q": HELLO, "source": "fr", "target": "en", "format": "xml"})
-    assert _json(response)["error"] == "xml format is not supported"
-    assert response.status_code == 400
-
-
-def test_api_translate_invalid_alternatives(client: httpx.Client) -> None:
-    response = client.post(
-        "/translate", data={"q": HELLO, "source": "fr", "target": "en", "alternatives": "abc"}
-    )
-    assert _json(response)["error"] == "Invalid request: alternatives parameter is not a number"
+@pytest.mark.parametrize(("form", "error"), REFUSED_FORMS)
+def test_api_translate_refused(client: httpx.Client, form: dict[str, str], error: str) -> None:
+    response = client.post("/translate", data=form)
+    assert _json(response)["error"] == error
     assert response.status_code == 400
 
 

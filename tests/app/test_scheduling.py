@@ -319,8 +319,27 @@ async def test_without_recent_cheap_calls_expensive_ones_take_every_worker() -> 
     busy.shutdown()
 
 
-async def test_expensive_batches_are_cut_by_work() -> None:
-    workers = InferenceWorkers()
+class Gate:
+    """A batcher's run: items -> items, each batch held until `open` is set; `running` once one started."""
+
+    def __init__(self) -> None:
+        self.running, self.open = threading.Event(), threading.Event()
+
+    def __call__(self, items: list[int]) -> list[int]:
+        self.running.set()
+        assert self.open.wait(10)
+        return items
+
+
+@pytest.fixture
+def one_worker() -> Iterator[InferenceWorkers]:
+    """One inference worker."""
+    pool = InferenceWorkers()
+    yield pool
+    pool.shutdown()
+
+
+async def test_expensive_batches_are_cut_by_work(one_worker: InferenceWorkers) -> None:
     batches: list[list[int]] = []
 
     def run(items: list[int]) -> list[int]:
@@ -328,11 +347,10 @@ async def test_expensive_batches_are_cut_by_work() -> None:
         return items
 
     settings = BatchSettings(max_batch_size=32, max_delay_s=0.0, max_batch_work=10, expensive=True)
-    b: Batcher[int, int] = Batcher("w", run, workers, ModelQueue("w", 100), settings, cost=lambda x: x)
+    b: Batcher[int, int] = Batcher("w", run, one_worker, ModelQueue("w", 100), settings, cost=lambda x: x)
     assert await b.enqueue([4, 4, 4, 4, 20, 1], FAR) == [4, 4, 4, 4, 20, 1]
     assert batches == [[4, 4], [4, 4], [20], [1]]  # at most 10 units, and one item at least
     await b.close()
-    workers.shutdown()
 
 
 # --- abandoned work -----------------------------------------------------------------------------------
@@ -365,51 +383,37 @@ async def test_a_batch_whose_requests_left_stops_decoding(
         assert metric(text, "abandoned_items_total", "translate-fr-en") == 0
 
 
-async def test_items_of_a_request_that_left_mid_batch_are_counted_abandoned() -> None:
-    workers = InferenceWorkers()
-    gate, running = threading.Event(), threading.Event()
-
-    def run(items: list[int]) -> list[int]:
-        running.set()
-        assert gate.wait(10)
-        return items
-
+async def test_items_of_a_request_that_left_mid_batch_are_counted_abandoned(
+    one_worker: InferenceWorkers,
+) -> None:
+    gate = Gate()
     settings = BatchSettings(max_batch_size=8, max_delay_s=0.05)
-    b: Batcher[int, int] = Batcher("a", run, workers, ModelQueue("a", 10), settings)
+    b: Batcher[int, int] = Batcher("a", gate, one_worker, ModelQueue("a", 10), settings)
     stays, leaves = b.enqueue([1], FAR), b.enqueue([2, 3], FAR)  # one batch
-    await asyncio.to_thread(running.wait, 5)
+    await asyncio.to_thread(gate.running.wait, 5)
     leaves.cancel()
-    gate.set()
+    gate.open.set()
     assert await stays == [1]
     assert (b.stats.abandoned, b.stats.stopped) == (2, 0)  # the batch went on for `stays`
     await b.close()
-    workers.shutdown()
 
 
-async def test_items_of_a_request_that_left_do_not_hold_queue_places() -> None:
-    workers = InferenceWorkers()
-    gate, running = threading.Event(), threading.Event()
-
-    def run(items: list[int]) -> list[int]:
-        running.set()
-        assert gate.wait(10)
-        return items
-
+async def test_items_of_a_request_that_left_do_not_hold_queue_places(one_worker: InferenceWorkers) -> None:
+    gate = Gate()
     settings = BatchSettings(max_batch_size=1, max_delay_s=0.0)
-    b: Batcher[int, int] = Batcher("q", run, workers, ModelQueue("q", 3), settings)
+    b: Batcher[int, int] = Batcher("q", gate, one_worker, ModelQueue("q", 3), settings)
     first = b.enqueue([1], FAR)
-    await asyncio.to_thread(running.wait, 5)
+    await asyncio.to_thread(gate.running.wait, 5)
     await eventually(lambda: len(b._queue) == 0)
     left = b.enqueue([2, 3], FAR)  # [2] waits for the worker, [3] is queued
     with pytest.raises(QueueFull):
         b.enqueue([4, 5], FAR)
     left.cancel()  # its client leaves: the queued [3] is dropped at the next admission that needs room
     later = b.enqueue([4, 5], FAR)
-    gate.set()
+    gate.open.set()
     assert await first == [1]
     assert await later == [4, 5]
     await b.close()
-    workers.shutdown()
 
 
 # --- PNG rendering ------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from bench.server import free_port, server_cmd, server_env, stop, wait_ready
@@ -33,6 +34,19 @@ CHROMIUM_ARGS = [
 ]
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
+
+
+def require_browser() -> ModuleType:
+    """playwright.sync_api, for a test module (called at its import): the module is skipped, saying how to
+    install them, when chromium or playwright is missing."""
+    import pytest
+
+    if not CHROMIUM.exists():
+        pytest.skip(
+            f"{CHROMIUM} is missing: `{INSTALL_BROWSER}` installs it and runs these tests",
+            allow_module_level=True,
+        )
+    return pytest.importorskip("playwright.sync_api", reason=f"playwright is missing: `{INSTALL_BROWSER}`")
 
 
 @contextmanager

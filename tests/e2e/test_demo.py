@@ -13,21 +13,15 @@ import torch
 from model import Translator, save_checkpoint
 from tests.conftest import link_checkpoints, tiny_translation_config
 from tests.e2e.browser import (
-    CHROMIUM,
-    INSTALL_BROWSER,
     REPO_ROOT,
     launch,
     new_page,
+    require_browser,
     server,
     show_sentiment_and_attention,
 )
 
-if not CHROMIUM.exists():
-    pytest.skip(
-        f"{CHROMIUM} is missing: `{INSTALL_BROWSER}` installs it and runs these tests",
-        allow_module_level=True,
-    )
-sync_api = pytest.importorskip("playwright.sync_api", reason=f"playwright is missing: `{INSTALL_BROWSER}`")
+sync_api = require_browser()
 
 pytestmark = pytest.mark.slow
 ARTIFACTS = REPO_ROOT / "artifacts"

@@ -8,14 +8,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.browser import CHROMIUM, INSTALL_BROWSER, REPO_ROOT, launch, new_page, server
+from tests.e2e.browser import REPO_ROOT, launch, new_page, require_browser, server
 
-if not CHROMIUM.exists():
-    pytest.skip(
-        f"{CHROMIUM} is missing: `{INSTALL_BROWSER}` installs it and runs these tests",
-        allow_module_level=True,
-    )
-sync_api = pytest.importorskip("playwright.sync_api", reason=f"playwright is missing: `{INSTALL_BROWSER}`")
+sync_api = require_browser()
 
 pytestmark = pytest.mark.slow
 TRANSLATORS = ("translate-fr-en", "translate-es-en", "translate-de-en")

@@ -52,6 +52,13 @@ def tiny(data_dir: Path, out_dir: Path, **extra: object) -> list[str]:
     return [a for k, v in args.items() for a in (f"--{k.replace('_', '-')}", str(v))]
 
 
+def train_translator(data_dir: Path, out_dir: Path, dataset: str, name: str, **extra: object) -> None:
+    """`python -m training translate` of a `tiny` model on a synthetic data set, into out_dir / name."""
+    assert (
+        main(["translate", f"--dataset={dataset}", f"--name={name}", *tiny(data_dir, out_dir, **extra)]) == 0
+    )
+
+
 def last_json(out: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
@@ -73,9 +80,7 @@ def records(run: Path) -> list[dict]:
 def test_translate_train_checkpoint_evaluate(
     synthetic_data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert (
-        main(["translate", "--dataset=tatoeba-fr-en", "--name=fr", *tiny(synthetic_data_dir, tmp_path)]) == 0
-    )
+    train_translator(synthetic_data_dir, tmp_path, "tatoeba-fr-en", "fr")
     best = tmp_path / "fr" / "best"
     loaded = load_checkpoint(best)
     assert loaded.config.task == "translation"
@@ -137,17 +142,7 @@ def test_sentiment_with_masked_lm_pretraining(synthetic_data_dir: Path, tmp_path
 def test_multi30k_evaluate_reads_split_prefix(
     synthetic_data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert (
-        main(
-            [
-                "translate",
-                "--dataset=multi30k-de-en",
-                "--name=de",
-                *tiny(synthetic_data_dir, tmp_path, epochs=1),
-            ]
-        )
-        == 0
-    )
+    train_translator(synthetic_data_dir, tmp_path, "multi30k-de-en", "de", epochs=1)
     capsys.readouterr()
     prefix = synthetic_data_dir / "multi30k" / "test"
     argv = [
@@ -337,17 +332,7 @@ def test_resume_refuses_changed_settings(synthetic_data_dir: Path, tmp_path: Pat
 def test_ship_writes_card_and_selects_on_validation(
     synthetic_data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert (
-        main(
-            [
-                "translate",
-                "--dataset=tatoeba-fr-en",
-                "--name=fr",
-                *tiny(synthetic_data_dir, tmp_path, epochs=1),
-            ]
-        )
-        == 0
-    )
+    train_translator(synthetic_data_dir, tmp_path, "tatoeba-fr-en", "fr", epochs=1)
     dest = tmp_path / "shipped"
     argv = ["ship", "--run", str(tmp_path / "fr"), "--dest", str(dest), "--data-dir", str(synthetic_data_dir)]
     assert main([*argv, "--name", "translate-fr-en"]) == 2  # not the run recipe translate-fr-en makes
