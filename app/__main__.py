@@ -1,5 +1,6 @@
 """python -m app: one uvicorn worker (the batcher lives in the process) on APP_HOST:APP_PORT, with the
-connection limits of app/edge/connections.py (the image, compose and Kubernetes all run this)."""
+connection limits of app/edge/connections.py (the image, compose and Kubernetes all run this). With
+APP_HTTP_WORKERS > 1: several HTTP processes and one model process (app/parallel/)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,10 @@ def main() -> int:
     except (SettingsError, CheckpointError) as e:
         log.error("%s", e)
         return 2
+    if (http_workers := settings.http_workers_count()) > 1:  # app/parallel/: N HTTP + one model process
+        from app.parallel.supervisor import run
+
+        return run(settings, http_workers)
     from app.main import create_app
 
     app = create_app(settings)

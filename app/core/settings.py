@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -18,6 +19,17 @@ ENV_PREFIX = "APP_"
 # APP_EXPENSIVE_WORKERS=0 (auto) keeps the cheap lane this long after the last cheap call; then decoding may
 # use every worker (a translation-only load keeps its throughput)
 CHEAP_LANE_HOLD_S = 2.0
+
+
+MANY_CORES = 8  # from this many usable cores, APP_HTTP_WORKERS=0 serves from several processes
+MAX_AUTO_HTTP_WORKERS = 8
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (taskset, cgroup cpusets), else os.cpu_count()."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 class SettingsError(ValueError):
@@ -64,6 +76,9 @@ class Settings(BaseSettings):
     # forward passes that run at once, each in its own thread; 0 = auto: 2 on a CPU with 2+ cores (two
     # single-threaded batches side by side beat one batch on two threads), 1 on CUDA
     inference_workers: int = Field(default=0, ge=0, le=64)
+    # HTTP processes (app/parallel/): each runs the app on one shared socket, one model process runs the models;
+    # 1 = one process for everything; 0 = auto (http_workers_count)
+    http_workers: int = Field(default=0, ge=0, le=64)
     # of those, how many may run expensive batches (decoding, attention maps) at once; 0 = auto: all but one
     # when there are 2+ workers and a classifier is served (a lane for its cheap batches), held for
     # CHEAP_LANE_HOLD_S after the last cheap batch (then all); else all
@@ -166,6 +181,18 @@ class Settings(BaseSettings):
         if self.inference_workers:
             return self.inference_workers
         return 2 if self.torch_device().type == "cpu" and torch.get_num_threads() >= 2 else 1
+
+    def http_workers_count(self) -> int:
+        """APP_HTTP_WORKERS, or for 0: one process below MANY_CORES cores (measured best on 2 cores:
+        BENCHMARKS.md), else a quarter of the cores on a CPU (the rest run the models) and half of them on
+        CUDA (the GPU runs the models), at most MAX_AUTO_HTTP_WORKERS."""
+        if self.http_workers:
+            return self.http_workers
+        cores = usable_cores()
+        if cores < MANY_CORES:
+            return 1
+        share = cores // 2 if self.torch_device().type == "cuda" else cores // 4
+        return max(2, min(MAX_AUTO_HTTP_WORKERS, share))
 
     def expensive_workers_count(self, cheap_models: bool) -> int:
         """APP_EXPENSIVE_WORKERS (at most the workers), or for 0: workers - 1 with 2+ workers and cheap
