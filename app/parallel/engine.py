@@ -19,7 +19,7 @@ from app.core.metrics import Metrics
 from app.core.settings import load_settings
 from app.parallel.channel import Channel, Handler
 from app.parallel.lifeline import die_with_parent
-from app.parallel.merge import merge, render
+from app.parallel.merge import count_process, merge, render
 from app.schemas import ModelInfo, Readiness
 from app.service import Service
 
@@ -32,6 +32,7 @@ class Engine:
 
     def __init__(self, service: Service, http_workers: int) -> None:
         self.service, self.http_workers = service, http_workers
+        count_process(service.metrics.registry, "model")
         self.channels: dict[Channel, int | None] = {}  # -> the pid of its HTTP process once it said hello
         self._told: tuple[Readiness, list[ModelInfo]] | None = None
         self.draining = False  # an HTTP process said bye: the server is shutting down

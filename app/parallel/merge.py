@@ -9,12 +9,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
+from app.core.metrics import NAMESPACE
+
 EARLIEST = ("process_start_time_seconds",)
 LARGEST = ("process_max_fds", "python_info")
+
+
+def count_process(registry: CollectorRegistry, role: str) -> None:
+    """processes{role} = 1 in this process's registry: summed, the scrape counts the processes it covers."""
+    gauge = Gauge(
+        "processes",
+        "Processes serving, by role (http, model)",
+        ["role"],
+        namespace=NAMESPACE,
+        registry=registry,
+    )
+    gauge.labels(role=role).set(1)
 
 
 def _combine(name: str) -> Callable[[float, float], float]:

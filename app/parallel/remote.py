@@ -22,6 +22,7 @@ from app.core.errors import Unavailable
 from app.core.metrics import Metrics
 from app.core.settings import Settings
 from app.parallel.channel import Channel, ChannelClosed
+from app.parallel.merge import count_process
 from app.registry import Registry
 from app.schemas import (
     AttentionRequest,
@@ -43,6 +44,7 @@ class RemoteService(Service):
     def __init__(self, settings: Settings, metrics: Metrics, socket_path: str) -> None:
         super().__init__(settings, metrics)
         self.socket_path = socket_path
+        count_process(metrics.registry, "http")
         self.channel: Channel | None = None
         self._reader: asyncio.Task[None] | None = None
         self._state = Readiness(status="loading", reason="connecting to the model process")

@@ -1,0 +1,217 @@
+"""The scaling matrix of issue 28 on the machine at hand, in at most ~8 minutes: each server setup (one
+process, N HTTP processes + one model process, N full replicas, pinned to fewer cores; on a GPU: dtypes and
+batch sizes too) under the same load from several client processes (bench/blast.py), one text per request
+(/sentiment: a short English text; /translate: one sentence, beam 4). Prints a markdown table with the
+server's CPU (its whole process tree) and the clients' beside the throughput, and flags client-bound cells.
+
+  python -m bench.scale [--duration 5] [--connections 64] [--baseline /path/to/main/checkout] [--quick]
+
+--baseline also runs that checkout's `python -m app` (its defaults, batched and not) in the same run: the
+no-regression check (this branch's defaults vs main's /sentiment throughput and batching gain).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.blast import Load, blast, requests
+from bench.load import EN_WORDS, FR_WORDS, SENTENCE_WORDS, process_cpu_s, texts
+from bench.server import REPO, free_port, server_env, stop, wait_ready
+
+SENTIMENT_MODEL, TRANSLATE_MODEL = "sentiment-en", "translate-fr-en"
+
+
+@dataclass
+class Setup:
+    name: str
+    env: dict[str, str] = field(default_factory=dict)
+    replicas: int = 1  # full servers on their own ports, the clients spread over them
+    cores: str | None = None  # taskset -c CORES
+    cwd: Path = REPO  # another checkout: the baseline
+    routes: tuple[str, ...] = ("/sentiment", "/translate")
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def setups(cores: int, cuda: bool, baseline: Path | None) -> list[Setup]:
+    """The matrix rows for this machine."""
+    n = 2 if cores < 8 else max(2, min(8, cores // (2 if cuda else 4)))  # APP_HTTP_WORKERS=0's choice above 8
+    rows = [Setup("defaults")]
+    if cuda:
+        rows += [
+            Setup("float32", {"APP_DTYPE": "float32"}),
+            Setup("float32, batch 256", {"APP_DTYPE": "float32", "APP_MAX_BATCH_SIZE": "256"}),
+            Setup("float16, batch 256", {"APP_DTYPE": "float16", "APP_MAX_BATCH_SIZE": "256"}),
+        ]
+    rows += [
+        Setup("1 process", {"APP_HTTP_WORKERS": "1"}),
+        Setup(f"APP_HTTP_WORKERS={n}", {"APP_HTTP_WORKERS": str(n)}),
+        Setup(f"{n} full replicas", {"APP_HTTP_WORKERS": "1"}, replicas=n),
+    ]
+    if cuda:
+        rows.append(Setup("CPU only", {"APP_DEVICE": "cpu"}))
+    pin = "0,1" if cores > 2 else "0"
+    rows.append(Setup(f"pinned to {len(pin.split(','))} core(s)", {"APP_DEVICE": "cpu"}, cores=pin))
+    if baseline is not None:
+        one = ("/sentiment",)
+        rows += [
+            Setup("baseline: defaults", cwd=baseline, routes=one),
+            Setup("baseline: unbatched", {"APP_MAX_BATCH_SIZE": "1"}, cwd=baseline, routes=one),
+            Setup("unbatched", {"APP_MAX_BATCH_SIZE": "1"}, routes=one),
+        ]
+    return rows
+
+
+def model_dir(root: Path, tmp: Path) -> Path:
+    """A directory with only the two measured models (a quicker start than every checkpoint)."""
+    for name in (SENTIMENT_MODEL, TRANSLATE_MODEL):
+        (tmp / name).symlink_to((root / name).resolve())
+    return tmp
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and its descendants (Linux /proc)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            todo += [int(c) for c in task.read_text().split()]
+    return out
+
+
+@contextmanager
+def started(setup: Setup, checkpoints: Path) -> Iterator[tuple[list[str], list[int], float]]:
+    """The setup's server(s) -> (urls, pids, seconds to ready); SIGTERM at exit."""
+    with ExitStack() as stack:
+        urls, pids, t0 = [], [], time.monotonic()
+        for _ in range(setup.replicas):
+            port = free_port()
+            env = {"APP_CHECKPOINT_DIR": str(checkpoints), "APP_PORT": str(port), "APP_LOG_LEVEL": "warning"}
+            cmd = [sys.executable, "-m", "app"]
+            if setup.cores is not None:
+                cmd = ["taskset", "-c", setup.cores, *cmd]
+            log = stack.enter_context(tempfile.TemporaryFile())
+            proc = subprocess.Popen(
+                cmd, env=server_env(env | setup.env), cwd=setup.cwd, stdout=log, stderr=log
+            )
+            stack.callback(stop, proc, 30)
+            urls.append(f"http://127.0.0.1:{port}")
+            pids.append(proc.pid)
+
+            def output(log: Any = log) -> str:
+                log.seek(0)
+                return str(log.read().decode(errors="replace"))
+
+            wait_ready(proc, urls[-1], 180, output)
+        yield urls, pids, time.monotonic() - t0
+
+
+def bodies(route: str) -> list[dict[str, Any]]:
+    if route == "/sentiment":
+        return [{"text": t, "model": SENTIMENT_MODEL} for t in texts(EN_WORDS, lengths=(3, 5, 8, 12))]
+    return [
+        {"text": t, "source_lang": "fr", "target_lang": "en", "beam_size": 4, "model": TRANSLATE_MODEL}
+        for t in texts(FR_WORDS, lengths=SENTENCE_WORDS)
+    ]
+
+
+def cell(
+    urls: list[str], pids: list[int], route: str, c: int, duration: float, clients: int
+) -> tuple[Load, float, float]:
+    """One measurement -> (load, server CPU seconds over the run, the busiest event loop's CPU seconds).
+
+    Each process's main thread runs its event loop; the busiest one is the serial part that more cores do not
+    speed up (1 / its seconds per request bounds the throughput)."""
+    reqs = [requests(u + route, bodies(route)) for u in urls]
+    tree = [p for pid in pids for p in process_tree(pid)]
+    cpu0 = {p: process_cpu_s(p) for p in tree}
+    loop0 = {p: process_cpu_s(p, p) for p in tree}
+    load = blast([u + route for u in urls], reqs, c, duration, clients)
+    server_s = sum(process_cpu_s(p) - cpu0[p] for p in tree)
+    loop_s = max(process_cpu_s(p, p) - loop0[p] for p in tree)
+    return load, server_s, loop_s
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint-dir", type=Path, default=REPO / "checkpoints")
+    p.add_argument("--duration", type=float, default=5.0, help="seconds per cell")
+    p.add_argument(
+        "--connections", type=int, nargs="+", default=None, help="default: 64 (and 256, 1024 on 8+ cores)"
+    )
+    p.add_argument("--clients", type=int, default=0, help="client processes; 0: a quarter of the cores, 1-8")
+    p.add_argument("--baseline", type=Path, default=None, help="a checkout of main, measured in the same run")
+    p.add_argument("--only", nargs="*", default=None, help="setup names to run (default: all)")
+    args = p.parse_args(argv)
+    cores, cuda = usable_cores(), torch.cuda.is_available()
+    conns = args.connections or ([64] if cores < 8 else [64, 256, 1024])
+    clients = args.clients or max(1, min(8, cores // 4))
+    device = torch.cuda.get_device_name() if cuda else "no GPU"
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        "?",
+    )
+    print(f"# {cores} cores ({cpu}), {device}; {clients} client process(es); {args.duration:g} s per cell\n")
+    print(
+        "| setup | route | conns | req/s | p50 ms | p99 ms | errors | server CPU ms/req | busiest loop ms/req | client CPU ms/req | busiest client | ready s |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    results: dict[tuple[str, str, int], float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoints = model_dir(args.checkpoint_dir, Path(tmp))
+        for setup in setups(cores, cuda, args.baseline):
+            if args.only is not None and setup.name not in args.only:
+                continue
+            try:
+                with started(setup, checkpoints) as (urls, pids, ready_s):
+                    for route in setup.routes:
+                        for c in conns:
+                            load, server_s, loop_s = cell(urls, pids, route, c, args.duration, clients)
+                            n = max(1, round(load.rps * args.duration))
+                            flag = " (client-bound)" if load.client_bound else ""
+                            results[(setup.name, route, c)] = load.rps
+                            print(
+                                f"| {setup.name} | {route} | {c} | {load.rps:,.0f}{flag} | {load.p50:.1f} | "
+                                f"{load.p99:.1f} | {load.errors} | {1000 * server_s / n:.2f} | "
+                                f"{1000 * loop_s / n:.2f} | {1000 * load.client_cpu_s / n:.2f} | {load.busiest_client:.0%} | "
+                                f"{ready_s:.1f} |",
+                                flush=True,
+                            )
+            except RuntimeError as e:
+                print(f"| {setup.name} | failed: {str(e).splitlines()[0]} |", flush=True)
+    if args.baseline is not None:
+        _no_regression(results, conns[0])
+    return 0
+
+
+def _no_regression(results: dict[tuple[str, str, int], float], c: int) -> None:
+    get = results.get
+    ours, theirs = get(("defaults", "/sentiment", c)), get(("baseline: defaults", "/sentiment", c))
+    ours_1, theirs_1 = get(("unbatched", "/sentiment", c)), get(("baseline: unbatched", "/sentiment", c))
+    if ours and theirs:
+        print(f"\n/sentiment defaults at c={c}: {ours / theirs:.3f}x the baseline")
+    if ours and theirs and ours_1 and theirs_1:
+        print(f"batching gain: {ours / ours_1:.2f}x here, {theirs / theirs_1:.2f}x the baseline")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
