@@ -143,15 +143,16 @@ class Queues:
         takes should_stop= (decoding stops between steps once every request of the batch has left)."""
         assert self.worker is not None
         s = self.settings
+        items, work = s.batch_limits(expensive)  # on CUDA by default: bounded by work units
         return Batcher(
             name,
             run,
             self.worker,
-            max_batch_size=max_batch_size or s.max_batch_size,
+            max_batch_size=max_batch_size or items,
             max_delay_s=0.0 if max_batch_size == 1 else s.max_batch_delay_ms / 1000,
             queue=self.model(model),
             cost=cost,
-            max_batch_work=s.max_batch_work if expensive else None,
+            max_batch_work=work,
             expensive=expensive,
             stoppable=stoppable,
             metrics=self.metrics,
