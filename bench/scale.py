@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from app.core.settings import Settings
 from bench.blast import Load, blast, requests
 from bench.load import EN_WORDS, FR_WORDS, SENTENCE_WORDS, process_cpu_s, texts
 from bench.server import REPO, free_port, server_env, stop, wait_ready
@@ -49,19 +51,24 @@ def usable_cores() -> int:
 
 def setups(cores: int, cuda: bool, baseline: Path | None) -> list[Setup]:
     """The matrix rows for this machine."""
-    n = 2 if cores < 8 else max(2, min(8, cores // (2 if cuda else 4)))  # APP_HTTP_WORKERS=0's choice above 8
-    rows = [Setup("defaults")]
+    auto = Settings().http_workers_count()  # APP_HTTP_WORKERS=0
+    n = max(2, auto)
+    rows = [Setup(f"defaults ({auto} HTTP process{'es' if auto > 1 else ''})")]
     if cuda:
         rows += [
             Setup("float32", {"APP_DTYPE": "float32"}),
             Setup("float32, batch 256", {"APP_DTYPE": "float32", "APP_MAX_BATCH_SIZE": "256"}),
             Setup("float16, batch 256", {"APP_DTYPE": "float16", "APP_MAX_BATCH_SIZE": "256"}),
         ]
-    rows += [
-        Setup("1 process", {"APP_HTTP_WORKERS": "1"}),
-        Setup(f"APP_HTTP_WORKERS={n}", {"APP_HTTP_WORKERS": str(n)}),
-        Setup(f"{n} full replicas", {"APP_HTTP_WORKERS": "1"}, replicas=n),
-    ]
+    if auto > 1:
+        rows.append(Setup("1 process", {"APP_HTTP_WORKERS": "1"}))
+    if auto != n:
+        rows.append(Setup(f"APP_HTTP_WORKERS={n}", {"APP_HTTP_WORKERS": str(n)}))
+    # the cores shared out: each replica runs its part of one server's inference workers
+    workers = str(max(1, Settings(device="cpu").inference_workers_count() // n))
+    rows.append(
+        Setup(f"{n} full replicas", {"APP_HTTP_WORKERS": "1", "APP_INFERENCE_WORKERS": workers}, replicas=n)
+    )
     if cuda:
         rows.append(Setup("CPU only", {"APP_DEVICE": "cpu"}))
     pin = "0,1" if cores > 2 else "0"
@@ -152,60 +159,97 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint-dir", type=Path, default=REPO / "checkpoints")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per cell")
     p.add_argument(
-        "--connections", type=int, nargs="+", default=None, help="default: 64 (and 256, 1024 on 8+ cores)"
+        "--connections",
+        type=int,
+        nargs="+",
+        default=None,
+        help="the first for every setup, the others for the defaults; default 64 (8+ cores: 256 1024)",
     )
     p.add_argument("--clients", type=int, default=0, help="client processes; 0: a quarter of the cores, 1-8")
+    p.add_argument(
+        "--repeats", type=int, default=0, help="rounds over every cell (medians); 0: 3 below 8 cores, else 1"
+    )
     p.add_argument("--baseline", type=Path, default=None, help="a checkout of main, measured in the same run")
     p.add_argument("--only", nargs="*", default=None, help="setup names to run (default: all)")
     args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the servers are stopped on the way out
     cores, cuda = usable_cores(), torch.cuda.is_available()
-    conns = args.connections or ([64] if cores < 8 else [64, 256, 1024])
+    conns = args.connections or ([64] if cores < 8 else [256, 1024])
     clients = args.clients or max(1, min(8, cores // 4))
+    repeats = args.repeats or (3 if cores < 8 else 1)
     device = torch.cuda.get_device_name() if cuda else "no GPU"
-    cpu = next(
-        (
-            ln.split(":", 1)[1].strip()
-            for ln in Path("/proc/cpuinfo").read_text().splitlines()
-            if ln.startswith("model name")
-        ),
-        "?",
-    )
-    print(f"# {cores} cores ({cpu}), {device}; {clients} client process(es); {args.duration:g} s per cell\n")
+    rows = [s for s in setups(cores, cuda, args.baseline) if args.only is None or s.name in args.only]
+    cells = [
+        (s, r, c) for i, s in enumerate(rows) for r in s.routes for c in (conns if i == 0 else conns[:1])
+    ]
     print(
-        "| setup | route | conns | req/s | p50 ms | p99 ms | errors | server CPU ms/req | busiest loop ms/req | client CPU ms/req | busiest client | ready s |"
+        f"# {cores} cores ({cpu_name()}), {device}; {clients} client process(es); {args.duration:g} s per cell, "
+        f"median of {repeats} interleaved round(s); every server up at once, idle but the measured one\n",
+        flush=True,
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    results: dict[tuple[str, str, int], float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    measured: dict[tuple[str, str, int], list[tuple[Load, float, float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         checkpoints = model_dir(args.checkpoint_dir, Path(tmp))
-        for setup in setups(cores, cuda, args.baseline):
-            if args.only is not None and setup.name not in args.only:
-                continue
+        servers = {}
+        for setup in rows:
             try:
-                with started(setup, checkpoints) as (urls, pids, ready_s):
-                    for route in setup.routes:
-                        for c in conns:
-                            load, server_s, loop_s = cell(urls, pids, route, c, args.duration, clients)
-                            n = max(1, round(load.rps * args.duration))
-                            flag = " (client-bound)" if load.client_bound else ""
-                            results[(setup.name, route, c)] = load.rps
-                            print(
-                                f"| {setup.name} | {route} | {c} | {load.rps:,.0f}{flag} | {load.p50:.1f} | "
-                                f"{load.p99:.1f} | {load.errors} | {1000 * server_s / n:.2f} | "
-                                f"{1000 * loop_s / n:.2f} | {1000 * load.client_cpu_s / n:.2f} | {load.busiest_client:.0%} | "
-                                f"{ready_s:.1f} |",
-                                flush=True,
-                            )
+                servers[setup.name] = stack.enter_context(started(setup, checkpoints))
             except RuntimeError as e:
-                print(f"| {setup.name} | failed: {str(e).splitlines()[0]} |", flush=True)
+                print(f"{setup.name}: failed to start: {str(e).splitlines()[0]}", file=sys.stderr)
+        for round_ in range(repeats):
+            for setup, route, c in cells:
+                if setup.name not in servers:
+                    continue
+                urls, pids, _ = servers[setup.name]
+                m = cell(urls, pids, route, c, args.duration, clients)
+                measured.setdefault((setup.name, route, c), []).append(m)
+                print(
+                    f"round {round_ + 1}: {setup.name} {route} c={c}: {m[0].rps:,.1f} req/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    print(HEADER)
+    results: dict[tuple[str, str, int], float] = {}
+    for (name, route, c), ms in measured.items():
+        load, server_s, loop_s = sorted(ms, key=lambda m: m[0].rps)[len(ms) // 2]
+        results[(name, route, c)] = load.rps
+        n = max(1, round(load.rps * args.duration))
+        flag = " (client-bound)" if load.client_bound else ""
+        spread = (
+            f" ({min(m[0].rps for m in ms):,.0f}–{max(m[0].rps for m in ms):,.0f})" if len(ms) > 1 else ""
+        )
+        print(
+            f"| {name} | {route} | {c} | {load.rps:,.0f}{spread}{flag} | {load.p50:.1f} | {load.p99:.1f} | "
+            f"{load.errors} | {1000 * server_s / n:.2f} | {1000 * loop_s / n:.2f} | "
+            f"{1000 * load.client_cpu_s / n:.2f} | {load.busiest_client:.0%} | {servers[name][2]:.1f} |"
+        )
     if args.baseline is not None:
         _no_regression(results, conns[0])
     return 0
 
 
+HEADER = """| setup | route | conns | req/s (median, range) | p50 ms | p99 ms | errors | server CPU ms/req | busiest loop ms/req | client CPU ms/req | busiest client | ready s |
+|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"""
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "?"
+
+
 def _no_regression(results: dict[tuple[str, str, int], float], c: int) -> None:
     get = results.get
-    ours, theirs = get(("defaults", "/sentiment", c)), get(("baseline: defaults", "/sentiment", c))
+    ours = next(
+        (
+            v
+            for (name, r, k), v in results.items()
+            if name.startswith("defaults") and (r, k) == ("/sentiment", c)
+        ),
+        None,
+    )
+    theirs = get(("baseline: defaults", "/sentiment", c))
     ours_1, theirs_1 = get(("unbatched", "/sentiment", c)), get(("baseline: unbatched", "/sentiment", c))
     if ours and theirs:
         print(f"\n/sentiment defaults at c={c}: {ours / theirs:.3f}x the baseline")
