@@ -229,6 +229,13 @@ def test_queue_limits_are_global_and_sigterm_drains_every_process(app_checkpoint
         assert all(int(r.headers["retry-after"]) >= 1 for r in full)
         assert all("of 3 items waiting, APP_MAX_QUEUE" in r.json()["detail"] for r in full)  # one limit
 
+        # clients that leave mid-decoding: the model process stops their batch between two steps
+        stopped = _metric(server, "transformer_serving_stopped_items_total")
+        with ThreadPoolExecutor(3) as pool:
+            leaving = [pool.submit(_post_and_leave, server.url) for _ in range(3)]
+            assert "left" in [f.result() for f in leaving]  # else decoding is too quick to leave mid-way
+        eventually(lambda: _metric(server, "transformer_serving_stopped_items_total") > stopped)
+
         # SIGTERM while requests are in flight: they are answered, then every process ends
         children = process_tree(server.proc.pid)[1:]
         with ThreadPoolExecutor(3) as pool:
@@ -252,3 +259,16 @@ def _queued(server: Server) -> str:
         if ln.startswith('transformer_serving_queue_depth{model="translate-fr-en"}')
     ]
     return "/translate" if depth and float(depth[0].rsplit(" ", 1)[1]) >= 1 else ""
+
+
+def _post_and_leave(url: str) -> str:
+    try:
+        httpx.post(f"{url}/translate", json=SLOW_BODY, timeout=0.5)
+    except httpx.TimeoutException:
+        return "left"
+    return "answered"
+
+
+def _metric(server: Server, name: str) -> float:
+    text = httpx.get(f"{server.url}/metrics").text
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(name + "{"))
