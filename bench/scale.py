@@ -50,36 +50,39 @@ def usable_cores() -> int:
 
 
 def setups(cores: int, cuda: bool, baseline: Path | None) -> list[Setup]:
-    """The matrix rows for this machine."""
+    """The matrix rows for this machine: the defaults first (also measured at the other connection counts),
+    then the baseline's (adjacent: the no-regression ratio), then the variants."""
     auto = Settings().http_workers_count()  # APP_HTTP_WORKERS=0
     n = max(2, auto)
+    one = {"APP_HTTP_WORKERS": "1"}
     rows = [Setup(f"defaults ({auto} HTTP process{'es' if auto > 1 else ''})")]
-    if cuda:
+    if baseline is not None:
+        only = ("/sentiment",)
         rows += [
-            Setup("float32", {"APP_DTYPE": "float32"}),
-            Setup("float32, batch 256", {"APP_DTYPE": "float32", "APP_MAX_BATCH_SIZE": "256"}),
-            Setup("float16, batch 256", {"APP_DTYPE": "float16", "APP_MAX_BATCH_SIZE": "256"}),
+            Setup("baseline: defaults", cwd=baseline, routes=only),
+            Setup("unbatched", {"APP_MAX_BATCH_SIZE": "1"}, routes=only),
+            Setup("baseline: unbatched", {"APP_MAX_BATCH_SIZE": "1"}, cwd=baseline, routes=only),
         ]
     if auto > 1:
-        rows.append(Setup("1 process", {"APP_HTTP_WORKERS": "1"}))
+        rows.append(Setup("1 process", one))
+    if cuda:  # the issue's rows: main's CUDA defaults were float16 in batches of 32 items
+        main_cuda = {"APP_DTYPE": "float16", "APP_MAX_BATCH_SIZE": "32", "APP_MAX_BATCH_WORK": "8192"}
+        rows += [
+            Setup("1 process, float16, batch 32 (main's defaults)", one | main_cuda),
+            Setup("float16", {"APP_DTYPE": "float16"}),
+        ]
     if auto != n:
         rows.append(Setup(f"APP_HTTP_WORKERS={n}", {"APP_HTTP_WORKERS": str(n)}))
     # the cores shared out: each replica runs its part of one server's inference workers
-    workers = str(max(1, Settings(device="cpu").inference_workers_count() // n))
-    rows.append(
-        Setup(f"{n} full replicas", {"APP_HTTP_WORKERS": "1", "APP_INFERENCE_WORKERS": workers}, replicas=n)
-    )
+    workers = str(max(1, Settings().inference_workers_count() // n))
+    rows.append(Setup(f"{n} full replicas", one | {"APP_INFERENCE_WORKERS": workers}, replicas=n))
     if cuda:
-        rows.append(Setup("CPU only", {"APP_DEVICE": "cpu"}))
-    pin = "0,1" if cores > 2 else "0"
-    rows.append(Setup(f"pinned to {len(pin.split(','))} core(s)", {"APP_DEVICE": "cpu"}, cores=pin))
-    if baseline is not None:
-        one = ("/sentiment",)
         rows += [
-            Setup("baseline: defaults", cwd=baseline, routes=one),
-            Setup("baseline: unbatched", {"APP_MAX_BATCH_SIZE": "1"}, cwd=baseline, routes=one),
-            Setup("unbatched", {"APP_MAX_BATCH_SIZE": "1"}, routes=one),
+            Setup("CPU only", {"APP_DEVICE": "cpu"}),
+            Setup("CPU only, 1 process", one | {"APP_DEVICE": "cpu"}),
         ]
+    pin = "0,1" if cores > 2 else "0"
+    rows.append(Setup(f"CPU pinned to {len(pin.split(','))} core(s)", {"APP_DEVICE": "cpu"}, cores=pin))
     return rows
 
 
@@ -171,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--baseline", type=Path, default=None, help="a checkout of main, measured in the same run")
     p.add_argument("--only", nargs="*", default=None, help="setup names to run (default: all)")
+    p.add_argument("--routes", nargs="*", default=None, help="routes to measure (default: both)")
+    p.add_argument("--budget-s", type=float, default=450.0, help="no new cell after this many seconds")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the servers are stopped on the way out
     cores, cuda = usable_cores(), torch.cuda.is_available()
@@ -180,7 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.cuda.get_device_name() if cuda else "no GPU"
     rows = [s for s in setups(cores, cuda, args.baseline) if args.only is None or s.name in args.only]
     cells = [
-        (s, r, c) for i, s in enumerate(rows) for r in s.routes for c in (conns if i == 0 else conns[:1])
+        (s, r, c)
+        for i, s in enumerate(rows)
+        for r in s.routes
+        if args.routes is None or r in args.routes
+        for c in (conns if i == 0 else conns[:1])
     ]
     print(
         f"# {cores} cores ({cpu_name()}), {device}; {clients} client process(es); {args.duration:g} s per cell, "
@@ -188,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     measured: dict[tuple[str, str, int], list[tuple[Load, float, float]]] = {}
+    began = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         checkpoints = model_dir(args.checkpoint_dir, Path(tmp))
         servers = {}
@@ -198,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{setup.name}: failed to start: {str(e).splitlines()[0]}", file=sys.stderr)
         for round_ in range(repeats):
             for setup, route, c in cells:
-                if setup.name not in servers:
+                if setup.name not in servers or time.monotonic() - began > args.budget_s:
                     continue
                 urls, pids, _ = servers[setup.name]
                 m = cell(urls, pids, route, c, args.duration, clients)

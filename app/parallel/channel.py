@@ -45,6 +45,7 @@ class Channel:
         self._waiting: dict[int, asyncio.Future[tuple[bool, Any, Any]]] = {}  # our calls
         self._running: dict[int, tuple[asyncio.Task[Any], asyncio.Event]] = {}  # their calls
         self.closed = asyncio.get_running_loop().create_future()  # set to None once closed
+        self._out: list[bytes] = []  # frames waiting for this loop pass's write
 
     # --- our calls --------------------------------------------------------------------------------------
 
@@ -61,8 +62,7 @@ class Channel:
         try:
             ok, value, ran = await reply
         except asyncio.CancelledError:
-            if not self.closed.done():
-                self._send((CANCEL, call_id))
+            self._send((CANCEL, call_id))
             raise
         finally:
             self._waiting.pop(call_id, None)
@@ -77,8 +77,7 @@ class Channel:
 
     def note(self, method: str, *args: Any) -> None:
         """A one-way call (no answer; errors are logged at the other end)."""
-        if not self.closed.done():
-            self._send((NOTE, -1, method, args, {}, None, False))
+        self._send((NOTE, -1, method, args, {}, None, False))
 
     # --- their calls ------------------------------------------------------------------------------------
 
@@ -136,15 +135,26 @@ class Channel:
                 log.exception("note %s failed", method)
                 return
             value, ok = portable(e), False
-        if call_id >= 0 and not self.closed.done():
+        if call_id >= 0:
             ran = (info.models, info.batch_size) if info else ((), 0)
             self._send((REPLY, call_id, ok, value, ran))
 
     # --- both -------------------------------------------------------------------------------------------
 
     def _send(self, frame: tuple[Any, ...]) -> None:
+        """Queue a frame; the frames of one event-loop pass go out in one write (a batch's answers: one
+        system call, not one per request)."""
+        if self.closed.done():  # e.g. a client left after the other process had gone
+            return
         data = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
-        self.writer.write(HEADER.pack(len(data)) + data)
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out += (HEADER.pack(len(data)), data)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if not self.closed.done():
+            self.writer.write(b"".join(out))
 
     def close(self) -> None:
         """Fail the calls waiting for an answer (ChannelClosed), cancel the ones we run, close the stream."""
@@ -157,7 +167,9 @@ class Channel:
         for task, _ in list(self._running.values()):
             task.cancel()
         with contextlib.suppress(Exception):
+            self.writer.write(b"".join(self._out))  # e.g. a "bye" note: sent before the stream closes
             self.writer.close()
+        self._out = []
 
 
 def portable(error: Exception) -> tuple[type[Exception], tuple[Any, ...], dict[str, Any]]:

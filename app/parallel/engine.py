@@ -82,27 +82,29 @@ class Engine:
         self._told = None
 
     def state(self) -> tuple[Readiness, list[ModelInfo]]:
-        """Readiness of the whole server: the service's, and not ready while an HTTP process is missing."""
+        """Readiness of the whole server and the model list."""
+        return self.readiness(), self.service.models() if self.service.registry is not None else []
+
+    def readiness(self) -> Readiness:
+        """The service's, not ready while an HTTP process is missing, shutting down once one said bye."""
         ready = self.service.readiness()
         if self.draining:
             ready = Readiness(
                 status="shutting_down", reason="the server is shutting down", models=ready.models
             )
-        models = self.service.models() if self.service.registry is not None else []
         up = sum(pid is not None for pid in self.channels.values())
         if ready.status == "ready" and up < self.http_workers:
             reason = f"{up} of {self.http_workers} HTTP processes up"
             ready = Readiness(status="loading", reason=reason, models=ready.models)
-        return ready, models
+        return ready
 
     async def _push_state(self) -> None:
         while True:
-            ready = self.state()
-            if self._told is None or ready[0] != self._told[0]:
-                self._told = ready
+            if self._told is None or self.readiness() != self._told[0]:
+                self._told = state = self.state()  # the model list changes with the readiness
                 for channel, pid in self.channels.items():
                     if pid is not None:
-                        channel.note("state", *ready)
+                        channel.note("state", *state)
             await asyncio.sleep(STATE_POLL_S)
 
     async def _metrics(self) -> bytes:
