@@ -30,10 +30,16 @@ CUDA_BATCH = (512, 65_536)
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (taskset, cgroup cpusets), else os.cpu_count()."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    """The cores this process may run on (taskset, cgroup cpusets), at most its cgroup's CPU quota (a
+    container's CPU limit, e.g. Kubernetes resources.limits.cpu), else os.cpu_count()."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:  # cgroup v2: "max 100000" (no limit) or "<quota> <period>" in microseconds
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+    except (OSError, ValueError):
+        return cores
+    if quota == "max":
+        return cores
+    return max(1, min(cores, -(-int(quota) // int(period))))
 
 
 class SettingsError(ValueError):

@@ -11,6 +11,7 @@ import pytest
 import torch
 from asgi_lifespan import LifespanManager
 
+import app.core.settings
 from app.core.settings import CUDA_BATCH, REPO_ROOT, Settings, SettingsError, load_settings
 from app.main import create_app
 
@@ -139,7 +140,7 @@ def test_cpu_workers_and_threads_leave_the_event_loop_a_core() -> None:
 
 def many_cores(monkeypatch: pytest.MonkeyPatch, cores: int) -> None:
     monkeypatch.setattr(torch, "get_num_threads", lambda: cores)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(cores)), raising=False)
+    monkeypatch.setattr(app.core.settings, "usable_cores", lambda: cores)
 
 
 @pytest.mark.parametrize(
