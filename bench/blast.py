@@ -26,6 +26,7 @@ class Load:
     p50: float  # ms
     p99: float
     errors: int  # answers other than 200, and dropped connections
+    answered: int  # every answer, the warm-up's and the drain's too (the CPU measured covers them)
     client_cpu_s: float  # all client processes
     busiest_client: float  # the busiest client process's CPU share of the run (1.0 = one core)
 
@@ -84,6 +85,7 @@ async def _connection(
             writer = None
             continue
         t1 = time.perf_counter()
+        out["answered"] += 1
         if start <= t1 <= end:  # answers completed in the window (not during the warm-up)
             lat.append(t1 - t0)
             if head[9:12] != b"200":
@@ -106,7 +108,7 @@ def _client(
     except ImportError:
         pass
     parts = urlsplit(url)
-    out: dict[str, Any] = {"lat": [], "errors": 0}
+    out: dict[str, Any] = {"lat": [], "errors": 0, "answered": 0}
 
     async def run() -> None:
         await asyncio.gather(
@@ -118,7 +120,7 @@ def _client(
 
     cpu0 = time.process_time()
     asyncio.run(run())
-    queue.put((out["lat"], out["errors"], time.process_time() - cpu0))
+    queue.put((out["lat"], out["errors"], time.process_time() - cpu0, out["answered"]))
 
 
 def blast(
@@ -150,6 +152,7 @@ def blast(
         p50=_pct(lat, 50),
         p99=_pct(lat, 99),
         errors=sum(r[1] for r in results),
+        answered=sum(r[3] for r in results),
         client_cpu_s=sum(cpu),
         busiest_client=max(cpu) / (duration + 1.0),
     )

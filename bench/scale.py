@@ -70,6 +70,7 @@ def setups(cores: int, cuda: bool, baseline: Path | None) -> list[Setup]:
         rows += [
             Setup("1 process, float16, batch 32 (main's defaults)", one | main_cuda),
             Setup("float16", {"APP_DTYPE": "float16"}),
+            Setup("eager (APP_TORCHSCRIPT=false)", {"APP_TORCHSCRIPT": "false"}),  # new shapes; ready
         ]
     if auto != n:
         rows.append(Setup(f"APP_HTTP_WORKERS={n}", {"APP_HTTP_WORKERS": str(n)}))
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     for (name, route, c), ms in measured.items():
         load, server_s, loop_s = sorted(ms, key=lambda m: m[0].rps)[len(ms) // 2]
         results[(name, route, c)] = load.rps
-        n = max(1, round(load.rps * args.duration * (3 if route == "/translate" and not cuda else 1)))
+        n = max(1, load.answered)  # the CPU figures cover the warm-up and the drain too
         flag = " (client-bound)" if load.client_bound else ""
         spread = (
             f" ({min(m[0].rps for m in ms):,.0f}–{max(m[0].rps for m in ms):,.0f})" if len(ms) > 1 else ""
