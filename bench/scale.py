@@ -19,8 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from bench.load import EN_WORDS, FR_WORDS, SENTENCE_WORDS, process_cpu_s, texts
 from bench.server import REPO, free_port, server_env, stop, wait_ready
 
 SENTIMENT_MODEL, TRANSLATE_MODEL = "sentiment-en", "translate-fr-en"
+MAX_REPLICAS = 4  # as the issue's row (4 full replicas on one GPU)
 
 
 @dataclass
@@ -75,8 +75,11 @@ def setups(cores: int, cuda: bool, baseline: Path | None) -> list[Setup]:
     if auto != n:
         rows.append(Setup(f"APP_HTTP_WORKERS={n}", {"APP_HTTP_WORKERS": str(n)}))
     # the cores shared out: each replica runs its part of one server's inference workers
-    workers = str(max(1, Settings().inference_workers_count() // n))
-    rows.append(Setup(f"{n} full replicas", one | {"APP_INFERENCE_WORKERS": workers}, replicas=n))
+    workers = str(max(1, Settings().inference_workers_count() // min(n, MAX_REPLICAS)))
+    replicas = min(n, MAX_REPLICAS)
+    rows.append(
+        Setup(f"{replicas} full replicas", one | {"APP_INFERENCE_WORKERS": workers}, replicas=replicas)
+    )
     if cuda:
         rows += [
             Setup("CPU only", {"APP_DEVICE": "cpu"}),
@@ -105,31 +108,44 @@ def process_tree(pid: int) -> list[int]:
     return out
 
 
-@contextmanager
-def started(setup: Setup, checkpoints: Path) -> Iterator[tuple[list[str], list[int], float]]:
-    """The setup's server(s) -> (urls, pids, seconds to ready); SIGTERM at exit."""
-    with ExitStack() as stack:
-        urls, pids, t0 = [], [], time.monotonic()
-        for _ in range(setup.replicas):
-            port = free_port()
-            env = {"APP_CHECKPOINT_DIR": str(checkpoints), "APP_PORT": str(port), "APP_LOG_LEVEL": "warning"}
-            cmd = [sys.executable, "-m", "app"]
-            if setup.cores is not None:
-                cmd = ["taskset", "-c", setup.cores, *cmd]
-            log = stack.enter_context(tempfile.TemporaryFile())
-            proc = subprocess.Popen(
-                cmd, env=server_env(env | setup.env), cwd=setup.cwd, stdout=log, stderr=log
-            )
-            stack.callback(stop, proc, 30)
-            urls.append(f"http://127.0.0.1:{port}")
-            pids.append(proc.pid)
+@dataclass
+class Launched:
+    """A setup's server processes, started, maybe not ready yet."""
+
+    setup: Setup
+    urls: list[str]
+    procs: list[subprocess.Popen[bytes]]
+    logs: list[Any]
+    t0: float
+
+    def wait(self) -> float:
+        """Seconds from the launch to every replica's /ready 200 (RuntimeError with the output if one fails)."""
+        for url, proc, log in zip(self.urls, self.procs, self.logs, strict=True):
 
             def output(log: Any = log) -> str:
                 log.seek(0)
                 return str(log.read().decode(errors="replace"))
 
-            wait_ready(proc, urls[-1], 180, output)
-        yield urls, pids, time.monotonic() - t0
+            wait_ready(proc, url, 180, output)
+        return time.monotonic() - self.t0
+
+
+def launch(setup: Setup, checkpoints: Path, stack: ExitStack) -> Launched:
+    """Start the setup's server(s) (SIGTERM when `stack` closes)."""
+    out = Launched(setup, [], [], [], time.monotonic())
+    for _ in range(setup.replicas):
+        port = free_port()
+        env = {"APP_CHECKPOINT_DIR": str(checkpoints), "APP_PORT": str(port), "APP_LOG_LEVEL": "warning"}
+        cmd = [sys.executable, "-m", "app"]
+        if setup.cores is not None:
+            cmd = ["taskset", "-c", setup.cores, *cmd]
+        log = stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 (closed with the stack)
+        proc = subprocess.Popen(cmd, env=server_env(env | setup.env), cwd=setup.cwd, stdout=log, stderr=log)
+        stack.callback(stop, proc, 30)
+        out.urls.append(f"http://127.0.0.1:{port}")
+        out.procs.append(proc)
+        out.logs.append(log)
+    return out
 
 
 def bodies(route: str) -> list[dict[str, Any]]:
@@ -194,19 +210,27 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print(
         f"# {cores} cores ({cpu_name()}), {device}; {clients} client process(es); {args.duration:g} s per cell, "
-        f"median of {repeats} interleaved round(s); every server up at once, idle but the measured one\n",
+        f"median of {repeats} interleaved round(s); every server up at once, idle but the measured one (ready s: "
+        f"the first row's alone, the others' started together)\n",
         flush=True,
     )
     measured: dict[tuple[str, str, int], list[tuple[Load, float, float]]] = {}
     began = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         checkpoints = model_dir(args.checkpoint_dir, Path(tmp))
-        servers = {}
-        for setup in rows:
-            try:
-                servers[setup.name] = stack.enter_context(started(setup, checkpoints))
-            except RuntimeError as e:
-                print(f"{setup.name}: failed to start: {str(e).splitlines()[0]}", file=sys.stderr)
+        # the defaults alone (their ready time is the clean one), then every other setup at once
+        servers: dict[str, tuple[list[str], list[int], float]] = {}
+        first = [launch(rows[0], checkpoints, stack)] if rows else []
+        for group in (first, [launch(s, checkpoints, stack) for s in rows[1:]]):
+            for launched in group:
+                try:
+                    ready_s = launched.wait()
+                except RuntimeError as e:
+                    print(
+                        f"{launched.setup.name}: failed to start: {str(e).splitlines()[0]}", file=sys.stderr
+                    )
+                    continue
+                servers[launched.setup.name] = (launched.urls, [p.pid for p in launched.procs], ready_s)
         for round_ in range(repeats):
             for setup, route, c in cells:
                 if setup.name not in servers or time.monotonic() - began > args.budget_s:
