@@ -39,6 +39,7 @@ e2e: install
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 
 format: install
 	$(PY) -m ruff check --fix .

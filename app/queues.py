@@ -9,12 +9,13 @@ from collections.abc import Callable, Hashable
 from functools import partial
 from typing import Any
 
-from app.batching.admission import ModelQueue, sentence_work, token_work
-from app.batching.batcher import Batcher, InferenceWorkers, OnIdle
+from app.batching.admission import ModelQueue
+from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers, OnIdle
 from app.core.errors import QueueFull
 from app.core.metrics import Metrics
 from app.core.settings import Settings
-from app.tasks.handlers import DecodeKey, TranslationHandler
+from app.tasks.attention_maps import AttentionHandler
+from app.tasks.handlers import DecodeKey, SentimentHandler, TranslationHandler
 
 IDLE_BATCHER_S = 300.0  # a decoding-option queue unused this long is retired
 
@@ -65,11 +66,11 @@ class BatcherPool:
 
 
 class Queues:
-    """The batchers of every model, made with the settings' limits, on `worker` (set once it exists)."""
+    """The batchers of every model, made with the settings' limits, on `workers` (set once they exist)."""
 
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.settings, self.metrics = settings, metrics
-        self.worker: InferenceWorkers | None = None
+        self.workers: InferenceWorkers | None = None
         self.pool = BatcherPool()
         self.models: dict[str, ModelQueue] = {}  # per model: the admission limits all its batchers share
 
@@ -84,15 +85,18 @@ class Queues:
             queue = self.models[name] = ModelQueue(name, s.max_queue, s.max_queue_work)
         return queue
 
-    def sentiment(self, name: str, run: Callable[..., list[Any]]) -> Batcher[Any, Any]:
-        return self.pool.get(("sentiment", name), lambda _: self._new(name, run, name, token_work))
+    def sentiment(self, name: str, handler: SentimentHandler) -> Batcher[Any, Any]:
+        return self.pool.get(
+            ("sentiment", name), lambda _: self._new(name, handler.run, name, handler.cost, self._policy())
+        )
 
-    def attention(self, name: str, run: Callable[..., list[Any]]) -> Batcher[Any, Any]:
+    def attention(self, name: str, handler: AttentionHandler) -> Batcher[Any, Any]:
         """Attention maps are rare and take the weights path: their own queue, one item per forward."""
         label = f"{name}/attention"
+        policy = self._policy(expensive=True, max_batch_size=1)
         return self.pool.get(
             ("attention", name),
-            lambda _: self._new(label, run, name, token_work, label=label, expensive=True, max_batch_size=1),
+            lambda _: self._new(label, handler.run, name, handler.cost, policy, label=label),
         )
 
     def translation(self, name: str, handler: TranslationHandler, key: DecodeKey) -> Batcher[Any, Any]:
@@ -107,21 +111,33 @@ class Queues:
                 "in use, the limit (APP_MAX_DECODE_QUEUES); retry later or use one of theirs",
                 1,
             )
-        run = partial(handler.run, key=key)
+        run, cost = partial(handler.run, key=key), partial(handler.cost, key=key)
         label = f"{name}:{key.target_lang}:beam{key.beam_size}:lp{key.length_penalty:g}:max{key.max_length or 'auto'}"
-        cost = sentence_work(key, handler.max_len)
+        policy = self._policy(expensive=True, stoppable=True, idle_timeout_s=IDLE_BATCHER_S)
         return self.pool.get(
-            pool_key,
-            lambda on_idle: self._new(
-                label,
-                run,
-                name,
-                cost,
-                expensive=True,
-                stoppable=True,
-                idle_timeout_s=IDLE_BATCHER_S,
-                on_idle=on_idle,
-            ),  # fmt: skip
+            pool_key, lambda on_idle: self._new(label, run, name, cost, policy, on_idle=on_idle)
+        )
+
+    def _policy(
+        self,
+        *,
+        expensive: bool = False,
+        stoppable: bool = False,
+        max_batch_size: int | None = None,
+        idle_timeout_s: float | None = None,
+    ) -> BatchSettings:
+        """Batches from the settings' limits; expensive ones (decoding, attention maps) run in the workers'
+        expensive lane, in batches of at most APP_MAX_BATCH_WORK work units; stoppable: run takes
+        should_stop= (decoding stops between steps once every request of the batch has left)."""
+        s = self.settings
+        items, work = s.batch_limits(expensive)  # on CUDA by default: every batch bounded by work units
+        return BatchSettings(
+            max_batch_size=max_batch_size or items,
+            max_delay_s=0.0 if max_batch_size == 1 else s.max_batch_delay_ms / 1000,
+            max_batch_work=work,
+            expensive=expensive,
+            stoppable=stoppable,
+            idle_timeout_s=idle_timeout_s,
         )
 
     def _new(
@@ -130,33 +146,14 @@ class Queues:
         run: Callable[..., list[Any]],
         model: str,
         cost: Callable[[Any], int],
+        policy: BatchSettings,
         *,
         label: str | None = None,
-        expensive: bool = False,
-        stoppable: bool = False,
-        max_batch_size: int | None = None,
-        idle_timeout_s: float | None = None,
         on_idle: OnIdle | None = None,
     ) -> Batcher[Any, Any]:
-        """A batcher of `model` (sharing its queue limits); expensive ones (decoding, attention maps) run in
-        the workers' expensive lane, in batches of at most APP_MAX_BATCH_WORK work units; stoppable: run
-        takes should_stop= (decoding stops between steps once every request of the batch has left)."""
-        assert self.worker is not None
-        s = self.settings
-        items, work = s.batch_limits(expensive)  # on CUDA by default: bounded by work units
+        """A batcher of `model`, admitted against the model's queue limits."""
+        assert self.workers is not None
+        queue = self.model(model)
         return Batcher(
-            name,
-            run,
-            self.worker,
-            max_batch_size=max_batch_size or items,
-            max_delay_s=0.0 if max_batch_size == 1 else s.max_batch_delay_ms / 1000,
-            queue=self.model(model),
-            cost=cost,
-            max_batch_work=work,
-            expensive=expensive,
-            stoppable=stoppable,
-            metrics=self.metrics,
-            model=label or model,
-            idle_timeout_s=idle_timeout_s,
-            on_idle=on_idle,
-        )
+            name, run, self.workers, queue, policy, cost=cost, metrics=self.metrics, label=label, on_idle=on_idle
+        )  # fmt: skip

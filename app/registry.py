@@ -1,4 +1,16 @@
-"""The served checkpoints: discovery, loading, and routing by language (sentiment) or pair (translation)."""
+"""The served checkpoints: discovery, loading, and routing by language (sentiment) or pair (translation).
+
+A model directory is one of ours (config.json: trained here, or imported from OPUS-MT by `python -m
+training import marian`) or an unpacked Argos Translate package (metadata.json + model/: engines/argos.py).
+
+Routing (translation): each language pair goes to one model, the first by
+  1. APP_ROUTES ("fr-en=opus-mt-fr-en,..."), which names the model outright;
+  2. origin, in APP_ORIGIN_ORDER (default opus-mt, argos, trained: the broad-domain pretrained models
+     before ours, trained on short Tatoeba sentences; OPUS-MT before Argos as it also serves /attention);
+  3. the canonical name translate-SRC-TGT;
+  4. name order.
+A request's "model" overrides the route.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +27,15 @@ import torch
 
 from app.core.errors import NotFound, Unavailable, invalid
 from app.core.settings import ENV_PREFIX, SettingsError
-from app.schemas import MAX_MODEL_NAME
+from app.schemas import MAX_MODEL_NAME, TranslateRequest
 from app.text.langid import Detection
+from engines.argos import (
+    ArgosPackage,
+    ArgosPackageError,
+    NotTranslation,
+    is_argos_package,
+    read_argos_package,
+)
 from model import LoadedModel, ModelConfig, load_checkpoint
 from model.checkpoint import CONFIG, CheckpointError, read_config
 
@@ -24,6 +43,7 @@ log = logging.getLogger(__name__)
 
 HANGUL = re.compile("[\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff]")
 DATASET_LANGS = {"nsmc": "ko", "imdb": "en"}  # sentiment training sets -> language, when the name has none
+ORIGINS = ("opus-mt", "argos", "trained")  # the default APP_ORIGIN_ORDER
 
 
 def shown(name: str, limit: int = 40) -> str:
@@ -47,6 +67,12 @@ class ModelEntry:
     metrics: dict[str, Any] = field(default_factory=dict)
     has_card: bool = False
     loaded: LoadedModel | None = None
+    package: ArgosPackage | None = None  # an Argos Translate package (no torch model: CTranslate2 only)
+
+    @property
+    def origin(self) -> str:
+        """Where the weights come from: "trained" (here), "opus-mt" (imported) or "argos"."""
+        return "argos" if self.package is not None else str(self.meta.get("origin", "trained"))
 
     @property
     def task(self) -> str:
@@ -84,38 +110,84 @@ class Registry:
         device: torch.device,
         dtype: torch.dtype,
         quantize: str | None = None,
+        origin_order: Sequence[str] = ORIGINS,
+        routes: dict[str, str] | None = None,
     ) -> None:
         self.entries = {e.name: e for e in entries}
         self.device, self.dtype, self.quantize = device, dtype, quantize
         self.sentiment_by_lang: dict[str, str] = {}
-        self.pairs: dict[tuple[str, str], str] = {}
+        candidates: dict[tuple[str, str], list[ModelEntry]] = {}
         for e in sorted(entries, key=lambda e: e.name):
             if e.task == "sentiment":
                 for lang in e.languages:
                     if self.sentiment_by_lang.get(lang) != f"sentiment-{lang}":  # the canonical name wins
                         self.sentiment_by_lang[lang] = e.name
             else:
-                ids = e.config.target_lang_ids
-                for src in e.config.source_langs:
-                    for tgt in e.config.target_langs:
-                        if ids and tgt not in ids:  # a multilingual decoder needs the target's start token
-                            continue
-                        if src != tgt and self.pairs.get((src, tgt)) != f"translate-{src}-{tgt}":
-                            self.pairs[(src, tgt)] = e.name
+                for pair in self.pairs_of(e):
+                    candidates.setdefault(pair, []).append(e)
+
+        def rank(e: ModelEntry, pair: tuple[str, str]) -> tuple[int, bool, str]:
+            order = list(origin_order)
+            origin = order.index(e.origin) if e.origin in order else len(order)
+            return origin, e.name != f"translate-{pair[0]}-{pair[1]}", e.name
+
+        self.pairs = {pair: min(es, key=lambda e: rank(e, pair)).name for pair, es in candidates.items()}
+        for route, name in (routes or {}).items():
+            src, _, tgt = route.partition("-")
+            entry = self.entries.get(name)
+            if entry is None or entry.task != "translation" or (src, tgt) not in self.pairs_of(entry):
+                serves = ", ".join(f"{s}-{t}" for s, t in self.pairs_of(entry)) if entry else "not served"
+                raise SettingsError(
+                    f"{ENV_PREFIX}ROUTES: {route}={name}, but {name} does not translate {src} -> {tgt} "
+                    f"({name}: {serves or 'no pairs'})"
+                )
+            self.pairs[(src, tgt)] = name
+
+    @staticmethod
+    def pairs_of(e: ModelEntry) -> list[tuple[str, str]]:
+        """The (source, target) pairs a translation model serves."""
+        ids = e.config.target_lang_ids
+        return [
+            (src, tgt)
+            for src in e.config.source_langs
+            for tgt in e.config.target_langs
+            if src != tgt and not (ids and tgt not in ids)  # a multilingual model needs the target's tag
+        ]
 
     @classmethod
     def discover(
-        cls, root: Path, device: torch.device, dtype: torch.dtype, quantize: str | None = None
+        cls,
+        root: Path,
+        device: torch.device,
+        dtype: torch.dtype,
+        quantize: str | None = None,
+        origin_order: Sequence[str] = ORIGINS,
+        routes: dict[str, str] | None = None,
     ) -> Registry:
-        """Read every `root/*/config.json` (cheap: no weights); bad configs fail start-up."""
+        """Read every `root/*/config.json` and Argos `root/*/metadata.json` (cheap: no weights); bad configs
+        fail start-up."""
         if not root.is_dir():
             raise SettingsError(f"{ENV_PREFIX}CHECKPOINT_DIR={root}: directory does not exist")
         entries = []
-        for path in sorted(p for p in root.iterdir() if (p / CONFIG).is_file()):
+        for path in sorted(p for p in root.iterdir() if (p / CONFIG).is_file() or is_argos_package(p)):
             if len(path.name) > MAX_MODEL_NAME:  # a request could not name it
                 raise CheckpointError(
                     f"{path}: a model's name is its directory's, at most {MAX_MODEL_NAME} characters"
                 )
+            if not (path / CONFIG).is_file():
+                try:
+                    package = read_argos_package(path)
+                except NotTranslation as e:  # argospm's packages dir also holds e.g. sentence splitters
+                    log.warning("skipped %s", e)
+                    continue
+                except ArgosPackageError as e:
+                    raise CheckpointError(str(e)) from e
+                meta = {"origin": "argos", "argos": package.metadata}
+                has_card = (path / "README.md").is_file()
+                entries.append(
+                    ModelEntry(path.name, path, package.config, meta, {}, has_card, package=package)
+                )
+                continue
             meta = read_config(path)
             try:
                 cfg = ModelConfig.from_dict(meta["model"])
@@ -125,13 +197,16 @@ class Registry:
             entries.append(ModelEntry(path.name, path, cfg, meta, metrics, (path / "README.md").is_file()))
         if not entries:
             raise SettingsError(
-                f"{ENV_PREFIX}CHECKPOINT_DIR={root}: no checkpoints (subdirectories holding a {CONFIG})"
+                f"{ENV_PREFIX}CHECKPOINT_DIR={root}: no checkpoints (subdirectories holding a {CONFIG} "
+                "or an Argos Translate package)"
             )
-        return cls(entries, device, dtype, quantize)
+        return cls(entries, device, dtype, quantize, origin_order, routes)
 
     def load(self, name: str) -> LoadedModel:
-        """Load one checkpoint's weights (blocking: run it in the inference thread)."""
+        """Load one checkpoint's weights (blocking: run it in the inference thread); not for an Argos
+        package (its handler opens it in CTranslate2)."""
         entry = self.entries[name]
+        assert entry.package is None, f"{name} is an Argos package"
         start = time.perf_counter()
         entry.loaded = load_checkpoint(entry.path, self.device, self.dtype, self.quantize)
         log.info(
@@ -147,8 +222,14 @@ class Registry:
 
     @property
     def languages(self) -> list[str]:
-        """Every language a text may be in: translator sources and sentiment languages (what /detect ranks)."""
-        return sorted({src for src, _ in self.pairs} | set(self.sentiment_by_lang))
+        """Every language a text may be in: translator sources and targets (a text already in the target
+        passes through) and sentiment languages (what /detect ranks)."""
+        return sorted(self.pair_languages | set(self.sentiment_by_lang))
+
+    @property
+    def pair_languages(self) -> set[str]:
+        """Every source and target language of a served pair."""
+        return {lang for pair in self.pairs for lang in pair}
 
     def sources_for(self, target_lang: str) -> list[str]:
         return sorted(src for src, tgt in self.pairs if tgt == target_lang)
@@ -168,6 +249,17 @@ class Registry:
         if entry is None:
             raise NotFound(f"model: no model named {shown(name)} (loaded models: {', '.join(self.entries)})")
         return entry
+
+    def target_lang(self, name: str, requested: str | None) -> str:
+        """The target language of translator `name`: the requested one (422 unless it has it), else English
+        when it has it, else its first."""
+        cfg = self.entries[name].config
+        lang = requested or ("en" if "en" in cfg.target_langs else cfg.target_langs[0])
+        if lang not in cfg.target_langs or (cfg.target_lang_ids and lang not in cfg.target_lang_ids):
+            raise invalid(
+                ("target_lang",), f"{name} translates into {', '.join(cfg.target_langs)}, not {lang!r}"
+            )
+        return lang
 
     def sentiment_for(self, text: str, requested: str | None) -> str:
         """The requested model, or the default for the text's language."""
@@ -221,3 +313,22 @@ class Registry:
                 f"it into {target_lang} ({which}: {', '.join(served) or 'none'})",
                 "unsupported_language",
             ) from None
+
+    def route(
+        self, req: TranslateRequest, detected: list[list[Detection]] | None, through: set[int]
+    ) -> dict[str, list[int]]:
+        """Model -> indices of the texts to translate (`through`: passed through): the pair's model, or per
+        text its detected language's."""
+        todo = [i for i in range(len(req.items)) if i not in through]
+        if detected is None:
+            if req.source_lang == req.target_lang and req.source_lang in self.pair_languages:
+                return {}
+            name = self.translator_for(req.source_lang, req.target_lang, req.model)  # 404 on no such pair
+            return {name: todo} if todo else {}
+        groups: dict[str, list[int]] = {}
+        for i in todo:
+            loc = (req.field,) if req.field == "text" else (req.field, i)
+            groups.setdefault(self.auto_translator(detected[i], req.target_lang, req.model, loc), []).append(
+                i
+            )
+        return groups

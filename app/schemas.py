@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -15,6 +14,9 @@ from pydantic import (
     model_validator,
 )
 
+from app.text.blank import is_blank
+from app.text.passthrough import PASSTHROUGH
+
 
 def _unicode(text: str) -> str:
     """JSON may escape a lone UTF-16 surrogate ("\\ud800"): not text, and the tokenizers cannot take it."""
@@ -26,23 +28,6 @@ def _unicode(text: str) -> str:
                 f"contains an unpaired UTF-16 surrogate (\\u{ord(text[e.start]):04x} at character {e.start})"
             ) from None
     return text
-
-
-# What a model cannot read: whitespace, controls (Cc), format characters (Cf: zero-width spaces and joiners,
-# the BOM, bidi marks, ...) and the rest of Unicode's Default_Ignorable_Code_Point (combining grapheme joiner,
-# Hangul fillers, variation selectors, tags): sentencepiece's NFKC drops some of them, the rest become <unk>.
-# Plus the two that sentencepiece drops itself: U+2581 (its space mark) and U+FFFD (a decoding error's mark).
-_IGNORED = re.compile(
-    "[\\s\u2581\ufffd\x00-\x1f\x7f-\x9f\xad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160"
-    "\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0"
-    "\ufff0-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
-    "\U000e0000-\U000e0fff]*"
-)
-
-
-def is_blank(text: str) -> bool:
-    """Whether `text` has nothing a model reads (stops at the first character that counts)."""
-    return _IGNORED.fullmatch(text) is not None
 
 
 def _not_blank(text: str) -> str:
@@ -304,8 +289,25 @@ class TranslationResult(BaseModel):
     translation: str
     score: float | None = None
     hypotheses: list[ScoredTranslation] | None = None
-    model: str | None = Field(None, description='source_lang "auto": the model that translated this text.')
+    model: str | None = Field(
+        None,
+        description='source_lang "auto": the model that translated this text. "passthrough" (any source_lang): '
+        "it came back unchanged, without a model (no letters in it, or already in the target language).",
+    )
     detected_language: DetectedLanguage | None = Field(None, description='source_lang "auto" only.')
+
+    @classmethod
+    def unchanged(
+        cls, text: str, req: TranslateRequest, detected: DetectedLanguage | None
+    ) -> TranslationResult:
+        """A text passed through: itself, as the only hypothesis (score 0: log 1), answered by no model."""
+        return cls(
+            translation=text,
+            score=0.0 if req.return_scores else None,
+            hypotheses=[ScoredTranslation(translation=text, score=0.0)] if req.num_hypotheses > 1 else None,
+            model=PASSTHROUGH,
+            detected_language=detected,
+        )
 
 
 class TranslateResponse(BaseModel):
@@ -315,7 +317,9 @@ class TranslateResponse(BaseModel):
         }
     )
 
-    model: str
+    model: str = Field(
+        description='The models used, comma-joined; "passthrough" when texts came back unchanged.'
+    )
     results: list[TranslationResult]
 
 
@@ -348,6 +352,12 @@ class Readiness(BaseModel):
     models: dict[str, str] = Field(default_factory=dict, description="name -> loading | warming_up | ready")
 
 
+class KnownLimit(BaseModel):
+    kind: str = Field(description='What kind of text, e.g. "news text".')
+    source: str
+    output: str = Field(description="What this model answers for it (beam 4).")
+
+
 class ModelInfo(BaseModel):
     name: str
     task: Literal["sentiment", "translation"]
@@ -362,6 +372,10 @@ class ModelInfo(BaseModel):
     sha256: str | None
     metrics: dict[str, object]
     model_card: bool
+    domain: str | None = Field(None, description="Translators: what they were trained on, and what not.")
+    limits: list[KnownLimit] = Field(default_factory=list, description="Known limits, with examples.")
+    origin: str = "trained"  # trained (here) | opus-mt (imported) | argos (an Argos Translate package)
+    engine: Literal["torch", "ctranslate2"] = "torch"  # what decodes /translate
 
 
 class ModelsResponse(BaseModel):

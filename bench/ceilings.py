@@ -35,7 +35,8 @@ def ceiling(
     import torch
 
     from model import DecodeOptions, SentimentClassifier, load_checkpoint
-    from model.inference import classify_ids, compile_classifier, translate_ids
+    from model.inference import classify_ids, translate_ids
+    from model.jit import compile_classifier
     from model.ngram import NgramSpec, bags
     from model.preprocess import classifier_ids, source_ids
 

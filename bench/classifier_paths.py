@@ -1,5 +1,5 @@
 """A classifier batch three ways: eager, torch.compile (plain, and with inductor's C++ wrapper) and the
-TorchScript graph (model.inference.compile_classifier).
+TorchScript graph (model.jit.compile_classifier).
 
   python -m bench.classifier_paths [--checkpoint checkpoints/sentiment-en] [--data ../shared/data/imdb/test.tsv]
 
@@ -28,7 +28,8 @@ import torch
 
 from bench.load import EN_WORDS, WORDS, texts
 from model import SentimentClassifier, load_checkpoint
-from model.inference import ClassifierGraph, classify_ids, compile_classifier
+from model.inference import ClassifierGraph, classify_ids
+from model.jit import compile_classifier
 from model.preprocess import classifier_ids
 from training.data import read_imdb, read_nsmc
 

@@ -7,8 +7,8 @@ Converts the checkpoint (engines/ct2_convert.py), checks on the test split that 
 tokens ours decodes (greedy and beam 4, length penalty 0: the only value both engines share; and beam 4 at
 0.6 through the server's CTranslate2 engine, which re-ranks with our penalty), then times both
 engines in one run on the first --limit test sentences: ours fp32 and int8 (`load_checkpoint(...,
-quantize="int8")`), traced as served (`--eager`: without Translator.trace()), CTranslate2 float32 and int8 (compute_type at load), greedy and
-beam 4, batch 1 (one sentence per call) and 32 (length-sorted batches, as the server and evaluate CLI cut
+quantize="int8")`), traced as served (`--eager`: without model.jit.trace_translator), CTranslate2 float32
+and int8 (compute_type at load), greedy and beam 4, batch 1 (one sentence per call) and 32 (length-sorted batches, as the server and evaluate CLI cut
 them), 1 and 2 threads (torch.set_num_threads / intra_threads with inter_threads=1). Each cell alternates
 the engines repeat by repeat (both see the same machine load) and reports medians of the repeats.
 
@@ -27,14 +27,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import ctranslate2
 import torch
 
 from engines.ct2_convert import export_ctranslate2
 from engines.ct2_decode import CT2Decoder, translate_ids_ctranslate2
-from model import DecodeOptions, LoadedModel, Translator, load_checkpoint
+from model import Decodable, DecodeOptions, LoadedModel, Translator, load_checkpoint
 from model.inference import translate_ids
+from model.jit import trace_translator
 from model.preprocess import source_ids
 from training.data import resolve_data_dir
 from training.evaluate import read_pairs
@@ -62,9 +64,7 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def ours(loaded: LoadedModel) -> Decode:
-    model = loaded.model
-    assert isinstance(model, Translator)
+def ours(loaded: LoadedModel, model: Decodable[Any]) -> Decode:
     lang = loaded.config.target_langs[0]
 
     def decode(seqs: list[list[int]], opts: DecodeOptions, batch: int) -> list[list[int]]:
@@ -146,13 +146,11 @@ def served(decoder: CT2Decoder, loaded: LoadedModel) -> Decode:
     return decode
 
 
-def load_ours(path: Path, quantize: str | None, eager: bool) -> LoadedModel:
-    """The checkpoint as the server and the evaluate CLI run it: traced graphs unless `eager`."""
+def load_ours(path: Path, quantize: str | None, eager: bool) -> tuple[LoadedModel, Decodable[Any]]:
+    """The checkpoint and its decoder as the server and the evaluate CLI run it: traced unless `eager`."""
     loaded = load_checkpoint(path, quantize=quantize)
-    if not eager:
-        assert isinstance(loaded.model, Translator)
-        loaded.model.trace()
-    return loaded
+    assert isinstance(loaded.model, Translator)
+    return loaded, loaded.model if eager else trace_translator(loaded.model)
 
 
 def p50(timing: Timing) -> str:
@@ -166,10 +164,12 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=200, help="test sentences timed (first N)")
     p.add_argument("--parity-limit", type=int, default=0, help="test sentences checked for parity (0 = all)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per engine and cell (median)")
-    p.add_argument("--eager", action="store_true", help="ours without Translator.trace() graphs")
+    p.add_argument(
+        "--eager", action="store_true", help="ours without traced graphs (model.jit.trace_translator)"
+    )
     args = p.parse_args()
 
-    fp32 = load_ours(args.checkpoint, None, args.eager)
+    fp32, fp32_decoder = load_ours(args.checkpoint, None, args.eager)
     dataset = fp32.meta.get("training", {}).get("config", {}).get("dataset", "")
     if dataset not in TEST_SETS:
         raise SystemExit(f"{args.checkpoint}: no known test split for its dataset {dataset!r}")
@@ -177,7 +177,7 @@ def main() -> None:
     src_lang, tgt_lang = fp32.config.source_langs[0], fp32.config.target_langs[0]
     texts, _ = read_pairs(fp32, resolve_data_dir(args.data_dir) / rel, data_format, src_lang, tgt_lang)
     seqs = [source_ids(fp32.tokenizer, t, fp32.config) for t in texts]
-    int8 = load_ours(args.checkpoint, "int8", args.eager)
+    int8, int8_decoder = load_ours(args.checkpoint, "int8", args.eager)
 
     with tempfile.TemporaryDirectory() as tmp:
         out = str(export_ctranslate2(args.checkpoint, Path(tmp) / "model"))
@@ -197,21 +197,23 @@ def main() -> None:
     )
     parity_seqs = seqs[: args.parity_limit] if args.parity_limit else seqs
     fp32_ct2 = translators["fp32", max(THREADS)]
-    engine = CT2Decoder(fp32_ct2, fp32.tokenizer, fp32.config, fp32.model)  # type: ignore[arg-type]
-    parity((ours(fp32), theirs(fp32_ct2, fp32)), served(engine, fp32), parity_seqs)
+    engine = CT2Decoder(fp32_ct2, fp32.tokenizer, fp32.config, fp32_decoder)
+    parity((ours(fp32, fp32_decoder), theirs(fp32_ct2, fp32)), served(engine, fp32), parity_seqs)
 
     timed = seqs[: args.limit]
     print("\n| engine | precision | decoding | batch | threads | tokens/s | p50 ms/sentence | ours/CT2 |")
     print("|---|---|---|---:|---:|---:|---:|---:|")
     for precision in PRECISIONS:
-        loaded = fp32 if precision == "fp32" else int8
+        loaded, decoder = (fp32, fp32_decoder) if precision == "fp32" else (int8, int8_decoder)
         for beam in (1, BEAM):
             opts = DecodeOptions(beam_size=beam, length_penalty=0.0)
             mode = "greedy" if beam == 1 else f"beam {beam}"
             for batch in BATCHES:
                 for t in THREADS:
                     ct2 = theirs(translators[precision, t], fp32)
-                    mine, other = time_engines([ours(loaded), ct2], t, timed, opts, batch, args.repeats)
+                    mine, other = time_engines(
+                        [ours(loaded, decoder), ct2], t, timed, opts, batch, args.repeats
+                    )
                     cell = f"{precision} | {mode} | {batch} | {t}"
                     ratio = f"{mine.tokens_per_s / other.tokens_per_s:.2f}"
                     print(f"| ours | {cell} | {mine.tokens_per_s:,.0f} | {p50(mine)} | {ratio} |")

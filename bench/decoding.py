@@ -10,43 +10,40 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from model import DecodeOptions, Hypothesis, ModelConfig, Translator, beam_search, greedy_decode
+from bench.tiny import tiny_translation_config
+from model import Decodable, DecodeOptions, Hypothesis, Translator, beam_search, greedy_decode
+from model.jit import trace_translator
 from model.layers import make_causal_mask
-from model.translator import DecoderState
 
-CONFIG = ModelConfig(  # the shipped translators' architecture (training/config.py _TRANSLATE)
-    task="translation",
-    vocab_size=8000,
-    d_model=256,
-    n_heads=4,
-    n_layers=4,
-    n_decoder_layers=3,
-    d_ff=1024,
-    dropout=0.0,
-    source_langs=("fr",),
-    target_langs=("en",),
-)
+# the shipped translators' architecture (training/config.py _TRANSLATE), random weights
+CONFIG = tiny_translation_config(8000, d_model=256, n_heads=4, n_layers=4, n_decoder_layers=3, d_ff=1024)
 SRC_LEN = 20
 BEAM = 4
 
 
-class FixedLength(Translator):
-    """A Translator that never ends before `out_len` outputs: EOS is banned until the last step."""
+class FixedLength:
+    """A decoder (model.decoding.Decodable) that never ends before `out_len` outputs: EOS is banned until the
+    last step. Wraps the cached Translator, its traced graphs or `Recompute`."""
 
-    out_len = 1
+    def __init__(self, inner: Decodable[Any]) -> None:
+        self.inner, self.cfg, self.out_len = inner, inner.cfg, 1
 
-    def decode_step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
-        log_probs, state = self.step_log_probs(tokens, state)
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor, Any]:
+        return self.inner.encode(src)
+
+    def init_state(self, memory: Tensor, memory_mask: Tensor) -> Any:
+        return self.inner.init_state(memory, memory_mask)
+
+    def decode_step(self, tokens: Tensor, state: Any) -> tuple[Tensor, Any]:
+        log_probs, state = self.inner.decode_step(tokens, state)
         if state.step < self.out_len:
             log_probs[:, self.cfg.eos_id] = float("-inf")
         return log_probs, state
-
-    def step_log_probs(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
-        return super().decode_step(tokens, state)
 
 
 @dataclass
@@ -65,18 +62,26 @@ class PrefixState:
         )
 
 
-class Recompute(FixedLength):
-    """Same search (`beam_search` bookkeeping), but each step re-runs the decoder over the whole prefix."""
+class Recompute:
+    """A Translator's decoder for the same search (`beam_search` bookkeeping), re-run over the whole prefix
+    each step."""
 
-    def init_state(self, memory: Tensor, memory_mask: Tensor) -> PrefixState:  # type: ignore[override]
+    def __init__(self, model: Translator) -> None:
+        self.model, self.cfg = model, model.cfg
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor, list[Tensor]]:
+        return self.model.encode(src)
+
+    def init_state(self, memory: Tensor, memory_mask: Tensor) -> PrefixState:
         return PrefixState(memory, memory_mask, memory.new_zeros(memory.size(0), 0, dtype=torch.long))
 
-    def step_log_probs(self, tokens: Tensor, state: PrefixState) -> tuple[Tensor, PrefixState]:  # type: ignore[override]
+    def decode_step(self, tokens: Tensor, state: PrefixState) -> tuple[Tensor, PrefixState]:
         prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)  # (B, t + 1)
         causal = make_causal_mask(prefix.size(1), prefix.device)
-        hidden, _, _ = self.decoder(self.tgt_embed(prefix), state.memory, causal, state.memory_mask)
-        logits = self.generator(hidden[:, -1]).float()
-        logits[:, self.banned] = float("-inf")
+        m = self.model
+        hidden, _, _ = m.decoder(m.tgt_embed(prefix), state.memory, causal, state.memory_mask)
+        logits = m.generator(hidden[:, -1]).float()
+        logits[:, m.banned] = float("-inf")
         return logits.log_softmax(-1), PrefixState(state.memory, state.memory_mask, prefix, state.step + 1)
 
 
@@ -104,9 +109,16 @@ def first_tokens(results: list[list[Hypothesis]]) -> list[list[int]]:
 
 
 def measure(
-    cached: FixedLength, recompute: Recompute, src: Tensor, beam_size: int, out_len: int, repeats: int
+    model: Translator,
+    cached: FixedLength,
+    recompute: FixedLength,
+    src: Tensor,
+    beam_size: int,
+    out_len: int,
+    repeats: int,
 ) -> tuple[float, float, list[list[int]], list[list[int]]]:
-    """Best-of-`repeats` seconds per batch (cache, recompute; interleaved, so both see the same machine load)
+    """`cached` and `recompute` wrap `model` (greedy recomputes as notebook_greedy(model) does).
+    Best-of-`repeats` seconds per batch (cache, recompute; interleaved, so both see the same machine load)
     and the best hypothesis' tokens of each path."""
     cached.out_len = recompute.out_len = out_len
     opts = DecodeOptions(
@@ -115,7 +127,7 @@ def measure(
     if beam_size == 1:
         paths = (
             lambda: first_tokens(greedy_decode(cached, src, opts)),
-            lambda: notebook_greedy(recompute, src, out_len).tolist(),
+            lambda: notebook_greedy(model, src, out_len).tolist(),
         )
     else:
         paths = (
@@ -138,9 +150,7 @@ def run(quick: bool, repeats: int, trace: bool) -> None:
     batches = [1, 32]
     lengths = [10, 40] if quick else [10, 20, 40]
     torch.manual_seed(0)
-    cached = FixedLength(CONFIG).eval()
-    recompute = Recompute(CONFIG).eval()
-    recompute.load_state_dict(cached.state_dict())
+    model = Translator(CONFIG).eval()
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads;"
         f" d_model {CONFIG.d_model}, {CONFIG.n_heads} heads, {CONFIG.n_layers}+{CONFIG.n_decoder_layers} layers,"
@@ -151,18 +161,20 @@ def run(quick: bool, repeats: int, trace: bool) -> None:
     print("|---|---|---:|---:|---:|---:|---:|")
     differ = []
     for dtype_name, dtype in dtypes.items():
-        cached.to(dtype)
-        recompute.to(dtype)
-        if trace:
-            cached.trace()  # the cached path as served: encode, cross K/V and the step as TorchScript graphs
+        model.to(dtype)
+        # the cached path as served: encode, cross K/V and the step as TorchScript graphs
+        cached = FixedLength(trace_translator(model) if trace else model)
+        recompute = FixedLength(Recompute(model))
         for beam_size in (1, BEAM):
             mode = "greedy" if beam_size == 1 else f"beam {beam_size}"
             for batch in batches:
                 g = torch.Generator().manual_seed(batch)
                 src = torch.randint(4, CONFIG.vocab_size, (batch, SRC_LEN), generator=g)
-                measure(cached, recompute, src, beam_size, 2, 1)
+                measure(model, cached, recompute, src, beam_size, 2, 1)
                 for out_len in lengths:
-                    t_cache, t_re, got, ref = measure(cached, recompute, src, beam_size, out_len, repeats)
+                    t_cache, t_re, got, ref = measure(
+                        model, cached, recompute, src, beam_size, out_len, repeats
+                    )
                     assert all(len(t) == out_len - 1 for t in got + ref), "each row must make out_len tokens"
                     same = sum(a == b for a, b in zip(got, ref, strict=True))
                     if same < batch:
@@ -184,7 +196,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fp32 only, out_len 10 and 40")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per cell; the fastest is kept")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument("--trace", action="store_true", help="the cached path traced (Translator.trace)")
+    parser.add_argument(
+        "--trace", action="store_true", help="the cached path traced (model.jit.trace_translator)"
+    )
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)

@@ -57,23 +57,29 @@ def _norm(spec: common_spec.LayerNormSpec, norm: torch.nn.Module) -> None:
 def ctranslate2_spec(model: Translator, tokenizer: Tokenizer) -> TransformerSpec:
     """Our Translator as a CTranslate2 TransformerSpec (float32, not yet validated or saved).
 
-    Mapping: pre- or post-norm layers, final encoder/decoder LayerNorms (pre-norm), ReLU FFN, embeddings times
-    sqrt(d_model), our interleaved sinusoid table (CTranslate2's own concatenates sin|cos), one embedding
-    matrix for source, target and output (aliased on save). The output projection gets a bias of 0, -inf on
-    the tokens our decoder never emits (`Translator.banned`: pad, BOS, target-language tags), so no
+    Mapping: pre- or post-norm layers, final encoder/decoder LayerNorms (pre-norm), the FFN activation,
+    embeddings times sqrt(d_model) or not, the checkpoint's sinusoid table as is (interleaved or sin|cos),
+    one embedding matrix for source, target and output (aliased on save). The output projection gets the
+    model's logits bias (0 without one), -inf on the tokens our decoder never emits (`Translator.banned`: pad, BOS, target-language tags), so no
     CTranslate2 option is needed to ban them.
     """
     specs = require_ctranslate2().specs
+    ACTIVATIONS = {
+        "relu": specs.Activation.RELU,
+        "gelu": specs.Activation.GELU,
+        "swish": specs.Activation.SWISH,
+    }
 
     cfg = model.cfg
     spec = specs.TransformerSpec.from_config(
         (cfg.n_layers, cfg.n_decoder_layers),
         cfg.n_heads,
         pre_norm=cfg.norm_first,
-        activation=specs.Activation.RELU,
+        activation=ACTIVATIONS[cfg.activation],
     )
-    positions = _array(model.src_embed.pe)  # (max_len, D): sin on even, cos on odd dims
+    positions = _array(model.src_embed.pe)  # (max_len, D), in the checkpoint's layout
     enc, dec = spec.encoder, spec.decoder
+    enc.scale_embeddings = dec.scale_embeddings = cfg.scale_embeddings
     enc.embeddings[0].weight = _array(model.src_embed.token.weight)
     enc.position_encodings.encodings = positions
     for layer, ours in zip(enc.layer, model.encoder.layers, strict=True):
@@ -103,6 +109,8 @@ def ctranslate2_spec(model: Translator, tokenizer: Tokenizer) -> TransformerSpec
         _norm(dec.layer_norm, model.decoder.norm)
     dec.projection.weight = _array(model.generator.weight)
     bias = np.zeros(cfg.vocab_size, dtype=np.float32)
+    if model.generator.bias is not None:  # Marian's final_logits_bias
+        bias = _array(model.generator.bias)
     bias[model.banned.cpu().numpy()] = -np.inf
     dec.projection.bias = bias
 
@@ -118,7 +126,8 @@ def ctranslate2_spec(model: Translator, tokenizer: Tokenizer) -> TransformerSpec
     )
     config.add_source_eos = True  # sources end in EOS (model.preprocess.source_ids)
     # a multilingual decoder starts from its target-language tag: then the caller passes it as target_prefix
-    config.decoder_start_token = None if cfg.target_lang_ids else pieces[cfg.bos_id]
+    tag_first = cfg.target_lang_ids and cfg.target_lang_position == "decoder"
+    config.decoder_start_token = None if tag_first else pieces[cfg.start_id()]
     return spec
 
 

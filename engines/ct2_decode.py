@@ -30,7 +30,7 @@ import torch
 from engines.ct2_convert import export_ctranslate2, require_ctranslate2
 from model.checkpoint import LoadedModel
 from model.config import ModelConfig
-from model.decoding import DecodeOptions, Hypothesis, length_penalty
+from model.decoding import Decodable, DecodeOptions, Hypothesis, length_penalty
 from model.inference import length_sorted_chunks, translate_ids
 from model.tokenizer import Tokenizer
 from model.translator import Translator
@@ -94,10 +94,12 @@ def translate_ids_ctranslate2(
     """The best hypothesis' token ids (no start token, no EOS) per source, in input order, with the plain
     `ctranslate2_options` mapping (length penalty 0): what bench/ctranslate2.py times."""
     results: list[list[int]] = [[] for _ in seqs]
-    prefix = [tokenizer.pieces([cfg.start_id(target_lang)])] if cfg.target_lang_ids else None
+    tag_first = cfg.target_lang_ids and cfg.target_lang_position == "decoder"
+    prefix = [tokenizer.pieces([cfg.start_id(target_lang)])] if tag_first else None
+    tag = cfg.source_prefix(target_lang)  # a target-language tag on the source side
     for chunk in length_sorted_chunks([len(s) for s in seqs], batch_size):
-        sources = [tokenizer.pieces(seqs[i][:-1]) for i in chunk]  # CTranslate2 appends EOS itself
-        kwargs = ctranslate2_options(options, [len(seqs[i]) for i in chunk], cfg)
+        sources = [tokenizer.pieces(tag + seqs[i][:-1]) for i in chunk]  # CTranslate2 appends EOS itself
+        kwargs = ctranslate2_options(options, [len(tag) + len(seqs[i]) for i in chunk], cfg)
         out = translator.translate_batch(sources, prefix and prefix * len(chunk), **kwargs)
         for i, res in zip(chunk, out, strict=True):
             results[i] = [tokenizer.piece_to_id(p) for p in res.hypotheses[0]]  # no start token
@@ -112,8 +114,14 @@ class CT2Decoder:
     """
 
     def __init__(
-        self, translator: ctranslate2.Translator, tokenizer: Tokenizer, cfg: ModelConfig, fallback: Translator
+        self,
+        translator: ctranslate2.Translator,
+        tokenizer: Tokenizer,
+        cfg: ModelConfig,
+        fallback: Decodable[Any] | None,
     ) -> None:
+        """fallback None (a model with no torch weights, e.g. an Argos package): a beam search that reaches
+        its length limit keeps CTranslate2's hypotheses, unfinished (no EOS), ranked by our penalty."""
         self.translator, self.tokenizer, self.cfg, self.fallback = translator, tokenizer, cfg, fallback
         self._eos = tokenizer.pieces([cfg.eos_id])[0]
         self.redone = 0  # sentences decoded again by `fallback` (tests, logs)
@@ -122,13 +130,21 @@ class CT2Decoder:
     def _prefix(self, target_lang: str | None) -> list[str]:
         """A multilingual decoder starts from its target-language tag (the export's decoder_start_token is
         None then): CTranslate2 takes it as a one-token target prefix."""
-        return self.tokenizer.pieces([self.cfg.start_id(target_lang)]) if self.cfg.target_lang_ids else []
+        cfg = self.cfg
+        tag_first = cfg.target_lang_ids and cfg.target_lang_position == "decoder"
+        return self.tokenizer.pieces([cfg.start_id(target_lang)]) if tag_first else []
 
     def _hypothesis(self, pieces: list[str], log_prob: float, alpha: float) -> Hypothesis:
         """A hypothesis that ended in EOS, in our convention."""
         ids = [self.tokenizer.piece_to_id(p) for p in pieces]
         assert ids[-1] == self.cfg.eos_id, ids  # only ended hypotheses get here
         return Hypothesis(ids[:-1], log_prob / length_penalty(len(ids), alpha), log_prob)
+
+    def _unfinished(self, pieces: list[str], log_prob: float, alpha: float) -> Hypothesis:
+        """A hypothesis CTranslate2 stopped at the length limit (EOS, if it has one, dropped)."""
+        ids = [self.tokenizer.piece_to_id(p) for p in pieces]
+        body = ids[:-1] if ids and ids[-1] == self.cfg.eos_id else ids
+        return Hypothesis(body, log_prob / length_penalty(len(body) + 1, alpha), log_prob)
 
     def translate_ids(
         self,
@@ -141,13 +157,14 @@ class CT2Decoder:
         cfg, k, alpha = self.cfg, options.beam_size, options.length_penalty
         beta = ct2_length_penalty(alpha)
         prefix = self._prefix(target_lang)
-        limits = [min(options.limit(len(s)), cfg.max_len) for s in seqs]
+        tag = cfg.source_prefix(target_lang)  # a target-language tag on the source side
+        limits = [min(options.limit(len(tag) + len(s)), cfg.max_len) for s in seqs]
         results: list[list[Hypothesis]] = [[] for _ in seqs]
         at_limit: list[tuple[int, list[str]]] = []  # greedy: (sentence, its tokens before the forced EOS)
         redo: list[int] = []  # beam search: sentences for the torch decoder
         for chunk in length_sorted_chunks([len(s) for s in seqs], batch_size):
             out = self.translator.translate_batch(
-                [self.tokenizer.pieces(seqs[i][:-1]) for i in chunk],  # CTranslate2 appends EOS itself
+                [self.tokenizer.pieces(tag + seqs[i][:-1]) for i in chunk],  # CTranslate2 appends EOS itself
                 [prefix] * len(chunk) if prefix else None,
                 beam_size=k,
                 num_hypotheses=k,  # all it keeps: ranked here with our length penalty
@@ -169,11 +186,18 @@ class CT2Decoder:
                     results[i] = hyps[: options.num_hypotheses]
                 elif k == 1:
                     at_limit.append((i, res.hypotheses[0][: limits[i] - 1]))
+                elif self.fallback is None:
+                    hyps = [
+                        self._unfinished(h, s * len(h) ** beta, alpha)
+                        for h, s in zip(res.hypotheses, res.scores, strict=True)
+                    ]
+                    hyps.sort(key=lambda h: h.score, reverse=True)
+                    results[i] = hyps[: options.num_hypotheses]
                 else:
                     redo.append(i)
         if at_limit:  # the tokens greedy decoding chose, then EOS forced: scored in one teacher-forced pass
             scored = self.translator.score_batch(
-                [self.tokenizer.pieces(seqs[i][:-1]) for i, _ in at_limit],
+                [self.tokenizer.pieces(tag + seqs[i][:-1]) for i, _ in at_limit],
                 [prefix + tokens for _, tokens in at_limit],
                 max_input_length=cfg.max_len,
             )  # the prefix (a start tag) is the decoder's first input: the log-probs start after it
@@ -181,6 +205,7 @@ class CT2Decoder:
                 log_prob = sum(res.log_probs)  # the tokens', then EOS's
                 results[i] = [self._hypothesis([*tokens, self._eos], log_prob, alpha)]
         if redo:
+            assert self.fallback is not None
             with self._lock:
                 self.redone += len(redo)
             with torch.inference_mode():
@@ -190,13 +215,16 @@ class CT2Decoder:
         return results
 
 
-def load_ct2_decoder(loaded: LoadedModel, **translator_kwargs: Any) -> CT2Decoder:
+def load_ct2_decoder(
+    loaded: LoadedModel, fallback: Decodable[Any] | None = None, **translator_kwargs: Any
+) -> CT2Decoder:
     """Convert the checkpoint `loaded` came from (its float32 weights on disk) and open it in CTranslate2
-    (`translator_kwargs`: device, compute_type, inter_threads, intra_threads, ...); `loaded.model` is the
-    fallback. The converted files live in a temporary directory only while the translator loads them."""
+    (`translator_kwargs`: device, compute_type, inter_threads, intra_threads, ...); `fallback` (default:
+    `loaded.model`, eager) decodes the sentences CTranslate2 cannot. The converted files live in a temporary
+    directory only while the translator loads them."""
     ctranslate2 = require_ctranslate2()
     assert isinstance(loaded.model, Translator), f"{loaded.name} is a {loaded.config.task} model"
     with tempfile.TemporaryDirectory(prefix=f"ct2-{loaded.name}-") as tmp:
         path = export_ctranslate2(loaded.path, Path(tmp) / "model")
         translator = ctranslate2.Translator(str(path), **translator_kwargs)  # reads every file now
-    return CT2Decoder(translator, loaded.tokenizer, loaded.config, loaded.model)
+    return CT2Decoder(translator, loaded.tokenizer, loaded.config, fallback or loaded.model)

@@ -3,7 +3,15 @@
 from model.checkpoint import CheckpointError, LoadedModel, build_model, load_checkpoint, save_checkpoint
 from model.classifier import SentimentClassifier
 from model.config import ModelConfig
-from model.decoding import DecodeOptions, DecodingStopped, Hypothesis, beam_search, decode, greedy_decode
+from model.decoding import (
+    Decodable,
+    DecodeOptions,
+    DecodingStopped,
+    Hypothesis,
+    beam_search,
+    decode,
+    greedy_decode,
+)
 from model.preprocess import pad_ids
 from model.tokenizer import Tokenizer
 from model.translator import AttentionMaps, Translator
@@ -11,6 +19,7 @@ from model.translator import AttentionMaps, Translator
 __all__ = [
     "AttentionMaps",
     "CheckpointError",
+    "Decodable",
     "DecodeOptions",
     "DecodingStopped",
     "Hypothesis",

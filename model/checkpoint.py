@@ -1,5 +1,8 @@
 """Checkpoint directory format: config.json + model.safetensors + sentencepiece model + README.md + metrics.json.
 
+An imported Marian model (training/import_marian.py) adds a target sentencepiece model and vocab.json
+(config.json "target_tokenizer", "vocab": model.tokenizer.PairTokenizer) and names its "origin".
+
 Loading reads only JSON, safetensors and the sentencepiece protobuf: nothing is ever unpickled. Every file's
 size and sha256 are recorded in config.json, so a truncated or swapped file is named precisely at load.
 """
@@ -21,11 +24,12 @@ from torch import nn
 from model.classifier import SentimentClassifier
 from model.config import ModelConfig
 from model.quantize import quantize as quantize_linears
-from model.tokenizer import Tokenizer
+from model.tokenizer import PairTokenizer, Tokenizer
 from model.translator import Translator
 
 FORMAT = "transformer-serving/1"
 CONFIG, WEIGHTS, TOKENIZER = "config.json", "model.safetensors", "tokenizer.model"
+TARGET_TOKENIZER, VOCAB = "target.model", "vocab.json"  # a PairTokenizer's other two files
 
 
 class CheckpointError(ValueError):
@@ -38,7 +42,7 @@ class LoadedModel:
     path: Path
     config: ModelConfig
     model: SentimentClassifier | Translator
-    tokenizer: Tokenizer
+    tokenizer: Tokenizer | PairTokenizer
     meta: dict[str, Any] = field(default_factory=dict)  # the whole config.json
     sha256: str = ""  # of model.safetensors
 
@@ -76,8 +80,13 @@ def save_checkpoint(
     training: dict[str, Any] | None = None,
     metrics: dict[str, Any] | None = None,
     card: str | None = None,
+    target_tokenizer_path: str | Path | None = None,
+    vocab: dict[str, int] | None = None,
+    origin: str | None = None,
 ) -> Path:
-    """Write a checkpoint directory (weights cast to `dtype`); returns its path."""
+    """Write a checkpoint directory (weights cast to `dtype`); returns its path. target_tokenizer_path and
+    vocab: a PairTokenizer's target model and shared vocabulary; origin: where the weights come from
+    ("trained" when None)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {
@@ -88,8 +97,13 @@ def save_checkpoint(
     (path / WEIGHTS).chmod(0o644)  # safetensors writes 0600; a service user must be able to read it
     if Path(tokenizer_path).resolve() != (path / TOKENIZER).resolve():
         shutil.copyfile(tokenizer_path, path / TOKENIZER)
+    names = [WEIGHTS, TOKENIZER]
+    if target_tokenizer_path is not None and vocab is not None:
+        shutil.copyfile(target_tokenizer_path, path / TARGET_TOKENIZER)
+        (path / VOCAB).write_text(json.dumps(vocab, ensure_ascii=False, indent=0) + "\n")
+        names += [TARGET_TOKENIZER, VOCAB]
     files = {}
-    for name in (WEIGHTS, TOKENIZER):
+    for name in names:
         data = (path / name).read_bytes()
         files[name] = {"bytes": len(data), "sha256": _sha256(data)}
     config = {
@@ -98,6 +112,8 @@ def save_checkpoint(
         "model": model.cfg.to_dict(),
         "dtype": str(dtype).removeprefix("torch."),
         "tokenizer": TOKENIZER,
+        **({"target_tokenizer": TARGET_TOKENIZER, "vocab": VOCAB} if len(names) > 2 else {}),
+        **({"origin": origin} if origin else {}),
         "files": files,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "training": training or {},
@@ -161,9 +177,21 @@ def load_checkpoint(
     files = meta.get("files", {})
     tok_name = meta.get("tokenizer", TOKENIZER)
     _read(path, tok_name, files)
+    tokenizer: Tokenizer | PairTokenizer
     try:
-        tokenizer = Tokenizer(path / tok_name)
+        if "vocab" in meta:  # separate source/target sentencepiece models over vocab.json's ids
+            target, vocab = meta.get("target_tokenizer", TARGET_TOKENIZER), meta["vocab"]
+            _read(path, target, files)
+            try:
+                pieces = json.loads(_read(path, vocab, files)[0])
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise CheckpointError(f"{path / vocab}: not valid JSON ({e})") from e
+            tokenizer = PairTokenizer(path / tok_name, path / target, pieces)
+        else:
+            tokenizer = Tokenizer(path / tok_name)
     except ValueError as e:
+        if isinstance(e, CheckpointError):
+            raise
         raise CheckpointError(f"{path / tok_name}: {e}") from e
     if tokenizer.vocab_size != cfg.vocab_size:
         raise CheckpointError(
@@ -198,7 +226,7 @@ def load_checkpoint(
     model.load_state_dict(tensors, strict=False)  # tied aliases are filled through their shared parameter
     model.to(device=device, dtype=dtype or torch.float32).eval()
     if isinstance(model, SentimentClassifier) and model.ngram is not None:
-        model.ngram.float()  # fp32 whatever the dtype: a long review sums ~7,000 table rows
+        model.ngram.float()  # fp32 whatever the dtype: a long review sums thousands of table rows
     if quantize is not None:
         quantize_linears(model, quantize)
     return LoadedModel(path.name, path, cfg, model, tokenizer, meta, digest)

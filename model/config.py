@@ -9,6 +9,7 @@ from typing import Any, Literal
 from model.ngram import NgramSpec
 
 Task = Literal["sentiment", "translation"]
+Activation = Literal["relu", "gelu", "swish"]  # swish = SiLU (x * sigmoid(x)), Marian's default
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,12 @@ class ModelConfig:
     max_len: int = 512
     norm_first: bool = True  # pre-norm trains more stably; False is the paper's post-norm
     tie_embeddings: bool = True  # shared source/target/output embedding (one shared vocabulary)
+    activation: Activation = "relu"  # of the feed-forward layers
+    scale_embeddings: bool = True  # token embeddings times sqrt(d_model) (paper, section 3.4)
+    # sinusoid layout: "interleaved" sin/cos on even/odd dims (ours), "sin_cos" all sines then all cosines
+    # (Marian, CTranslate2); the same frequencies either way
+    positions: Literal["interleaved", "sin_cos"] = "interleaved"
+    logits_bias: bool = False  # a bias on the output projection (Marian's final_logits_bias)
     pad_id: int = 0
     unk_id: int = 1
     bos_id: int = 2
@@ -45,12 +52,24 @@ class ModelConfig:
     # translation
     source_langs: tuple[str, ...] = ()
     target_langs: tuple[str, ...] = ()
-    # target-language token ids when one decoder serves several target languages (replaces BOS)
+    # target-language token ids when one model serves several target languages: in "decoder" position the
+    # tag replaces BOS as the decoder's first token (ours); in "source" position it is the source's first
+    # token (OPUS-MT's ">>fra<<") and the decoder starts from decoder_start_id
     target_lang_ids: dict[str, int] = field(default_factory=dict)
+    target_lang_position: Literal["decoder", "source"] = "decoder"
+    decoder_start_id: int | None = None  # the decoder's first token when not a target tag; None = bos_id
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if self.activation not in ("relu", "gelu", "swish"):
+            raise ValueError(f"activation must be relu, gelu or swish, got {self.activation!r}")
+        if self.positions not in ("interleaved", "sin_cos"):
+            raise ValueError(f"positions must be 'interleaved' or 'sin_cos', got {self.positions!r}")
+        if self.target_lang_position not in ("decoder", "source"):
+            raise ValueError(
+                f"target_lang_position must be 'decoder' or 'source', got {self.target_lang_position!r}"
+            )
         if self.task not in ("sentiment", "translation"):
             raise ValueError(f"task must be 'sentiment' or 'translation', got {self.task!r}")
         if self.task == "sentiment" and len(self.labels) < 2:
@@ -65,8 +84,8 @@ class ModelConfig:
             raise ValueError("pooling='cls' needs cls_id")
         if self.task == "translation" and not (self.source_langs and self.target_langs):
             raise ValueError("a translation model needs source_langs and target_langs")
-        for name in ("pad_id", "unk_id", "bos_id", "eos_id"):
-            if not 0 <= getattr(self, name) < self.vocab_size:
+        for name in ("pad_id", "unk_id", "bos_id", "eos_id", "decoder_start_id"):
+            if getattr(self, name) is not None and not 0 <= getattr(self, name) < self.vocab_size:
                 raise ValueError(
                     f"{name}={getattr(self, name)} is outside the vocabulary (size {self.vocab_size})"
                 )
@@ -75,13 +94,28 @@ class ModelConfig:
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
+    def _tag(self, target_lang: str | None) -> int:
+        if target_lang not in self.target_lang_ids:
+            raise ValueError(f"target_lang {target_lang!r} not in {sorted(self.target_lang_ids)}")
+        return self.target_lang_ids[target_lang]
+
     def start_id(self, target_lang: str | None = None) -> int:
-        """First decoder token: the target-language token of a multilingual decoder, else BOS."""
-        if self.target_lang_ids:
-            if target_lang not in self.target_lang_ids:
-                raise ValueError(f"target_lang {target_lang!r} not in {sorted(self.target_lang_ids)}")
-            return self.target_lang_ids[target_lang]
-        return self.bos_id
+        """First decoder token: the target-language tag of a multilingual decoder, else decoder_start_id
+        (default BOS)."""
+        if self.target_lang_ids and self.target_lang_position == "decoder":
+            return self._tag(target_lang)
+        return self.bos_id if self.decoder_start_id is None else self.decoder_start_id
+
+    @property
+    def max_source_len(self) -> int:
+        """Source ids (EOS included) that fit: max_len, less one for a target-language tag on the source side."""
+        return self.max_len - (1 if self.target_lang_ids and self.target_lang_position == "source" else 0)
+
+    def source_prefix(self, target_lang: str | None = None) -> list[int]:
+        """Ids put before a source's pieces: the target-language tag when tags go on the source side."""
+        if self.target_lang_ids and self.target_lang_position == "source":
+            return [self._tag(target_lang)]
+        return []
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

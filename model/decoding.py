@@ -1,4 +1,5 @@
-"""Batched greedy and beam search over a Translator's KV-cached decoder.
+"""Batched greedy and beam search over a KV-cached decoder: any `Decodable` (a Translator, its traced
+model.jit.TracedTranslator, an engine or an imported model that has its three methods).
 
 Greedy is beam search with beam_size=1 (CTranslate2's convention); `greedy_decode` is a dedicated, cheaper
 loop that `decode` takes for beam_size 1 (a parity test pins it to beam search with K=1). Both force EOS at each example's length limit.
@@ -11,11 +12,43 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol, Self, TypeVar
 
 import torch
 from torch import Tensor
 
-from model.translator import DecoderState, Translator
+from model.config import ModelConfig
+
+
+class Reorderable(Protocol):
+    """A decoder's cache over R hypothesis rows of N examples (e.g. model.translator.DecoderState)."""
+
+    def select(self, rows: Tensor, examples: Tensor | None = None) -> Self:
+        """Keep/reorder rows (R',) by beam origin; `examples` (N',) when the set of examples changes."""
+        ...
+
+
+S = TypeVar("S", bound=Reorderable)
+
+
+class Decodable(Protocol[S]):
+    """What greedy and beam search decode with."""
+
+    @property
+    def cfg(self) -> ModelConfig:  # bos_id, eos_id, max_len
+        ...
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor, Any]:
+        """src (B, S) -> memory (B, S, D), memory mask (B, 1, 1, S), anything (e.g. attention maps)."""
+        ...
+
+    def init_state(self, memory: Tensor, memory_mask: Tensor) -> S:
+        """The state before the first step (e.g. cross-attention K/V computed once)."""
+        ...
+
+    def decode_step(self, tokens: Tensor, state: S) -> tuple[Tensor, S]:
+        """Last tokens (R,) -> log-probabilities (R, V) and the state one position further."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -71,9 +104,7 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def _start(
-    model: Translator, src: Tensor, start_ids: Tensor | None
-) -> tuple[DecoderState, Tensor, list[int]]:
+def _start(model: Decodable[S], src: Tensor, start_ids: Tensor | None) -> tuple[S, Tensor, list[int]]:
     memory, mask, _ = model.encode(src)
     if start_ids is None:
         start_ids = torch.full((src.size(0),), model.cfg.bos_id, dtype=torch.long, device=src.device)
@@ -92,9 +123,9 @@ def _force_eos(log_probs: Tensor, rows: Tensor, eos_id: int) -> Tensor:
 
 @torch.inference_mode()
 def greedy_decode(
-    model: Translator,
+    model: Decodable[Any],
     src: Tensor,
-    options: DecodeOptions | None = None,
+    options: DecodeOptions | None = None,  # None: DecodeOptions(beam_size=1); beam_size is not read
     start_ids: Tensor | None = None,
     should_stop: StopCheck = None,
 ) -> list[list[Hypothesis]]:
@@ -137,9 +168,9 @@ def greedy_decode(
 
 @torch.inference_mode()
 def beam_search(
-    model: Translator,
+    model: Decodable[Any],
     src: Tensor,
-    options: DecodeOptions | None = None,
+    options: DecodeOptions | None = None,  # None: DecodeOptions(), its default beam
     start_ids: Tensor | None = None,
     should_stop: StopCheck = None,
 ) -> list[list[Hypothesis]]:
@@ -210,7 +241,7 @@ def beam_search(
 
 
 def decode(
-    model: Translator,
+    model: Decodable[Any],
     src: Tensor,
     options: DecodeOptions,
     start_ids: Tensor | None = None,

@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from model.classifier import SentimentClassifier
-from model.decoding import DecodeOptions, Hypothesis, StopCheck, decode
-from model.jit import WARNINGS_LOCK
-from model.ngram import CHUNK, NgramSpec, bags, text_units
+from model.decoding import Decodable, DecodeOptions, Hypothesis, StopCheck, decode
+from model.ngram import CHUNK, text_units
 from model.preprocess import classifier_ids, pad_ids, source_ids
 from model.tokenizer import Tokenizer
-from model.translator import Translator
 
 
-def _device(model: torch.nn.Module) -> torch.device:
+def _device(model: Any) -> torch.device:
+    """Where a module's parameters live (a wrapper module, such as a TracedTranslator: its model's)."""
     return next(model.parameters()).device
 
 
-# A classifier forward pass costs about this many padded tokens on top of its tokens (measured on the
-# shipped d=128..256 encoders on CPU: ~0.5 ms of dispatch against ~7 us per token)
+# A classifier forward pass costs about this many padded tokens on top of its tokens: its fixed per-call
+# dispatch in units of the per-token cost (`python -m bench.forward_cost`; BENCHMARKS.md)
 FORWARD_COST_TOKENS = 64
 
 
@@ -56,7 +55,7 @@ class ClassifierGraph(nn.Module):
     """One batch of a classifier as one module: the texts' n-grams hashed at once (with an n-gram head), then
     the model's logits on each length bucket -> logits (N, C) float32 on CPU, in input order.
 
-    Scripted (compile_classifier), a whole batch runs in C++ and releases the GIL once. Called op by op from
+    Scripted (model.jit.compile_classifier), a whole batch runs in C++ and releases the GIL once. Called op by op from
     Python, every op releases the GIL and waits to get it back while another thread (the server's event
     loop) runs Python. Unscripted, the same code runs eagerly: the reference the compiled graph is checked
     against.
@@ -83,8 +82,8 @@ class ClassifierGraph(nn.Module):
             n += r.numel()
         out = torch.empty(n, self.classes, device=rows[0].device)
         if self.has_ngram:
-            # all texts hashed in one call (a call per bucket costs ~100 more small ops each), then each
-            # bucket's texts, contiguous in bucket order, take their slice of the n-gram ids
+            # all texts hashed in one call (a call per bucket would repeat the hashing's many small ops), then
+            # each bucket's texts, contiguous in bucket order, take their slice of the n-gram ids
             ids, lengths = self.ngram.hash(units)
             offsets = torch.cumsum(lengths, 0) - lengths  # (N,) where each text's n-grams start
             end = 0
@@ -99,50 +98,6 @@ class ClassifierGraph(nn.Module):
         return out.cpu()
 
 
-def compile_classifier(model: SentimentClassifier) -> ClassifierGraph:
-    """ClassifierGraph scripted around a trace of model.logits (same outputs, any batch size and length;
-    checked against the eager graph here).
-
-    Why the trace: an eager forward releases and re-takes the GIL around each of its ~100 ops, and every re-take
-    waits while another Python thread runs (the server's event loop): see README, "The classifier graph". The
-    trace records no data-dependent branch: the only one, the max_len check, holds for every input (inputs are
-    truncated to max_len before they get here). The n-gram hashing, whose shapes depend on the texts, is a
-    scripted function.
-    """
-    model.eval()
-    dev = _device(model)
-    example = torch.full((2, 8), model.cfg.unk_id, dtype=torch.long, device=dev)
-    example[1, 4:] = model.cfg.pad_id
-    inputs: tuple = (example,)
-    if model.ngram is not None:
-        inputs = (example, bags(["a b", "c"], NgramSpec.parse(model.cfg.ngram), model.cfg.ngram_buckets, dev))
-    # one compile at a time: warnings.catch_warnings() swaps process-wide filters, and torch.jit.script's
-    # type cache is shared (a server loads its models on several threads)
-    with WARNINGS_LOCK, warnings.catch_warnings(), torch.no_grad():
-        # expected: the deprecation notices and the max_len check's TracerWarning (see above); any other
-        # TracerWarning (a new data-dependent branch) is raised, and the trace must match the eager model
-        warnings.filterwarnings("error", category=torch.jit.TracerWarning)  # the later filters come first
-        warnings.filterwarnings("ignore", message=r".*torch\.jit\.(trace|script).* is deprecated")
-        warnings.filterwarnings("ignore", message="Converting a tensor to a Python boolean")
-        traced = torch.jit.trace(model, inputs, check_trace=False)
-        graph: ClassifierGraph = torch.jit.script(ClassifierGraph(model, traced))  # type: ignore[assignment]
-    rng = torch.Generator().manual_seed(0)
-    atol = 1e-4 if next(model.parameters()).dtype == torch.float32 else 2e-2
-    eager = ClassifierGraph(model)
-    texts = ["a b", "warm up", "x"]
-    for shape in ((1, 1), (3, min(model.cfg.max_len, 21))):  # other shapes than the example's
-        ids = torch.randint(5, model.cfg.vocab_size, shape, generator=rng)
-        ids[-1, max(1, shape[1] // 2) :] = model.cfg.pad_id
-        seqs = [[i for i in row if i != model.cfg.pad_id] for row in ids.tolist()]
-        want = classify_ids(model, seqs, 2, eager, texts[: len(seqs)])
-        got = classify_ids(model, seqs, 2, graph, texts[: len(seqs)])
-        if not torch.allclose(got, want, rtol=0, atol=atol):
-            raise RuntimeError(
-                f"compiled classifier differs from eager by {(got - want).abs().max().item():.2g}"
-            )
-    return graph
-
-
 @torch.inference_mode()
 def classifier_logits(
     model: SentimentClassifier,
@@ -153,9 +108,9 @@ def classifier_logits(
 ) -> torch.Tensor:
     """Token id lists -> logits (N, C), float32 on CPU, in input order.
 
-    `graph`: the model's ClassifierGraph (e.g. compile_classifier(model); default: the eager one). A model
-    with an n-gram head also needs the `texts` the ids came from (the head hashes the whole text). CHUNK texts
-    at a time (bounded memory on whole test sets), each one graph call.
+    `graph`: the model's ClassifierGraph (e.g. model.jit.compile_classifier(model); default: the eager
+    one). A model with an n-gram head also needs the `texts` the ids came from (the head hashes the whole
+    text). CHUNK texts at a time (bounded memory on whole test sets), each one graph call.
     """
     if model.ngram is not None and (texts is None or len(texts) != len(seqs)):
         raise ValueError(f"a classifier with a {model.cfg.ngram} n-gram head needs the text of every id list")
@@ -185,7 +140,7 @@ def classify_ids(
     model: SentimentClassifier,
     seqs: list[list[int]],
     batch_size: int = 64,
-    graph: ClassifierGraph | None = None,
+    graph: ClassifierGraph | None = None,  # as served: model.jit.compile_classifier(model); None: eager
     texts: Sequence[str] | None = None,
 ) -> torch.Tensor:
     """Token id lists -> class probabilities (N, C), float32 on CPU, in input order (see classifier_logits)."""
@@ -201,7 +156,7 @@ def classify_texts(
 
 @torch.inference_mode()
 def translate_ids(
-    model: Translator,
+    model: Decodable[Any],
     seqs: list[list[int]],
     options: DecodeOptions,
     target_lang: str | None = None,
@@ -210,10 +165,13 @@ def translate_ids(
 ) -> list[list[Hypothesis]]:
     """Source id lists (each ending in EOS) -> n-best hypotheses per source, in input order.
 
+    A model that takes its target-language tag on the source side gets it in front of each source here.
     should_stop: called before each decoder step; True raises model.decoding.DecodingStopped."""
     results: list[list[Hypothesis]] = [[] for _ in seqs]
     dev = _device(model)
     start = model.cfg.start_id(target_lang)
+    if prefix := model.cfg.source_prefix(target_lang):
+        seqs = [prefix + s for s in seqs]
     for chunk in length_sorted_chunks([len(s) for s in seqs], batch_size):
         src = pad_ids([seqs[i] for i in chunk], model.cfg.pad_id, dev)
         starts = torch.full((len(chunk),), start, dtype=torch.long, device=dev)
@@ -223,7 +181,7 @@ def translate_ids(
 
 
 def translate_texts(
-    model: Translator,
+    model: Decodable[Any],
     tokenizer: Tokenizer,
     texts: Sequence[str],
     options: DecodeOptions,

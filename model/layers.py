@@ -26,18 +26,40 @@ def make_causal_mask(t: int, device: torch.device) -> Tensor:
     return torch.ones(t, t, dtype=torch.bool, device=device).tril()[None, None]
 
 
-class Embeddings(nn.Module):
-    """Token embedding scaled by sqrt(d_model) plus the fixed sinusoidal position encoding."""
+def sinusoids(max_len: int, d_model: int, layout: str = "interleaved") -> Tensor:
+    """(L, D) fixed position encoding, frequencies 10000 ** (-2i / D): sin on even and cos on odd dims
+    ("interleaved", ours), or sines in the first half and cosines in the second ("sin_cos": Marian and
+    CTranslate2; computed in float64 as Marian does, so imported weights meet the same table)."""
+    if layout == "sin_cos":
+        position = torch.arange(max_len, dtype=torch.float64)[:, None]
+        freq = 10000.0 ** (-2 * torch.arange(0, (d_model + 1) // 2, dtype=torch.float64) / d_model)
+        angles = position * freq  # (L, ceil(D / 2))
+        return torch.cat([angles.sin(), angles.cos()[:, : d_model // 2]], dim=1).float()
+    position = torch.arange(max_len, dtype=torch.float32)[:, None]  # (L, 1)
+    div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(position * div)
+    pe[:, 1::2] = torch.cos(position * div)
+    return pe
 
-    def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float) -> None:
+
+class Embeddings(nn.Module):
+    """Token embedding scaled by sqrt(d_model) (unless scale=False) plus the fixed sinusoidal position
+    encoding (`sinusoids` layout)."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        max_len: int,
+        dropout: float,
+        scale: bool = True,
+        layout: str = "interleaved",
+    ) -> None:
         super().__init__()
         self.token = nn.Embedding(vocab_size, d_model)
-        self.scale = math.sqrt(d_model)
-        position = torch.arange(max_len, dtype=torch.float32)[:, None]  # (L, 1)
-        div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-        pe = torch.zeros(max_len, d_model)
-        pe[:, 0::2] = torch.sin(position * div)
-        pe[:, 1::2] = torch.cos(position * div)
+        self.scale = math.sqrt(d_model) if scale else 1.0
+        pe = sinusoids(max_len, d_model, layout)
         self.register_buffer("pe", pe, persistent=False)  # (L, D), rebuilt at load, never saved
         self.dropout = nn.Dropout(dropout)
 
@@ -114,13 +136,16 @@ class MultiHeadAttention(nn.Module):
         return self.attend(x, *self.project_kv(context), mask, need_weights)
 
 
-class FeedForward(nn.Module):
-    """Position-wise FFN: Linear(D, d_ff) -> ReLU -> dropout -> Linear(d_ff, D)."""
+ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "swish": nn.SiLU}
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: Linear(D, d_ff) -> activation (ReLU, GELU or swish) -> dropout -> Linear(d_ff, D)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu") -> None:
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
+            nn.Linear(d_model, d_ff), ACTIVATIONS[activation](), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
         )
 
     def forward(self, x: Tensor) -> Tensor:
@@ -132,11 +157,12 @@ class FeedForward(nn.Module):
 class Residual(nn.Module):
     """x + dropout(sublayer(norm(x))) in pre-norm, norm(x + dropout(sublayer(x))) in the paper's post-norm."""
 
-    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
+    def __init__(self, cfg: ModelConfig) -> None:
+        """d_model, dropout and the norm's place (norm_first) from the model's config."""
         super().__init__()
-        self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.norm_first = norm_first
+        self.norm = nn.LayerNorm(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.norm_first = cfg.norm_first
 
     def pre(self, x: Tensor) -> Tensor:
         return self.norm(x) if self.norm_first else x
@@ -150,9 +176,9 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout)
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
-        self.res1 = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
-        self.res2 = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.res1 = Residual(cfg)
+        self.res2 = Residual(cfg)
 
     def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         h = self.res1.pre(x)
@@ -189,10 +215,10 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout)
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
-        self.res1 = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
-        self.res2 = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
-        self.res3 = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.res1 = Residual(cfg)
+        self.res2 = Residual(cfg)
+        self.res3 = Residual(cfg)
 
     def forward(
         self,

@@ -2,9 +2,9 @@
 
 Word 1..W-grams and character 1..C-grams of a text are hashed into `buckets` rows of a (buckets, classes)
 table and summed (fastText / NBSVM family; Wide & Deep, Cheng et al. 2016). It errs on other texts than the
-Transformer, so adding its logits to the Transformer's is ~1 point better than either alone on NSMC and
-IMDb valid. Per text, Python only splits words and takes one crc32 per word (`text_units`); the n-gram
-hashing is tensor arithmetic over many texts at once (`hash_units`, TorchScript: the server runs it inside
+Transformer, so adding its logits to the Transformer's scores better than either alone on NSMC and IMDb
+valid (BENCHMARKS.md). Per text, Python only splits words and takes one crc32 per word (`text_units`); the
+n-gram hashing is tensor arithmetic over many texts at once (`hash_units`, TorchScript: the server runs it inside
 the classifier's one graph call, without the GIL).
 """
 
@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-CHUNK = 1024  # texts hashed at once when there are many: a long review has ~7,000 n-grams
+# texts hashed at once when there are many: bounded memory (a long review has thousands of n-grams)
+CHUNK = 1024
 _SPEC = re.compile(r"w(\d)c(\d)")
 _WORD = re.compile(r"\w+|[^\w\s]")
 

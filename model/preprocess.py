@@ -27,8 +27,9 @@ def classifier_ids(tokenizer: Tokenizer, text: str, cfg: ModelConfig) -> list[in
 
 
 def source_ids(tokenizer: Tokenizer, text: str, cfg: ModelConfig) -> list[int]:
-    """Translator source: pieces + EOS, within max_len."""
-    return tokenizer.encode(text)[: cfg.max_len - 1] + [cfg.eos_id]
+    """Translator source: pieces + EOS, within max_len (one position kept free for a target-language tag
+    that decoding puts in front: ModelConfig.source_prefix)."""
+    return tokenizer.encode(text)[: cfg.max_source_len - 1] + [cfg.eos_id]
 
 
 def target_ids(

@@ -6,7 +6,7 @@ Embeddings, LayerNorms and attention stay float32. At batch 1 a decoder step is 
 from memory, so 4x smaller weights are most of the gain; at batch 32 the int8 GEMMs are also faster.
 
 PyTorch 2.13 deprecates its quantized tensors (pytorch/pytorch#184982), which fbgemm's packed weights are built
-from; its successor on CPU, torch._int_mm, measured 20-70x slower here (AVX2), so this stays on fbgemm and
+from; its successor on CPU, torch._int_mm, is much slower on AVX2 (BENCHMARKS.md), so this stays on fbgemm and
 silences the notice at load.
 """
 

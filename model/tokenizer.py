@@ -39,3 +39,49 @@ class Tokenizer:
 
     def piece_to_id(self, piece: str) -> int:
         return self.sp.piece_to_id(piece)
+
+
+class PairTokenizer:
+    """Separate source and target sentencepiece models over one shared vocabulary (Marian / OPUS-MT):
+    `encode` cuts with the source model and `decode` joins with the target model; ids come from `vocab`
+    (piece -> id, vocab.json), not from either sentencepiece model. Same interface as Tokenizer."""
+
+    def __init__(self, source: str | Path, target: str | Path, vocab: dict[str, int]) -> None:
+        self.path, self.target_path = Path(source), Path(target)
+        self.sp, self.target_sp = Tokenizer(source).sp, Tokenizer(target).sp
+        ids = sorted(vocab.values())
+        if ids != list(range(len(ids))):
+            raise ValueError(f"vocabulary ids must be 0..{len(ids) - 1} without gaps or repeats")
+        self.vocab = vocab
+        self.id_to_piece = [""] * len(vocab)  # (V,)
+        for piece, i in vocab.items():
+            self.id_to_piece[i] = piece
+        missing = [p for p in ("<pad>", "<unk>", "</s>") if p not in vocab]
+        if missing:
+            raise ValueError(f"vocabulary lacks the special pieces {missing}")
+        self.pad_id, self.unk_id, self.eos_id = vocab["<pad>"], vocab["<unk>"], vocab["</s>"]
+        self.bos_id = vocab.get("<s>", self.pad_id)  # Marian has no BOS: its decoder starts from <pad>
+        self.special = {self.pad_id, self.unk_id, self.eos_id, self.bos_id}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        ids = [self.vocab.get(p, self.unk_id) for p in self.sp.encode(text, out_type=str)]
+        return ([self.bos_id] if add_bos else []) + ids + ([self.eos_id] if add_eos else [])
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+    def decode(self, ids: list[int]) -> str:
+        """Ids -> text by the target model, without special pieces; a source-only piece's "▁" still becomes a
+        space (as transformers' MarianTokenizer decodes with skip_special_tokens)."""
+        pieces = [self.id_to_piece[i] for i in ids if i not in self.special]
+        return self.target_sp.decode_pieces(pieces).replace("▁", " ").strip()
+
+    def pieces(self, ids: list[int]) -> list[str]:
+        return [self.id_to_piece[i] for i in ids]
+
+    def piece_to_id(self, piece: str) -> int:
+        return self.vocab.get(piece, self.unk_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,7 +10,6 @@ import torch
 from torch import Tensor, nn
 
 from model.config import ModelConfig
-from model.jit import tracing
 from model.layers import (
     Decoder,
     Embeddings,
@@ -44,17 +44,11 @@ class AttentionMaps:
     cross: list[Tensor]  # each (B, H, T, S)
 
 
-@dataclass
-class TracedGraphs:
-    """A Translator's encode (src -> memory, mask), cross-attention K/V (memory -> per-layer K, V) and step
-    (Translator.step's signature), as TorchScript."""
-
-    encode: torch.jit.ScriptModule
-    cross: torch.jit.ScriptModule
-    step: torch.jit.ScriptModule
+# Translator.step, eager or traced: step_inputs(...) -> log-probs (R, V), per layer self-attention K and V
+StepFn = Callable[..., tuple[Tensor, tuple[Tensor, ...], tuple[Tensor, ...]]]
 
 
-def _step_inputs(tokens: Tensor, state: DecoderState) -> tuple[Any, ...]:
+def step_inputs(tokens: Tensor, state: DecoderState) -> tuple[Any, ...]:
     """Translator.step's arguments for the last tokens (R,) and `state`."""
     caches = state.caches
     return (
@@ -68,33 +62,14 @@ def _step_inputs(tokens: Tensor, state: DecoderState) -> tuple[Any, ...]:
     )
 
 
-class _Encode(nn.Module):
-    def __init__(self, model: Translator) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        memory, mask, _ = self.model.encode(src)
-        return memory, mask
-
-
-class _Cross(nn.Module):
-    def __init__(self, model: Translator) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, memory: Tensor) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
-        caches = self.model.decoder.init_cache(memory)
-        return tuple(c.cross_k for c in caches), tuple(c.cross_v for c in caches)
-
-
-class _Step(nn.Module):
-    def __init__(self, model: Translator) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, *inputs: Any) -> tuple[Tensor, tuple[Tensor, ...], tuple[Tensor, ...]]:
-        return self.model.step(*inputs)
+def advance(step: StepFn, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
+    """Run `step` (Translator.step or its traced graph) on the last tokens (R,): log-probabilities (R, V)
+    and the state one position further."""
+    log_probs, self_k, self_v = step(*step_inputs(tokens, state))
+    caches = [
+        LayerCache(k, v, c.cross_k, c.cross_v) for k, v, c in zip(self_k, self_v, state.caches, strict=True)
+    ]
+    return log_probs, DecoderState(caches, state.memory_mask, state.step + 1)
 
 
 class Translator(nn.Module):
@@ -103,26 +78,29 @@ class Translator(nn.Module):
         super().__init__()
         assert cfg.task == "translation", cfg.task
         self.cfg = cfg
-        self.src_embed = Embeddings(cfg.vocab_size, cfg.d_model, cfg.max_len, cfg.dropout)
-        self.tgt_embed = Embeddings(cfg.vocab_size, cfg.d_model, cfg.max_len, cfg.dropout)
+        embed = (cfg.vocab_size, cfg.d_model, cfg.max_len, cfg.dropout, cfg.scale_embeddings, cfg.positions)
+        self.src_embed = Embeddings(*embed)
+        self.tgt_embed = Embeddings(*embed)
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
-        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.logits_bias)
         if init:
             init_weights(self, cfg.d_model)
         if cfg.tie_embeddings:  # one shared vocabulary: three-way weight tying (paper, section 3.4)
             self.tgt_embed.token.weight = self.src_embed.token.weight
             self.generator.weight = self.src_embed.token.weight
-        # tokens a decoder never emits: padding, BOS and target-language tags
-        banned = torch.tensor(sorted({cfg.pad_id, cfg.bos_id, *cfg.target_lang_ids.values()}))
+        # tokens a decoder never emits: padding, BOS, its start token and its target-language tags (a tag
+        # on the source side is an ordinary vocabulary entry to the decoder, as in Marian)
+        banned_ids = {cfg.pad_id, cfg.bos_id}
+        if cfg.decoder_start_id is not None:
+            banned_ids.add(cfg.decoder_start_id)
+        if cfg.target_lang_position == "decoder":
+            banned_ids.update(cfg.target_lang_ids.values())
+        banned = torch.tensor(sorted(banned_ids))
         self.register_buffer("banned", banned, persistent=False)
-        self.graphs: TracedGraphs | None = None  # set by trace(); a plain attribute, not a submodule
 
     def encode(self, src: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor, list[Tensor]]:
         """src (B, S) -> memory (B, S, D), memory mask (B, 1, 1, S), encoder attention if asked."""
-        if self.graphs is not None and not (need_weights or self.training):
-            memory, mask = self.graphs.encode(src)
-            return memory, mask, []
         mask = make_padding_mask(src, self.cfg.pad_id)
         memory, weights = self.encoder(self.src_embed(src), mask, need_weights)
         return memory, mask, weights
@@ -136,22 +114,11 @@ class Translator(nn.Module):
 
     def init_state(self, memory: Tensor, memory_mask: Tensor) -> DecoderState:
         """Cross-attention K/V from memory (N, S, D), once; empty self-attention caches."""
-        if self.graphs is None or self.training:
-            return DecoderState(self.decoder.init_cache(memory), memory_mask)
-        cross_k, cross_v = self.graphs.cross(memory)
-        empty = memory.new_zeros(memory.size(0), self.cfg.n_heads, 0, self.cfg.head_dim)
-        caches = [LayerCache(empty, empty, k, v) for k, v in zip(cross_k, cross_v, strict=True)]
-        return DecoderState(caches, memory_mask)
+        return DecoderState(self.decoder.init_cache(memory), memory_mask)
 
     def decode_step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
         """Last tokens (R,) -> log-probabilities (R, V) in float32 and the advanced state."""
-        step = self.graphs.step if self.graphs is not None and not self.training else self.step
-        log_probs, self_k, self_v = step(*_step_inputs(tokens, state))
-        caches = [
-            LayerCache(k, v, c.cross_k, c.cross_v)
-            for k, v, c in zip(self_k, self_v, state.caches, strict=True)
-        ]
-        return log_probs, DecoderState(caches, state.memory_mask, state.step + 1)
+        return advance(self.step, tokens, state)
 
     def step(
         self,
@@ -163,7 +130,7 @@ class Translator(nn.Module):
         cross_k: list[Tensor],
         cross_v: list[Tensor],
     ) -> tuple[Tensor, tuple[Tensor, ...], tuple[Tensor, ...]]:
-        """decode_step on plain tensors, the form `trace` records: tokens (R,), position (1,) ->
+        """decode_step on plain tensors, the form model.jit traces: tokens (R,), position (1,) ->
         log-probabilities (R, V) float32 and each layer's self-attention K and V grown by one position."""
         x = self.tgt_embed.at(tokens[:, None], position)  # (R, 1, D)
         caches = [LayerCache(*c) for c in zip(self_k, self_v, cross_k, cross_v, strict=True)]
@@ -171,30 +138,6 @@ class Translator(nn.Module):
         logits = self.generator(hidden[:, 0]).float()
         logits = logits.index_fill(1, self.banned, float("-inf"))
         return logits.log_softmax(-1), tuple(c.self_k for c in caches), tuple(c.self_v for c in caches)
-
-    def trace(self) -> None:
-        """Record encode and the decoder step as TorchScript graphs, used from then on in eval mode.
-
-        A graph runs its ~150 ops in C++, without per-op Python dispatch, and releases the GIL once per call.
-        Traced from the eager code on shapes that differ in every dimension (N=2 examples of G=3 hypotheses,
-        5 source and 2 cached positions), so the graphs take any batch, beam and length; tests pin them to
-        the eager path. Trace after the last change of device, dtype or weights (e.g. quantization).
-        """
-        dev, pad = self.banned.device, self.cfg.pad_id
-        src = torch.full((2, 5), self.cfg.eos_id, dtype=torch.long, device=dev)
-        src[1, 3:] = pad  # one padded row, so the mask is a real input
-        # the one Python-side check the encoder makes: Embeddings' max_len (sources are cut to max_len before)
-        with tracing("Converting a tensor to a Python boolean"):
-            self.graphs = None
-            encode = torch.jit.trace(_Encode(self), (src,), check_trace=False)
-            memory, mask = encode(src)
-            cross = torch.jit.trace(_Cross(self), (memory,), check_trace=False)
-            state = self.init_state(memory, mask).select(torch.tensor([0, 0, 0, 1, 1, 1], device=dev))
-            tokens = torch.full((6,), self.cfg.eos_id, dtype=torch.long, device=dev)
-            for _ in range(2):
-                _, state = self.decode_step(tokens, state)
-            step = torch.jit.trace(_Step(self), _step_inputs(tokens, state), check_trace=False)
-        self.graphs = TracedGraphs(encode, cross, step)
 
     @torch.inference_mode()
     def attention(self, src: Tensor, tgt_in: Tensor) -> tuple[Tensor, AttentionMaps]:

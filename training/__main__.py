@@ -9,6 +9,7 @@ python -m training ship --run runs/translate-fr-en --name translate-fr-en
 python -m training card --checkpoint checkpoints/translate-fr-en
 python -m training download nsmc --data-dir DIR
 python -m training export --format ctranslate2 --checkpoint checkpoints/translate-fr-en --out DIR
+python -m training import marian DIR --name opus-mt-fr-en     # an OPUS-MT download (docs/pretrained.md)
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ USAGE = __doc__ or ""
 # command -> "module:function"; the function takes the remaining argv and returns the exit code. A new
 # subcommand is one line here (modules are imported only when their command runs).
 COMMANDS: dict[str, str] = {
-    "sentiment": "training.config:sentiment_cli",
-    "translate": "training.config:translate_cli",
+    "sentiment": "training.train:sentiment_cli",
+    "translate": "training.train:translate_cli",
     "ngram-head": "training.ngram_head:cli",
     "evaluate": "training.evaluate:cli",
     "download": "training.download:cli",
@@ -30,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "card": "training.ship:card_cli",
     "reproduce": "training.recipes:cli",
     "export": "training.export:cli",
+    "import": "training.import_marian:cli",
 }
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -54,13 +53,13 @@ class TrainConfig:
     max_steps: int = 0  # 0 = epochs decide; otherwise stop after this many optimizer steps
     stop_at_step: int = 0  # >0: pause (resumable) after this step, where a recipe switches schedules
     patience: int = 5  # early stopping: evaluations without improvement
-    bf16: bool = False  # autocast; on CPUs without avx512_bf16/AMX it is ~3x slower than fp32 (measured)
+    bf16: bool = False  # autocast; on CPUs without avx512_bf16/AMX it is emulated, slower than fp32
     # evaluation
     eval_every: int = 0  # optimizer steps; 0 = once per epoch
     log_every: int = 50  # optimizer steps between metrics.jsonl lines
     save_every: int = 500  # optimizer steps between resumable state saves (besides every evaluation)
     eval_max_examples: int = 2000  # of the valid split
-    eval_beam_size: int = 1  # greedy during training is ~4x cheaper; the evaluate CLI uses 4
+    eval_beam_size: int = 1  # greedy: evaluations stay cheap during training; the evaluate CLI uses 4
     average_last: int = 0  # >1: at each evaluation, the mean of the last N evaluated weights may become best/
     # masked-LM pretraining of the sentiment encoder on unlabeled in-domain text
     pretrain_dataset: str = (
@@ -186,31 +185,3 @@ def usage(command: str) -> str:
         default = f"{command} (the command)" if f.name == "task" else default
         lines.append(f"  {option(f.name):26} {default}")
     return "\n".join(lines)
-
-
-def cli(argv: list[str], command: str) -> int:
-    """`python -m training sentiment|translate ...`: parse, train (or resume), print the best checkpoint."""
-    if any(a in ("-h", "--help") for a in argv):
-        print(usage(command))
-        return 0
-    task = "sentiment" if command == "sentiment" else "translation"
-    try:
-        cfg = parse_overrides(argv, {"task": task})
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if cfg.task != task:
-        print(f"error: preset/config is a {cfg.task} run, not {task}", file=sys.stderr)
-        return 2
-    from training.train import train  # the training loop imports this module
-
-    print(train(cfg))
-    return 0
-
-
-def sentiment_cli(argv: list[str]) -> int:
-    return cli(argv, "sentiment")
-
-
-def translate_cli(argv: list[str]) -> int:
-    return cli(argv, "translate")

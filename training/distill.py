@@ -21,7 +21,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from model import load_checkpoint
-from model.inference import classify_ids, compile_classifier
+from model.inference import classify_ids
+from model.jit import compile_classifier
 from model.preprocess import classifier_ids
 from training.data import LabeledText
 from training.ngram_teacher import ngram_probs, teacher_spec

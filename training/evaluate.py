@@ -19,8 +19,9 @@ from typing import Any
 import torch
 
 from engines.ct2_decode import CT2Decoder, load_ct2_decoder
-from model import DecodeOptions, LoadedModel, Translator, load_checkpoint
+from model import Decodable, DecodeOptions, LoadedModel, Translator, load_checkpoint
 from model.inference import classify_texts, translate_texts
+from model.jit import trace_translator
 from model.preprocess import source_ids
 from model.quantize import MODES
 from training.data import read_imdb, read_nsmc, read_parallel, read_tsv_pairs
@@ -56,15 +57,18 @@ def evaluate_translation(
     source_lang: str | None = None,
     target_lang: str | None = None,
     ct2: CT2Decoder | None = None,
+    decoder: Decodable[Any] | None = None,
 ) -> dict[str, Any]:
-    """BLEU and chrF of the best hypotheses; `ct2`: decoded by CTranslate2 instead of the torch model."""
+    """BLEU and chrF of the best hypotheses, decoded by `decoder` (default: loaded.model, eager), or by
+    CTranslate2 with `ct2`."""
     src_lang = source_lang or loaded.config.source_langs[0]
     tgt_lang = target_lang or loaded.config.target_langs[0]
     srcs, refs = read_pairs(loaded, data, fmt, src_lang, tgt_lang)
     if limit:
         srcs, refs = srcs[:limit], refs[:limit]
     if ct2 is None:
-        hyps = translate_texts(loaded.model, loaded.tokenizer, srcs, options, tgt_lang)  # type: ignore[arg-type]
+        model = decoder or loaded.model
+        hyps = translate_texts(model, loaded.tokenizer, srcs, options, tgt_lang)  # type: ignore[arg-type]
         best = [h[0][0] for h in hyps]
     else:  # APP_TRANSLATION_ENGINE=ctranslate2's decoding
         ids = [source_ids(loaded.tokenizer, t, loaded.config) for t in srcs]
@@ -96,13 +100,12 @@ def run(
     engine: str = "torch",
 ) -> dict[str, Any]:
     """Score `checkpoint` on `data` (the CLI's work, callable from ship and tests) as the server runs it:
-    translators traced (Translator.trace); `dtype`: the weights' and activations' type, as the server's
+    translators traced (model.jit.trace_translator); `dtype`: the weights' and activations' type, as the server's
     APP_DTYPE (model cards report float32); `quantize`: "int8" as APP_QUANTIZE (CPU only); `engine`:
     "ctranslate2" as APP_TRANSLATION_ENGINE (translators, CPU, float32 or int8)."""
     device = "cuda" if torch.cuda.is_available() and quantize is None else "cpu"
     loaded = load_checkpoint(checkpoint, device=device, dtype=getattr(torch, dtype), quantize=quantize)
-    if isinstance(loaded.model, Translator):
-        loaded.model.trace()
+    decoder = trace_translator(loaded.model) if isinstance(loaded.model, Translator) else None
     t0 = time.time()
     if loaded.config.task == "sentiment":
         if engine != "torch":
@@ -121,8 +124,9 @@ def run(
         ct2 = None
         if engine == "ctranslate2":
             compute_type = "int8" if quantize == "int8" else dtype
-            ct2 = load_ct2_decoder(loaded, compute_type=compute_type, intra_threads=torch.get_num_threads())
-        res = evaluate_translation(loaded, data, fmt, opts, limit, source_lang, target_lang, ct2)
+            threads = torch.get_num_threads()
+            ct2 = load_ct2_decoder(loaded, decoder, compute_type=compute_type, intra_threads=threads)
+        res = evaluate_translation(loaded, data, fmt, opts, limit, source_lang, target_lang, ct2, decoder)
         res["engine"] = engine
     res["dtype"] = dtype
     if quantize is not None:

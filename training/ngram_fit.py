@@ -1,8 +1,8 @@
 """Fitting a hashed n-gram linear model (model.ngram.NgramHead) on labeled texts, and its logits.
 
 A linear model over hashed word and character n-grams (fastText / NBSVM family) scores about what the small
-Transformers score and errs on other examples, so the two together are ~1.5 points better than either on
-NSMC valid. It is used twice: as a distillation teacher (training/ngram_teacher.py) and as the n-gram head of
+Transformers score and errs on other examples, so the two together score better than either on NSMC valid
+(BENCHMARKS.md). It is used twice: as a distillation teacher (training/ngram_teacher.py) and as the n-gram head of
 a shipped classifier (training/ngram_head.py, `python -m training ngram-head`).
 """
 

@@ -23,7 +23,8 @@ from typing import Any
 import torch
 
 from model import SentimentClassifier, load_checkpoint, save_checkpoint
-from model.inference import classifier_logits, classify_texts, compile_classifier
+from model.inference import classifier_logits, classify_texts
+from model.jit import compile_classifier
 from model.ngram import NgramSpec
 from model.preprocess import classifier_ids
 from training.data import LabeledText, load_split, resolve_data_dir

@@ -125,7 +125,7 @@ def model_card(dest: Path, name: str) -> str:
         )
     notes = RECIPES[name].note if name in RECIPES else ""
     return f"""# {name}
-
+{_use(meta.get("card"))}
 From-scratch Transformer ({cfg["task"]}), trained on this project's CPU; no pretrained weights.
 
 - **Data**: {note} (`{dataset}`).
@@ -152,10 +152,40 @@ Validation (best checkpoint): `{json.dumps({k: v for k, v in valid.items() if k 
 """
 
 
+def card_info(name: str) -> dict[str, Any] | None:
+    """config.json's "card" (what /models shows): the recipe's training domain and known limits."""
+    recipe = RECIPES.get(name)
+    if recipe is None or not recipe.domain:
+        return None
+    limits = [{"kind": k, "source": s, "output": o} for k, s, o in recipe.limits]
+    return {"domain": recipe.domain, "limits": limits}
+
+
+def _use(card: dict[str, Any] | None) -> str:
+    """The card's "Intended use" section, first: what the model was trained on and what it gets wrong."""
+    if not card:
+        return ""
+    examples = "\n".join(f"- {x['kind']}: `{x['source']}` → `{x['output']}`" for x in card.get("limits", []))
+    return f"""
+**Intended use.** Trained on {card["domain"]}
+
+Known limits, with what this model answers (beam 4):
+
+{examples}
+"""
+
+
 def write_card(dest: Path, name: str | None = None) -> Path:
-    """(Re)write a shipped checkpoint's README.md from its files and its recipe; returns the card's path."""
+    """(Re)write a shipped checkpoint's README.md from its files and its recipe (and config.json's "card"
+    from the recipe: the only change to the checkpoint's files); returns the card's path."""
+    name = name or dest.name
+    if (info := card_info(name)) is not None:
+        meta = read_config(dest)
+        if meta.get("card") != info:
+            meta["card"] = info
+            (dest / "config.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
     card = dest / "README.md"
-    card.write_text(model_card(dest, name or dest.name))
+    card.write_text(model_card(dest, name))
     return card
 
 

@@ -1,13 +1,13 @@
 """Training loop for both tasks: single process or `torchrun` DDP, bf16 autocast, exact resume.
 
-Run state lives in runs/<name>/: state.pt (model, optimizer, scheduler, RNG, data position: our own file,
-loaded with weights_only=True), best/ (checkpoint of the best validation metric), metrics.jsonl, curves.png.
+A run lives in runs/<name>/: state.pt (resumable: training/run_state.py), best/ (checkpoint of the best
+validation metric), metrics.jsonl, curves.png. `_train` reads as its steps: prepare the data, build the run,
+resume it, fit it epoch by epoch (`_epoch`, `_step`), evaluate and keep the best (`_checkpoint`).
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
 import os
@@ -17,14 +17,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, fields, replace
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
@@ -32,23 +31,15 @@ from model import DecodeOptions, build_model, load_checkpoint, pad_ids, save_che
 from model.inference import classify_ids, translate_ids
 from training.averaging import average_into, save_snapshot, snapshot_step
 from training.batches import shard, token_batches
-from training.config import TrainConfig
+from training.config import TrainConfig, parse_overrides, usage
+from training.losses import batch_loss, mlm_loss
 from training.metrics import accuracy_f1, bleu_chrf
 from training.plots import plot_curves
 from training.prepare import Prepared, prepare
+from training.run_state import Progress, Run, is_done, load_state, log_jsonl, save_state
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Progress:
-    step: int = 0
-    epoch: int = 0
-    batch: int = 0  # batches of the current epoch already consumed
-    best: float = -math.inf
-    bad_evals: int = 0
-    done: bool = False
-    seconds: float = 0.0  # training wall time summed over every resume
+StopCheck = Callable[[], bool]
 
 
 def setup_distributed() -> tuple[int, int]:
@@ -80,60 +71,6 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
         (decay if p.dim() >= 2 and "embed" not in name else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
-
-
-def mask_tokens(
-    ids: torch.Tensor, cfg: TrainConfig, mask_id: int, vocab: int, special: list[int]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """BERT masking: mask_prob of the real tokens are targets; 80% -> [MASK], 10% random, 10% kept."""
-    can = torch.ones_like(ids, dtype=torch.bool)
-    for s in special:
-        can &= ids != s
-    target = (torch.rand(ids.shape, device=ids.device) < cfg.mask_prob) & can
-    labels = torch.where(target, ids, torch.full_like(ids, -100))
-    roll = torch.rand(ids.shape, device=ids.device)
-    inputs = torch.where(target & (roll < 0.8), torch.full_like(ids, mask_id), ids)
-    random_ids = torch.randint(len(special), vocab, ids.shape, device=ids.device)
-    inputs = torch.where(target & (roll >= 0.8) & (roll < 0.9), random_ids, inputs)
-    return inputs, labels
-
-
-def mlm_loss(
-    model: torch.nn.Module, data: Prepared, ids: torch.Tensor, cfg: TrainConfig
-) -> tuple[torch.Tensor, int]:
-    mc, tok = data.model_cfg, data.tokenizer
-    special = sorted({mc.pad_id, mc.unk_id, mc.bos_id, mc.eos_id, mc.cls_id or 0})
-    inputs, labels = mask_tokens(ids, cfg, tok.piece_to_id("[MASK]"), mc.vocab_size, special)
-    core = model.module if isinstance(model, DistributedDataParallel) else model
-    hidden, _, _ = core.encode(inputs)
-    keep = labels != -100
-    logits = core.mlm_logits(hidden[keep]).float()  # (N, V) for the N masked positions only
-    return F.cross_entropy(logits, labels[keep]), int(keep.sum())
-
-
-def batch_loss(
-    model: torch.nn.Module, data: Prepared, idx: list[int], cfg: TrainConfig, dev: torch.device
-) -> tuple[torch.Tensor, int]:
-    """Mean loss over the batch's target tokens (or examples) and their count."""
-    pad = data.model_cfg.pad_id
-    if cfg.objective == "mlm":
-        return mlm_loss(model, data, pad_ids([data.train[i][0] for i in idx], pad, dev), cfg)
-    if data.model_cfg.task == "sentiment":
-        ids = pad_ids([data.train[i][0] for i in idx], pad, dev)
-        # class indices (B,), or class probabilities (B, C) when distilling
-        labels = torch.tensor([data.train[i][1] for i in idx], device=dev)
-        return F.cross_entropy(model(ids).float(), labels), len(idx)
-    src = pad_ids([data.train[i][0] for i in idx], pad, dev)
-    tgt = pad_ids([data.train[i][1] for i in idx], pad, dev)  # type: ignore[misc]
-    logits = model(src, tgt[:, :-1]).float()
-    gold = tgt[:, 1:]
-    loss = F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)),
-        gold.reshape(-1),
-        ignore_index=pad,
-        label_smoothing=cfg.label_smoothing,
-    )
-    return loss, int((gold != pad).sum())
 
 
 def evaluate(model: torch.nn.Module, data: Prepared, cfg: TrainConfig) -> dict[str, float]:
@@ -172,88 +109,6 @@ def evaluate(model: torch.nn.Module, data: Prepared, cfg: TrainConfig) -> dict[s
     return out
 
 
-def _rng_state() -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(s: dict[str, Any]) -> None:
-    torch.set_rng_state(s["torch"])
-    random.setstate(s["python"])
-    if "cuda" in s and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(s["cuda"])
-
-
-# settings a resumed run must share with the saved one (data order, vocabulary, architecture, objective)
-RESUME_KEYS = (
-    "task",
-    "dataset",
-    "seed",
-    "vocab_size",
-    "spm_model_type",
-    "d_model",
-    "n_heads",
-    "n_layers",
-    "n_decoder_layers",
-    "d_ff",
-    "norm_first",
-    "pooling",
-    "max_src_len",
-    "max_tgt_len",
-    "truncation",
-    "batch_tokens",
-    "objective",
-    "teachers",
-    "distill_dataset",
-    "distill_examples",
-)
-
-
-def _check_resumable(saved: dict[str, Any], cfg: TrainConfig, path: Path) -> None:
-    now = cfg.to_dict()
-    defaults = {
-        f.name: f.default for f in fields(TrainConfig)
-    }  # keys newer than the saved state: their default
-    diff = {
-        k: (saved.get(k, defaults[k]), now[k]) for k in RESUME_KEYS if saved.get(k, defaults[k]) != now[k]
-    }
-    if diff:
-        raise ValueError(
-            f"{path}: cannot resume with different settings (saved, now): {diff}; "
-            "use another --name or --out-dir for a new run"
-        )
-
-
-def _save_state(
-    path: Path,
-    model: torch.nn.Module,
-    opt: torch.optim.Optimizer,
-    sched: Any,
-    prog: Progress,
-    cfg: TrainConfig,
-) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(
-        {
-            "model": model.state_dict(),
-            "optimizer": opt.state_dict(),
-            "scheduler": sched.state_dict(),
-            "progress": vars(prog),
-            "rng": _rng_state(),
-            "config": cfg.to_dict(),
-        },
-        tmp,
-    )
-    tmp.replace(path)  # atomic: a kill mid-save never leaves a broken state.pt
-
-
-def _log_jsonl(path: Path, record: dict[str, Any]) -> None:
-    with path.open("a") as f:
-        f.write(json.dumps(record) + "\n")
-
-
 def init_from(model: torch.nn.Module, path: str) -> None:
     """Copy every tensor of a checkpoint whose name and shape match (e.g. a masked-LM pretrained encoder)."""
     src = load_checkpoint(path).model.state_dict()
@@ -290,7 +145,7 @@ def train(cfg: TrainConfig) -> Path:
             distill_dataset="",
         )
         best = train(mlm)
-        if not _done(mlm.run_dir):  # stopped early (stop_at_step or a signal): resume later
+        if not is_done(mlm.run_dir):  # stopped early (stop_at_step or a signal): resume later
             return best
         cfg = replace(cfg, init_from=str(best), tokenizer_from=str(cfg.run_dir / "tokenizer.model"))
     return _train(cfg)
@@ -302,11 +157,6 @@ def _epochs_left(cfg: TrainConfig, prog: Progress) -> bool:
     do."""
     capped = cfg.objective == "mlm" and cfg.pretrain_epochs > 0
     return (cfg.max_steps > 0 and not capped) or prog.epoch < cfg.epochs
-
-
-def _done(run: Path) -> bool:
-    state = run / "state.pt"
-    return state.exists() and torch.load(state, weights_only=True)["progress"]["done"]
 
 
 @contextmanager
@@ -335,21 +185,30 @@ def _stop_on_signal(enabled: bool) -> Iterator[Callable[[], bool]]:
 
 
 def _train(cfg: TrainConfig) -> Path:
+    """One phase (supervised or masked-LM) of a run, from scratch or resumed."""
     rank, world = setup_distributed()
-    run = cfg.run_dir
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    run = _build(cfg, _prepare(cfg, rank, world), rank, world)
+    if _resume(run) or run.prog.done:
+        return cfg.run_dir / "best"
+    _fit(run)
+    run.prog.done = run.prog.done or not _epochs_left(cfg, run.prog)
+    if rank == 0:
+        save_state(run)
+    return cfg.run_dir / "best"
 
-    def paused(prog: Progress) -> bool:
-        return bool(cfg.stop_at_step) and prog.step >= cfg.stop_at_step
 
-    run.mkdir(parents=True, exist_ok=True)
-    if world > 1:  # rank 0 trains the tokenizer; the others wait and reuse it
-        if rank == 0:
-            data = prepare(cfg)
-        dist.barrier()
-        if rank != 0:
-            data = prepare(cfg)
-    else:
-        data = prepare(cfg)
+def _prepare(cfg: TrainConfig, rank: int, world: int) -> Prepared:
+    """The data on every rank: rank 0 trains the tokenizer; the others wait and reuse it."""
+    if world == 1:
+        return prepare(cfg)
+    data = prepare(cfg) if rank == 0 else None
+    dist.barrier()
+    return data if data is not None else prepare(cfg)
+
+
+def _build(cfg: TrainConfig, data: Prepared, rank: int, world: int) -> Run:
+    """A seeded model (initialised from cfg.init_from if set), its optimizer and schedule."""
     dev = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
@@ -363,151 +222,221 @@ def _train(cfg: TrainConfig) -> Path:
         for e in range(cfg.epochs)
     )
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, total))
-    prog = Progress()
-    state_path = run / "state.pt"
-    if state_path.exists():
-        st = torch.load(state_path, map_location="cpu", weights_only=True)  # RNG states must stay on the CPU
-        _check_resumable(st["config"], cfg, state_path)
-        model.load_state_dict(st["model"])
-        opt.load_state_dict(st["optimizer"])
-        sched.load_state_dict(st["scheduler"])
-        prog = Progress(**st["progress"])
-        _set_rng_state(st["rng"])
-        log.info(
-            "resumed from %s at step %d (epoch %d, batch %d)", state_path, prog.step, prog.epoch, prog.batch
-        )
-        if paused(prog):  # a command that paused the run at this step: a later command goes on
-            return run / "best"
-        extended = _epochs_left(cfg, prog) and prog.step < total and prog.bad_evals < cfg.patience
-        if prog.done and extended and not cfg.dry_run:  # a finished run given a longer schedule continues
-            prog.done = False
-            log.info("the schedule now runs to epoch %d (step %d): continuing", cfg.epochs, total)
-    if prog.done:
-        return run / "best"
+    return Run(cfg, data, model, opt, sched, lengths, total, rank, world)
+
+
+def _resume(run: Run) -> bool:
+    """Load the run's saved state if any; True when this command has nothing to train (a paused run)."""
+    if not load_state(run):
+        return False
+    cfg, prog = run.cfg, run.prog
+    log.info(
+        "resumed from %s at step %d (epoch %d, batch %d)", run.state_path, prog.step, prog.epoch, prog.batch
+    )
+    if run.paused():  # a command that paused the run at this step: a later command goes on
+        return True
+    extended = _epochs_left(cfg, prog) and prog.step < run.total and prog.bad_evals < cfg.patience
+    if prog.done and extended and not cfg.dry_run:  # a finished run given a longer schedule continues
+        prog.done = False
+        log.info("the schedule now runs to epoch %d (step %d): continuing", cfg.epochs, run.total)
+    return False
+
+
+@dataclass
+class Throughput:
+    """Wall time and tokens of this command, for the logged tokens/s and the run's total seconds."""
+
+    seconds_before: float  # the run's training time in earlier commands
+    start: float
+    tokens: int = 0
+
+
+def _fit(run: Run) -> None:
+    """Epochs of steps until the schedule, early stopping, a pause or a signal ends the run."""
+    cfg, prog = run.cfg, run.prog
     # the masked-LM phase leaves the classifier head unused
     ddp = (
-        DistributedDataParallel(model, find_unused_parameters=cfg.objective == "mlm") if world > 1 else model
+        DistributedDataParallel(run.model, find_unused_parameters=cfg.objective == "mlm")
+        if run.world > 1
+        else run.model
     )
-    autocast = torch.autocast(dev.type, dtype=torch.bfloat16) if cfg.bf16 else nullcontext()
-    metrics_path = run / "metrics.jsonl"
-    model.train()
-    t0, tokens_seen, seconds0 = time.time(), 0, prog.seconds
-    with _stop_on_signal(world == 1) as stop_requested:
+    autocast = torch.autocast(run.device.type, dtype=torch.bfloat16) if cfg.bf16 else nullcontext()
+    run.model.train()
+    speed = Throughput(prog.seconds, time.time())
+    with _stop_on_signal(run.world == 1) as stop_requested:
         while _epochs_left(cfg, prog) and not prog.done:
-            batches = shard(token_batches(lengths, cfg.batch_tokens, cfg.seed, prog.epoch), rank, world)
+            batches = shard(
+                token_batches(run.lengths, cfg.batch_tokens, cfg.seed, prog.epoch), run.rank, run.world
+            )
             if prog.batch >= len(batches):  # nothing left in this epoch (e.g. an empty shard)
                 if not batches and cfg.max_steps:  # no data at all: max_steps would never be reached
                     prog.done = True
                     break
                 prog.epoch, prog.batch = prog.epoch + 1, 0
                 continue
-            bar = tqdm(
-                total=len(batches),
-                initial=prog.batch,
-                desc=f"epoch {prog.epoch}",
-                disable=rank != 0,
-                mininterval=1 if sys.stderr.isatty() else 60,
-                file=sys.stderr,
-            )
-            for idx in batches[prog.batch :]:
-                with autocast:
-                    loss, n = batch_loss(ddp, data, idx, cfg, dev)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                opt.step()
-                sched.step()
-                prog.step, prog.batch = prog.step + 1, prog.batch + 1
-                prog.seconds = seconds0 + time.time() - t0
-                tokens_seen += sum(lengths[i] for i in idx)
-                bar.update(1)
-                if rank == 0 and (prog.step % cfg.log_every == 0 or cfg.dry_run or prog.step <= 3):
-                    rate = tokens_seen * world / (time.time() - t0)
-                    bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{rate:.0f}")
-                    _log_jsonl(
-                        metrics_path,
-                        {
-                            "step": prog.step,
-                            "epoch": prog.epoch,
-                            "loss": loss.item(),
-                            "grad_norm": float(grad_norm),
-                            "lr": sched.get_last_lr()[0],
-                            "tokens_per_s": rate,
-                        },
-                    )
-                end_of_epoch = prog.batch == len(batches)
-                if end_of_epoch:  # the position of the next batch to run; eval records count finished epochs
-                    prog.epoch, prog.batch = prog.epoch + 1, 0
-                scheduled = bool(cfg.eval_every) and prog.step % cfg.eval_every == 0
-                if end_of_epoch or scheduled or cfg.dry_run or prog.step == total:
-                    _checkpoint(model, opt, sched, prog, cfg, data, rank, world, state_path, metrics_path)
-                elif rank == 0 and prog.step % cfg.save_every == 0:
-                    _save_state(state_path, model, opt, sched, prog, cfg)
-                if prog.done or prog.step >= total or cfg.dry_run or paused(prog) or stop_requested():
-                    prog.done = prog.done or prog.step >= total or cfg.dry_run
-                    break
-            bar.close()
-            if cfg.dry_run or paused(prog) or stop_requested():
+            _epoch(run, ddp, autocast, batches, speed, stop_requested)
+            if cfg.dry_run or run.paused() or stop_requested():
                 break
-    prog.done = prog.done or not _epochs_left(cfg, prog)
-    if rank == 0:
-        _save_state(state_path, model, opt, sched, prog, cfg)
-    return run / "best"
 
 
-def _checkpoint(
-    model,
-    opt,
-    sched,
-    prog: Progress,
-    cfg: TrainConfig,
-    data: Prepared,
-    rank: int,
-    world: int,  # noqa: ANN001
-    state_path: Path,
-    metrics_path: Path,
+def _epoch(
+    run: Run,
+    ddp: torch.nn.Module,
+    autocast: AbstractContextManager[Any],
+    batches: list[list[int]],
+    speed: Throughput,
+    stop_requested: StopCheck,
 ) -> None:
+    """The epoch's remaining batches, from prog.batch; evaluates and saves on schedule."""
+    cfg, prog = run.cfg, run.prog
+    bar = tqdm(
+        total=len(batches),
+        initial=prog.batch,
+        desc=f"epoch {prog.epoch}",
+        disable=run.rank != 0,
+        mininterval=1 if sys.stderr.isatty() else 60,
+        file=sys.stderr,
+    )
+    for idx in batches[prog.batch :]:
+        loss, grad_norm = _step(run, ddp, autocast, idx)
+        prog.step, prog.batch = prog.step + 1, prog.batch + 1
+        prog.seconds = speed.seconds_before + time.time() - speed.start
+        speed.tokens += sum(run.lengths[i] for i in idx)
+        bar.update(1)
+        _log_step(run, bar, loss, grad_norm, speed)
+        end_of_epoch = prog.batch == len(batches)
+        if end_of_epoch:  # the position of the next batch to run; eval records count finished epochs
+            prog.epoch, prog.batch = prog.epoch + 1, 0
+        scheduled = bool(cfg.eval_every) and prog.step % cfg.eval_every == 0
+        if end_of_epoch or scheduled or cfg.dry_run or prog.step == run.total:
+            _checkpoint(run)
+        elif run.rank == 0 and prog.step % cfg.save_every == 0:
+            save_state(run)
+        if prog.done or prog.step >= run.total or cfg.dry_run or run.paused() or stop_requested():
+            prog.done = prog.done or prog.step >= run.total or cfg.dry_run
+            break
+    bar.close()
+
+
+def _step(
+    run: Run, ddp: torch.nn.Module, autocast: AbstractContextManager[Any], idx: list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step on the batch `idx`: its loss and the gradient norm before clipping."""
+    with autocast:
+        loss, _ = batch_loss(ddp, run.data, idx, run.cfg, run.device)
+    run.opt.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.cfg.grad_clip)
+    run.opt.step()
+    run.sched.step()
+    return loss, grad_norm
+
+
+def _log_step(run: Run, bar: tqdm, loss: torch.Tensor, grad_norm: torch.Tensor, speed: Throughput) -> None:
+    """Every log_every steps (and the first few) on rank 0: the progress bar and a metrics.jsonl line."""
+    cfg, prog = run.cfg, run.prog
+    if run.rank != 0 or not (prog.step % cfg.log_every == 0 or cfg.dry_run or prog.step <= 3):
+        return
+    rate = speed.tokens * run.world / (time.time() - speed.start)
+    bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{rate:.0f}")
+    log_jsonl(
+        run.metrics_path,
+        {
+            "step": prog.step,
+            "epoch": prog.epoch,
+            "loss": loss.item(),
+            "grad_norm": float(grad_norm),
+            "lr": run.sched.get_last_lr()[0],
+            "tokens_per_s": rate,
+        },
+    )
+
+
+def _checkpoint(run: Run) -> None:
     """Evaluate on rank 0, keep the best checkpoint, apply early stopping, save the resumable state."""
-    if rank == 0:
-        res = evaluate(model, data, cfg)
-        record: dict[str, Any] = {"step": prog.step, "epoch": prog.epoch, "eval": res}
-        candidate, averaged = model, []
-        if cfg.average_last > 1:
-            kept = save_snapshot(cfg.run_dir, model, prog.step, cfg.average_last)
-            if len(kept) > 1:
-                avg = copy.deepcopy(model)
-                average_into(avg, kept)
-                avg_res = evaluate(avg, data, cfg)
-                record["eval_average"] = avg_res | {"snapshots": len(kept)}
-                if avg_res["metric"] > res["metric"]:
-                    candidate, res, averaged = avg, avg_res, [snapshot_step(p) for p in kept]
-        improved = res["metric"] > prog.best
-        if improved:
+    prog = run.prog
+    if run.rank == 0:
+        record: dict[str, Any] = {"step": prog.step, "epoch": prog.epoch}
+        candidate, res, averaged = _candidate(run, record)
+        if res["metric"] > prog.best:
             prog.best, prog.bad_evals = res["metric"], 0
-            save_checkpoint(
-                cfg.run_dir / "best",
-                candidate,
-                data.tokenizer_path,
-                dtype=torch.float16,
-                training={
-                    "config": cfg.to_dict(),
-                    "step": prog.step,
-                    "epoch": prog.epoch,
-                    "seconds": round(prog.seconds),
-                }
-                | ({"averaged_steps": averaged} if averaged else {}),
-                metrics={"valid": res},
-            )
+            _save_best(run, candidate, res, averaged)
         else:
             prog.bad_evals += 1
-            prog.done = prog.bad_evals >= cfg.patience
-        _log_jsonl(metrics_path, record | {"best": prog.best})
+            prog.done = prog.bad_evals >= run.cfg.patience
+        log_jsonl(run.metrics_path, record | {"best": prog.best})
         log.info("step %d epoch %d: %s (best %.4f)", prog.step, prog.epoch, res, prog.best)
-        plot_curves(metrics_path, cfg.run_dir / "curves.png")
-        _save_state(state_path, model, opt, sched, prog, cfg)
-    if world > 1:
-        flag = torch.tensor(
-            [int(prog.done)], device=next(model.parameters()).device
-        )  # nccl needs CUDA tensors
+        plot_curves(run.metrics_path, run.cfg.run_dir / "curves.png")
+        save_state(run)
+    if run.world > 1:
+        flag = torch.tensor([int(prog.done)], device=run.device)  # nccl needs CUDA tensors
         dist.broadcast(flag, 0)
         prog.done = bool(flag.item())
+
+
+def _candidate(run: Run, record: dict[str, Any]) -> tuple[torch.nn.Module, dict[str, float], list[int]]:
+    """The model to compare with the best (with average_last: the mean of the last snapshots when it
+    scores higher), its validation results and the steps it averages; the results go into `record`."""
+    cfg, model = run.cfg, run.model
+    res = evaluate(model, run.data, cfg)
+    record["eval"] = res
+    if cfg.average_last <= 1:
+        return model, res, []
+    kept = save_snapshot(cfg.run_dir, model, run.prog.step, cfg.average_last)
+    if len(kept) <= 1:
+        return model, res, []
+    avg = copy.deepcopy(model)
+    average_into(avg, kept)
+    avg_res = evaluate(avg, run.data, cfg)
+    record["eval_average"] = avg_res | {"snapshots": len(kept)}
+    if avg_res["metric"] > res["metric"]:
+        return avg, avg_res, [snapshot_step(p) for p in kept]
+    return model, res, []
+
+
+def _save_best(run: Run, model: torch.nn.Module, res: dict[str, float], averaged: list[int]) -> None:
+    """runs/<name>/best: the checkpoint (float16) with its training settings, position and metrics."""
+    cfg, prog = run.cfg, run.prog
+    training = {
+        "config": cfg.to_dict(),
+        "step": prog.step,
+        "epoch": prog.epoch,
+        "seconds": round(prog.seconds),
+    }
+    save_checkpoint(
+        cfg.run_dir / "best",
+        model,
+        run.data.tokenizer_path,
+        dtype=torch.float16,
+        training=training | ({"averaged_steps": averaged} if averaged else {}),
+        metrics={"valid": res},
+    )
+
+
+# --- the `sentiment` and `translate` commands ------------------------------------------------------------
+
+
+def cli(argv: list[str], command: str) -> int:
+    """`python -m training sentiment|translate ...`: parse, train (or resume), print the best checkpoint."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(usage(command))
+        return 0
+    task = "sentiment" if command == "sentiment" else "translation"
+    try:
+        cfg = parse_overrides(argv, {"task": task})
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if cfg.task != task:
+        print(f"error: preset/config is a {cfg.task} run, not {task}", file=sys.stderr)
+        return 2
+    print(train(cfg))
+    return 0
+
+
+def sentiment_cli(argv: list[str]) -> int:
+    return cli(argv, "sentiment")
+
+
+def translate_cli(argv: list[str]) -> int:
+    return cli(argv, "translate")

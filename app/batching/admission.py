@@ -1,40 +1,28 @@
-"""What a request costs, and the per-model queue limits it is admitted against.
-
-A work unit is one token through a model: a classifier item costs its tokens; a translated sentence costs
-its source tokens (the encoder) plus beam_size x its output length limit (decoder token-steps: the most its
-decoding can take, EOS forced at the limit). On the shipped models a unit takes ~30-110 us of one core.
-"""
+"""The per-model queue limits a request is admitted against (its items and their work units: each task's
+handler prices its items, app/tasks/handlers.py)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from app.core.errors import QueueFull
-from app.tasks.handlers import DecodeKey, Sentence
-
-if TYPE_CHECKING:
-    from app.batching.batcher import Batcher
 
 
-def sentence_work(key: DecodeKey, max_len: int) -> Callable[[Sentence], int]:
-    """A sentence's work units under `key` for a translator of max_len positions."""
-    opts = key.options(1, max_len)
-    beam = key.beam_size
-    return lambda s: len(s.ids) + beam * min(opts.limit(len(s.ids)), max_len)
+class Waiting(Protocol):
+    """What admission reads of one of a model's batchers (app.batching.batcher.Batcher)."""
 
+    def waiting(self) -> tuple[int, int]:
+        """(items, work units) not yet on a worker."""
+        ...
 
-def sentence_floor(key: DecodeKey, max_len: int) -> int:
-    """The least a sentence can cost under `key` (one token: its EOS), known before tokenizing."""
-    return sentence_work(key, max_len)(Sentence([0]))
+    def purge(self) -> None:
+        """Drop the queued items of requests that are done."""
+        ...
 
-
-def token_work(item: Any) -> int:
-    """A classifier item ((ids, text)) or an attention item (source, target): its tokens."""
-    if isinstance(item, tuple):
-        return len(item[0])
-    return len(item.source) + len(item.target or [])
+    def drain_seconds(self) -> float:
+        """Seconds to run what waits at the recent batch rate."""
+        ...
 
 
 class ModelQueue:
@@ -45,7 +33,7 @@ class ModelQueue:
     def __init__(self, model: str, max_items: int, max_work: int | None = None) -> None:
         assert max_items >= 1, max_items
         self.model, self.max_items, self.max_work = model, max_items, max_work
-        self.batchers: set[Batcher[Any, Any]] = set()  # live ones; a batcher adds and removes itself
+        self.batchers: set[Waiting] = set()  # live ones; a batcher adds and removes itself
 
     def waiting(self) -> tuple[int, int]:
         """(items, work units) waiting in every batcher of the model."""

@@ -30,7 +30,7 @@ from app.core.metrics import Metrics
 from app.core.request_id import CURRENT, RequestInfo, serving
 from model.decoding import DecodingStopped
 
-__all__ = ["BatchStats", "Batcher", "InferenceWorkers", "OnIdle"]
+__all__ = ["BatchSettings", "BatchStats", "Batcher", "InferenceWorkers", "OnIdle"]
 log = logging.getLogger(__name__)
 I = TypeVar("I")  # noqa: E741 - one item in
 O = TypeVar("O")  # noqa: E741 - one result out
@@ -78,44 +78,48 @@ class BatchStats:
     seconds_ewma: float = field(default=0.0)
 
 
-class Batcher(Generic[I, O]):
-    """Queue + loop for one key; `run(items) -> results` executes on `worker` (one forward pass).
+@dataclass(frozen=True)
+class BatchSettings:
+    """How one batcher forms and runs its batches."""
 
-    cost(item) -> work units (default 1); queue: the model's shared admission limits (default: a queue of
-    its own holding max_queue items); expensive: runs in the workers' expensive lane; stoppable: run takes
-    `should_stop=` and may raise DecodingStopped.
+    max_batch_size: int  # items per batch
+    max_delay_s: float  # the longest the first queued item waits for more
+    max_batch_work: int | None = None  # work units per batch (None: no limit; one item at least)
+    expensive: bool = False  # runs in the workers' expensive lane (decoding, attention maps)
+    stoppable: bool = False  # run takes should_stop= and may raise model.DecodingStopped
+    idle_timeout_s: float | None = None  # with on_idle: retired after this long without items
+
+    def __post_init__(self) -> None:
+        assert self.max_batch_size >= 1, self.max_batch_size
+        assert self.max_delay_s >= 0, self.max_delay_s
+
+
+class Batcher(Generic[I, O]):
+    """Queue + loop for one key; `run(items) -> results` executes on `workers` (one forward pass).
+
+    queue: the model's admission limits, shared by all its batchers; cost(item) -> work units (default 1);
+    label: the model label of its metrics and logs (default the queue's model).
     """
 
     def __init__(
         self,
         name: str,
         run: Callable[..., list[O]],
-        worker: InferenceWorkers,
+        workers: InferenceWorkers,
+        queue: ModelQueue,
+        settings: BatchSettings,
         *,
-        max_batch_size: int,
-        max_delay_s: float,
-        max_queue: int | None = None,
-        queue: ModelQueue | None = None,
         cost: Callable[[I], int] | None = None,
-        max_batch_work: int | None = None,
-        expensive: bool = False,
-        stoppable: bool = False,
         metrics: Metrics | None = None,
-        model: str = "",
-        idle_timeout_s: float | None = None,
+        label: str | None = None,
         on_idle: Callable[[Batcher[Any, Any]], None] | None = None,
     ) -> None:
-        assert max_batch_size >= 1, max_batch_size
-        assert max_delay_s >= 0, max_delay_s
-        assert (queue is None) != (max_queue is None), "give max_queue or a shared queue"
-        self.name, self.model = name, model or name
-        self.max_batch_size, self.max_delay_s = max_batch_size, max_delay_s
-        self.max_batch_work = max_batch_work
-        self.queue = queue if queue is not None else ModelQueue(self.model, max_queue or 1)
+        self.name, self.model = name, label or queue.model
+        self.settings = settings
+        self.queue = queue
         self.queue.batchers.add(self)
-        self.expensive, self._stoppable = expensive, stoppable
-        self._run, self._worker, self._metrics, self._cost = run, worker, metrics, cost
-        self._idle_timeout_s, self._on_idle = idle_timeout_s, on_idle
+        self._run, self._worker, self._metrics, self._cost = run, workers, metrics, cost
+        self._on_idle = on_idle
         self._queue: deque[_Item] = deque()
         self._queued_work = 0
         # this key's submitted, unfinished batches (running or waiting for a worker), oldest first
@@ -145,16 +149,18 @@ class Batcher(Generic[I, O]):
         """Nothing queued, nothing submitted."""
         return not self._queue and not self._submitted
 
-    def work(self, payloads: Sequence[I]) -> int:
-        """The work units of these items."""
-        return len(payloads) if self._cost is None else sum(map(self._cost, payloads))
+    def costs(self, payloads: Sequence[I]) -> list[int]:
+        """The work units of each of these items."""
+        return [1] * len(payloads) if self._cost is None else [self._cost(p) for p in payloads]
 
-    def enqueue(self, payloads: Sequence[I], deadline: float) -> asyncio.Future[list[O]]:
+    def enqueue(
+        self, payloads: Sequence[I], deadline: float, costs: list[int] | None = None
+    ) -> asyncio.Future[list[O]]:
         """Queue one request's items; the Future gets their results in order (or the batch's error).
-        QueueFull when the model's queue cannot take them."""
+        QueueFull when the model's queue cannot take them. costs: self.costs(payloads), when known."""
         if self._closing or self._closed:
             raise Unavailable("the server is shutting down")
-        works = [1] * len(payloads) if self._cost is None else [self._cost(p) for p in payloads]
+        works = self.costs(payloads) if costs is None else costs
         self.queue.admit(len(payloads), sum(works))
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -182,9 +188,9 @@ class Batcher(Generic[I, O]):
         items, work = self.waiting()
         if not items:
             return 0.0
-        batches = math.ceil(items / self.max_batch_size)
-        if self.max_batch_work:
-            batches = max(batches, math.ceil(work / self.max_batch_work))
+        batches = math.ceil(items / self.settings.max_batch_size)
+        if self.settings.max_batch_work:
+            batches = max(batches, math.ceil(work / self.settings.max_batch_work))
         return (batches + 1) * self.stats.seconds_ewma
 
     def stop_soon(self) -> None:
@@ -216,9 +222,10 @@ class Batcher(Generic[I, O]):
 
     def _full(self) -> bool:
         """The queue holds a whole batch (by items or by work units)."""
-        if len(self._queue) >= self.max_batch_size:
+        s = self.settings
+        if len(self._queue) >= s.max_batch_size:
             return True
-        return self.max_batch_work is not None and self._queued_work >= self.max_batch_work
+        return s.max_batch_work is not None and self._queued_work >= s.max_batch_work
 
     async def _collect(self) -> list[_Item]:
         """The next batch ([] = stop): the queued items, as soon as one of these holds:
@@ -239,7 +246,9 @@ class Batcher(Generic[I, O]):
                     return []
                 self._wakeup.clear()
                 try:
-                    await asyncio.wait_for(self._wakeup.wait(), None if running else self._idle_timeout_s)
+                    await asyncio.wait_for(
+                        self._wakeup.wait(), None if running else self.settings.idle_timeout_s
+                    )
                 except TimeoutError:
                     if not self._queue and self._on_idle is not None:  # no await since the check: no race
                         self._closed = True
@@ -250,11 +259,11 @@ class Batcher(Generic[I, O]):
                 break
             timer = None
             if self._full():
-                if len(running) <= self._worker.capacity(self.expensive):
+                if len(running) <= self._worker.capacity(self.settings.expensive):
                     break
             else:
-                free = self._worker.free_for(self.expensive)
-                flush_at = self._queue[0].queued_at + self.max_delay_s
+                free = self._worker.free_for(self.settings.expensive)
+                flush_at = self._queue[0].queued_at + self.settings.max_delay_s
                 if (free and not running) or (loop.time() >= flush_at and (free or not running)):
                     break
                 if loop.time() < flush_at:
@@ -265,9 +274,9 @@ class Batcher(Generic[I, O]):
             if timer is not None:
                 timer.cancel()
         batch = [self._queue.popleft()]  # at least one item, whatever its work
-        work = batch[0].work
-        while self._queue and len(batch) < self.max_batch_size:
-            if self.max_batch_work is not None and work + self._queue[0].work > self.max_batch_work:
+        work, s = batch[0].work, self.settings
+        while self._queue and len(batch) < s.max_batch_size:
+            if s.max_batch_work is not None and work + self._queue[0].work > s.max_batch_work:
                 break
             batch.append(self._queue.popleft())
             work += batch[-1].work
@@ -291,7 +300,7 @@ class Batcher(Generic[I, O]):
         try:
             offset = loop.time() - time.monotonic()  # the loop's clock, readable from the worker thread
             live, outputs = await self._worker.run(
-                self._run_live, info, lambda: time.monotonic() + offset, expensive=self.expensive
+                self._run_live, info, lambda: time.monotonic() + offset, expensive=self.settings.expensive
             )
         except Exception as e:
             log.exception("batch of %d item(s) failed in %s", len(batch), self.name)
@@ -358,7 +367,7 @@ class Batcher(Generic[I, O]):
 
     def _run_checked(self, live: list[_Item], now: Callable[[], float]) -> list[O]:
         payloads = [i.payload for i in live]
-        if self._stoppable:
+        if self.settings.stoppable:
             pendings = list({id(i.pending): i.pending for i in live}.values())
 
             def should_stop() -> bool:  # between decoder steps: a few reads per request of the batch

@@ -29,47 +29,35 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r, ns = self.registry, NAMESPACE
+        r = self.registry
         ProcessCollector(registry=r)  # CPU seconds, RSS, open fds, start time (Linux /proc)
         PlatformCollector(registry=r)  # python_info
         GCCollector(registry=r)  # collections per generation
+        own: dict[str, Any] = {"namespace": NAMESPACE, "registry": r}  # transformer_serving_*, here
         self.build = Gauge(
             "build_info",
             "1, labelled with what this process serves with",
             ["version", "torch", "python", "device", "dtype", "quantize"],
-            namespace=ns,
-            registry=r,
+            **own,
         )
-        self.requests = Counter(
-            "http_requests",
-            "HTTP requests by route, method and status",
-            ["route", "method", "status"],
-            namespace=ns,
-            registry=r,
-        )
+        http = ["route", "method", "status"]
+        self.requests = Counter("http_requests", "HTTP requests by route, method and status", http, **own)
         self.latency = Histogram(
             "http_request_duration_seconds",
             "HTTP request latency by route, method and status",
-            ["route", "method", "status"],
+            http,
             buckets=LATENCY_BUCKETS,
-            namespace=ns,
-            registry=r,
+            **own,
         )
         self.batch_size = Histogram(
-            "batch_size",
-            "Items per forward pass, per model",
-            ["model"],
-            buckets=BATCH_BUCKETS,
-            namespace=ns,
-            registry=r,
+            "batch_size", "Items per forward pass, per model", ["model"], buckets=BATCH_BUCKETS, **own
         )
         self.inference = Histogram(
             "inference_duration_seconds",
             "Time of one batched forward pass (with its pre/post-processing), per model",
             ["model"],
             buckets=LATENCY_BUCKETS,
-            namespace=ns,
-            registry=r,
+            **own,
         )
         # per model, summed over its queues (one per decoding mode): read when scraped (watch_queues), so the
         # series stay one per model whatever decoding options clients send, and enqueueing costs nothing here
@@ -77,31 +65,27 @@ class Metrics:
             "queue_depth",
             "Items waiting for a model: in its queues (all its decoding modes) or in batches waiting for a worker",
             ["model"],
-            namespace=ns,
-            registry=r,
+            **own,
         )
-        self.models_loaded = Gauge("models_loaded", "Models loaded and warmed up", namespace=ns, registry=r)
+        self.models_loaded = Gauge("models_loaded", "Models loaded and warmed up", **own)
         # work for nobody: computed for a request that had left, or a decoding stopped because all had left
         self.abandoned = Counter(
             "abandoned_items",
             "Items computed after their request had left (timed out or disconnected), per model",
             ["model"],
-            namespace=ns,
-            registry=r,
+            **own,
         )
         self.stopped = Counter(
             "stopped_items",
             "Items whose decoding stopped between two steps because every request of the batch had left",
             ["model"],
-            namespace=ns,
-            registry=r,
+            **own,
         )
         self.connections_cut = Counter(
             "connections_cut",
             "Connections answered or closed by the connection limits (app/edge/connections.py), by reason",
             ["reason"],
-            namespace=ns,
-            registry=r,
+            **own,
         )
         # labels() costs a lock and a tuple build per call: the children are cached per label values
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}

@@ -98,13 +98,21 @@ class Settings(BaseSettings):
     torch_threads: int = Field(default=0, ge=0)
     # the LibreTranslate-compatible API (app/api/libretranslate/routes.py) under this path; "" = not served
     libretranslate_prefix: str = "/libretranslate"
+    # its answers carry Access-Control-Allow-Origin: * as LibreTranslate's (app/edge/open_cors.py); false:
+    # APP_CORS_ORIGINS, as the native routes
+    libretranslate_cors: bool = True
     fast_path: bool = True  # JSON POST routes skip FastAPI's per-request machinery (app/edge/fastpath.py)
-    # classifier batches run as one TorchScript graph (model.inference.compile_classifier), translators'
-    # encoder and decoder step as traced graphs (Translator.trace)
+    # classifier batches run as one TorchScript graph (model.jit.compile_classifier), translators'
+    # encoder and decoder step as traced graphs (model.jit.trace_translator)
     torchscript: bool = True
     # /translate decodes with this engine; ctranslate2: the checkpoint converted at load (the optional
     # `ctranslate2` extra); /attention stays on torch either way
     translation_engine: Literal["torch", "ctranslate2"] = "torch"
+    # which model answers a language pair (app/registry.py): origins in this order (comma-separated; trained:
+    # here, opus-mt: `python -m training import marian`, argos: an Argos Translate package), and explicit
+    # routes "fr-en=opus-mt-fr-en,de-en=translate-de-en" that override the order
+    origin_order: Annotated[list[str], NoDecode] = ["opus-mt", "argos", "trained"]
+    routes: Annotated[dict[str, str], NoDecode] = {}
     # sys.setswitchinterval: how long a thread waiting for the GIL waits before it asks for it. Python's
     # 5 ms default makes an inference worker wait up to 5 ms for the event loop after every batch
     gil_switch_interval_ms: float = Field(default=0.2, gt=0, le=100)
@@ -146,6 +154,28 @@ class Settings(BaseSettings):
         if isinstance(v, str):
             return [o.strip() for o in v.split(",") if o.strip()]
         return v
+
+    @field_validator("origin_order", mode="before")
+    @classmethod
+    def _split_origins_order(cls, v: object) -> object:
+        if isinstance(v, str):
+            v = [o.strip() for o in v.split(",") if o.strip()]
+        if isinstance(v, list) and (unknown := [o for o in v if o not in ("trained", "opus-mt", "argos")]):
+            raise ValueError(f"origins are trained, opus-mt and argos, got {unknown}")
+        return v
+
+    @field_validator("routes", mode="before")
+    @classmethod
+    def _parse_routes(cls, v: object) -> object:
+        if not isinstance(v, str):
+            return v
+        routes = {}
+        for part in (p.strip() for p in v.split(",") if p.strip()):
+            pair, _, name = part.partition("=")
+            if not re.fullmatch(r"[A-Za-z_]+-[A-Za-z_]+", pair.strip()) or not name.strip():
+                raise ValueError(f"routes look like fr-en=MODEL,de-en=MODEL; got {part!r}")
+            routes[pair.strip()] = name.strip()
+        return routes
 
     @field_validator("api_key", "metrics_api_key", mode="before")
     @classmethod
@@ -281,14 +311,17 @@ class Settings(BaseSettings):
             )
         return self.quantize
 
-    def ctranslate2_kwargs(self, device: torch.device, dtype: torch.dtype) -> dict[str, Any] | None:
-        """ctranslate2.Translator keyword arguments for APP_TRANSLATION_ENGINE=ctranslate2 (None for torch):
+    def ctranslate2_kwargs(
+        self, device: torch.device, dtype: torch.dtype, always: bool = False
+    ) -> dict[str, Any] | None:
+        """ctranslate2.Translator keyword arguments for APP_TRANSLATION_ENGINE=ctranslate2 (None for torch,
+        unless `always`: Argos packages run on CTranslate2 whatever the engine):
         the server's device and dtype (APP_QUANTIZE=int8: compute_type int8), one replica per inference worker
         (inter_threads) so the workers decode side by side, each with the workers' intra-op threads.
         SettingsError when ctranslate2 is missing or cannot run this device and compute type."""
-        if self.translation_engine != "ctranslate2":
+        if self.translation_engine != "ctranslate2" and not always:
             return None
-        engine = f"{ENV_PREFIX}TRANSLATION_ENGINE=ctranslate2"
+        engine = f"{ENV_PREFIX}TRANSLATION_ENGINE=ctranslate2" if not always else "an Argos Translate package"
         if importlib.util.find_spec("ctranslate2") is None:
             raise SettingsError(
                 f"{engine}: the ctranslate2 package is not installed (pip install ctranslate2, or the "
@@ -323,7 +356,7 @@ class Settings(BaseSettings):
         if dtype == torch.bfloat16 and (
             torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
         ):
-            return None  # native bf16 matrix products: measured 1.3-1.9x faster than float32 (BENCHMARKS.md)
+            return None  # native bf16 matrix products: faster than float32 (BENCHMARKS.md)
         if dtype == torch.float16 and torch.cpu._is_amx_fp16_supported():
             return None
         native = "AVX512-BF16 or AMX" if dtype == torch.bfloat16 else "AMX-FP16"

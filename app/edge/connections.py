@@ -75,8 +75,9 @@ class Rejected(Exception):
         self.status, self.reason = status, reason
 
 
-class Registry:
-    """Per server: connections waiting for a request, oldest first (the ones to close when full)."""
+class IdleConnections:
+    """Per server: connections waiting for a request, oldest first (the ones to close when full), and the
+    count of refused connections waiting to read their 503."""
 
     def __init__(self) -> None:
         # oldest first; an OrderedDict pops its first item in O(1) (a dict scans the slots freed before it)
@@ -100,7 +101,7 @@ class Registry:
         return False
 
 
-_registries: weakref.WeakKeyDictionary[ServerState, Registry] = weakref.WeakKeyDictionary()
+_idle_connections: weakref.WeakKeyDictionary[ServerState, IdleConnections] = weakref.WeakKeyDictionary()
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
@@ -118,7 +119,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self.registry = _registries.setdefault(server_state, Registry())
+        self.idle_connections = _idle_connections.setdefault(server_state, IdleConnections())
         # waiting for: a request (idle), the rest of its head, its body, the app's answer
         self.phase: Literal["idle", "head", "body", "app", "closing"] = "idle"
         self.deadline: asyncio.TimerHandle | None = None
@@ -135,26 +136,26 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(transport)  # joins server_state.connections
         limits = self.limits
         full = len(self.connections) > limits.max_connections
-        if full and self.registry.evict():
+        if full and self.idle_connections.evict():
             self._cut("evicted")
         elif full:
             self._cut("refused")
-            if self.registry.refused >= refusal_slots(limits.max_connections):
+            if self.idle_connections.refused >= refusal_slots(limits.max_connections):
                 transport.close()
                 return
             self.refused = True
-            self.registry.refused += 1
+            self.idle_connections.refused += 1
             self.app = self._refusing_app
-        if not self.refused:
-            self.registry.wait(self)  # refused ones are not evicted: they get their second to read the 503
+        if not self.refused:  # refused ones are not evicted: they get their second to read the 503
+            self.idle_connections.wait(self)
         self._arm(REFUSAL_GRACE_S if self.refused else limits.header_timeout_s, self._head_timed_out)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        self.registry.busy(self)
+        self.idle_connections.busy(self)
         if self.refused:
             self.refused = False
-            self.registry.refused -= 1
+            self.idle_connections.refused -= 1
         super().connection_lost(exc)
 
     async def _refusing_app(self, scope: Any, receive: Any, send: Any) -> None:
@@ -254,7 +255,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.write(b"".join(head))
         self.phase = "closing"
         self._disarm()
-        self.registry.busy(self)
+        self.idle_connections.busy(self)
         self.flow.resume_reading()
         if self.transport.can_write_eof():
             self.transport.write_eof()  # after the answer; the client sees its end and closes
@@ -318,7 +319,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
-        self.registry.busy(self)
+        self.idle_connections.busy(self)
         self.phase, self.head_begun, self.head_bytes = "body", False, 0
         self.heads += 1
         self._arm(self.limits.body_timeout_s, self._body_timed_out)
@@ -346,7 +347,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         """Between requests: uvicorn's keep-alive timeout runs; the head deadline starts with a first byte."""
         self.phase = "idle"
         self._disarm()
-        self.registry.wait(self)
+        self.idle_connections.wait(self)
 
 
 def _detail(message: str) -> bytes:

@@ -2,8 +2,8 @@
 (APP_FAST_PATH, on by default): today /sentiment, /translate and /detect.
 
 FastAPI's per-request machinery (matching across every router, solving each dependency, validating the
-response model again) costs ~0.35 ms of CPU per request, more than the whole rest of a request's path: the
-A/B in BENCHMARKS.md. This path is generated from the APIRoutes and runs the same code: the route's body
+response model again) costs more CPU per request than the whole rest of a request's path: the A/B in
+BENCHMARKS.md. This path is generated from the APIRoutes and runs the same code: the route's body
 model validates the body, its dependencies are called as FastAPI calls them (so deps.client_disconnect is
 the one disconnect watcher), the route function itself runs, and its response_model is serialized with its
 response_model_exclude_none. It sits inside app.edge.gate.Gate, which keeps the limits, the API key, CORS and the

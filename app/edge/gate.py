@@ -1,8 +1,8 @@
 """The one outer layer: every HTTP request crosses it exactly once, on its way to FastAPI's routing.
 
 From the outside in: the request id (X-Request-ID on every answer, app/core/request_id.py), request metrics and
-the access line (every answer counted and timed, labelled by route template), CORS (so that the answers
-given here carry its headers too), then the checks that must come before the body is read: a declared
+the access line (every answer counted and timed, labelled by route template), CORS (APP_CORS_ORIGINS; the
+LibreTranslate API's prefix: open, app/edge/open_cors.py; so that the answers given here carry its headers too), then the checks that must come before the body is read: a declared
 Content-Length over APP_MAX_BODY_BYTES is a 413 (413/415/501 as {"error": ...} under the LibreTranslate API's
 prefix), a request for a route that declares API_KEY without the key a 401 (GET /metrics also takes
 APP_METRICS_API_KEY, or no key with APP_METRICS_PUBLIC). A chunked body is counted as it streams (BodyTooLarge
@@ -28,6 +28,7 @@ from app.core.request_id import CURRENT, HEADER, RequestInfo, incoming_id
 from app.core.settings import Settings
 from app.edge.api_key import authorized, needs_key
 from app.edge.body_limit import BodyTooLarge, coded_body, declared_length, limited
+from app.edge.open_cors import OpenCors
 
 
 class Gate:
@@ -52,6 +53,8 @@ class Gate:
             [] if settings.metrics_public or (self.key is None and self.metrics_key is None) else scrape
         )
         self.checked: ASGIApp = self._checked
+        # the LibreTranslate API's paths: open CORS, as LibreTranslate (unless APP_LIBRETRANSLATE_CORS=false)
+        self.lt_cors = OpenCors(self._checked) if self.lt_prefix and settings.libretranslate_cors else None
         if settings.cors_origins:
             self.checked = CORSMiddleware(
                 self._checked,
@@ -77,8 +80,9 @@ class Gate:
                 message["headers"] = [*message.get("headers", ()), request_id]
             await send(message)
 
+        checked = self.lt_cors if self.lt_cors is not None and self._under_lt(scope) else self.checked
         try:
-            await self.checked(scope, receive, send_status)
+            await checked(scope, receive, send_status)
         finally:
             seconds, route = time.perf_counter() - start, self._label(scope)
             self.metrics.observe_request(route, scope["method"], status, seconds)
@@ -110,10 +114,14 @@ class Gate:
                 raise
             await error_response(exc, f"{scope['method']} {scope['path']}")(scope, receive, send)
 
+    def _under_lt(self, scope: Scope) -> bool:
+        """Whether the path is the LibreTranslate API's."""
+        return bool(self.lt_prefix) and str(scope["path"]).startswith(self.lt_prefix + "/")
+
     def _refuse(self, exc: HTTPException, scope: Scope) -> Response:
         """The answer to a body refused before routing: {"error": ...} under the LibreTranslate API's prefix
         (its clients read that), else the native {"detail": ...}."""
-        if self.lt_prefix and scope["path"].startswith(self.lt_prefix + "/"):
+        if self._under_lt(scope):
             return JSONResponse({"error": exc.detail}, exc.status_code, exc.headers)
         return error_response(exc, "before routing")
 

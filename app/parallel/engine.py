@@ -25,6 +25,7 @@ from app.service import Service
 
 log = logging.getLogger("app.parallel.engine")  # run as __main__
 STATE_POLL_S = 0.05  # how often readiness is compared with what the HTTP processes were last told
+METRICS_TIMEOUT_S = 2.0  # an HTTP process that does not send its metrics within this is left out of a scrape
 
 
 class Engine:
@@ -110,7 +111,8 @@ class Engine:
     async def _metrics(self) -> bytes:
         """This process's metric families and every HTTP process's, summed."""
         up = [c for c, pid in self.channels.items() if pid is not None]
-        theirs = await asyncio.gather(*(c.call("families") for c in up), return_exceptions=True)
+        asks = (asyncio.wait_for(c.call("families"), METRICS_TIMEOUT_S) for c in up)
+        theirs = await asyncio.gather(*asks, return_exceptions=True)  # a stuck process: left out
         families = [list(self.service.metrics.registry.collect())]
         families += [f for f in theirs if isinstance(f, list)]
         return render(merge(families))

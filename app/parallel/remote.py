@@ -52,9 +52,12 @@ class RemoteService(Service):
 
     async def start(self) -> None:
         """Read the configs (routing), build the language detector, connect and say hello."""
-        device = self.settings.torch_device()
+        s = self.settings
+        device = s.torch_device()
+        dtype = s.torch_dtype(device)
+        quantize = s.quantize_mode(device, dtype)
         self.registry = Registry.discover(
-            self.settings.check_checkpoint_dir(), device, self.settings.torch_dtype(device)
+            s.check_checkpoint_dir(), device, dtype, quantize, s.origin_order, s.routes
         )
         self.detector = await asyncio.to_thread(LanguageDetector, self.registry.languages)
         reader, writer = await _connect(self.socket_path)

@@ -126,11 +126,15 @@ function fillModelSelects() {
     el("option", { value: "" }, "auto (by language)"),
     ...sentiment.map((m) => el("option", { value: m.name }, `${m.name} (${m.source_langs.join(", ")})`)),
   );
+  // "auto" first (the default): the API detects each text's language and picks the model
   const pairs = new Map();
+  for (const m of translators) for (const t of m.target_langs) pairs.set(`auto>${t}`, `detect language → ${t}`);
   for (const m of translators) {
     for (const s of m.source_langs) for (const t of m.target_langs) pairs.set(`${s}>${t}`, `${s} → ${t}`);
   }
+  const chosen = $("translate-pair").value;
   $("translate-pair").replaceChildren(...[...pairs].map(([v, label]) => el("option", { value: v }, label)));
+  if (pairs.has(chosen)) $("translate-pair").value = chosen;
   const current = $("attention-model").value;
   $("attention-model").replaceChildren(...state.models.map((m) => el("option", { value: m.name }, m.name)));
   if (current) $("attention-model").value = current;
@@ -189,15 +193,22 @@ function submitTranslate(ev) {
   return run("translate", async () => {
     const res = await api("POST", "/translate", body);
     const r = res.results[0];
+    const model = r.model || res.model;  // per text with "auto": the model that answered, or "passthrough"
     const hyps = r.hypotheses || [{ translation: r.translation, score: r.score }];
+    const found = r.detected_language;
     $("translate-result").replaceChildren(
-      el("p", { class: "muted small" }, `${res.model} · ${greedy ? "greedy" : `beam ${body.beam_size}`} · score = length-normalised log-probability`),
+      el("p", { class: "answered" },
+        found ? el("span", { "data-testid": "translate-detected", dataset: { language: found.language } },
+          `detected ${found.language} (${(100 * found.confidence).toFixed(0)}%) · `) : "",
+        el("span", { "data-testid": "translate-model", dataset: { model } },
+          model === "passthrough" ? `passed through unchanged (nothing to translate into ${target})` : `answered by ${model}`)),
+      el("p", { class: "muted small" }, `${model} · ${greedy ? "greedy" : `beam ${body.beam_size}`} · score = length-normalised log-probability`),
       el("ol", { class: "hyps", id: "translate-hypotheses" }, ...hyps.map((h) =>
         el("li", { "data-testid": "hypothesis" },
           el("span", { class: "hyp-text" }, h.translation),
           el("span", { class: "score", "data-testid": "hypothesis-score" }, h.score == null ? "" : h.score.toFixed(3)),
-          el("button", { type: "button", class: "link", title: "attention for this hypothesis",
-            onclick: () => showAttentionFor(res.model, text, h.translation, target) }, "attention")))),
+          model === "passthrough" ? "" : el("button", { type: "button", class: "link", title: "attention for this hypothesis",
+            onclick: () => showAttentionFor(model, text, h.translation, target) }, "attention")))),
     );
     $("translate-result").hidden = false;
   });

@@ -60,6 +60,10 @@ class AttentionHandler:
         self.encoder_layers = cfg.n_layers
         self.decoder_layers = cfg.n_decoder_layers if self.is_translator else 0
 
+    def cost(self, item: AttentionItem) -> int:
+        """Work units: its tokens, source and target."""
+        return len(item.source) + len(item.target or [])
+
     def select(self, layers: list[int] | None, heads: list[int] | None) -> LayerSelection:
         """Validated layer/head subsets (default all); 422 naming the valid ranges otherwise. A layer index
         selects that layer in each stack that has it (a 4-layer encoder with a 3-layer decoder: layer 3 is

@@ -1,7 +1,7 @@
 """/attention as a PNG: encoder self-attention for classifiers, cross-attention (target x source) for
 translators, drawn by app/tasks/heatmap.py.
 
-A PNG takes ~1 s of CPU, mostly Python holding the GIL: in a thread it would halve the event loop's share of
+A PNG takes long to draw, mostly Python holding the GIL: in a thread it would halve the event loop's share of
 the interpreter. PngRenderer draws in a process of its own (spawned: numpy and matplotlib only, niced below
 the server), one PNG at a time, for at most MAX_PNG_REQUESTS requests at once (429 beyond).
 """

@@ -1,15 +1,22 @@
 """Per task, what the service does with a request around its batcher.
 
-Each handler (and app.tasks.attention_maps.AttentionHandler) has `run(items) -> results`: the one call its Batcher makes, in an inference worker, on one
-dynamic batch (results in item order, one per item). The rest runs on the event loop and is named for what
-it does: a request's texts become batch items (`tokenize`, `sentences`), results become response schemas
-(`result`, `join`). Model calls go through model.inference, the code path shared with the evaluate CLI.
+Each handler (and app.tasks.attention_maps.AttentionHandler) has `run(items) -> results`: the one call its
+Batcher makes, in an inference worker, on one dynamic batch (results in item order, one per item), and
+`cost(item)`: the item's work units, what admission and batch cutting count. The rest runs on the event loop
+and is named for what it does: a request's texts become batch items (`tokenize`, `sentences`), results become
+response schemas (`result`, `join`). Model calls go through model.inference, the code path shared with the
+evaluate CLI.
+
+A work unit is one token through a model: a classifier item costs its tokens; a translated sentence costs its
+source tokens (the encoder) plus beam_size x its output length limit (decoder token-steps: the most its
+decoding can take, EOS forced at the limit).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -24,8 +31,9 @@ from model import (
     Tokenizer,
     Translator,
 )
-from model.decoding import StopCheck
-from model.inference import classify_ids, compile_classifier, translate_ids
+from model.decoding import Decodable, StopCheck
+from model.inference import classify_ids, translate_ids
+from model.jit import compile_classifier, trace_translator
 from model.preprocess import classifier_ids, source_ids
 
 WARMUP_TEXT = "warm up"
@@ -43,12 +51,14 @@ def uncut_length(tokenizer: Tokenizer, text: str, ids: list[int], max_len: int, 
 def checked_source_ids(
     name: str, tokenizer: Tokenizer, cfg: ModelConfig, text: str, loc: Sequence[str | int]
 ) -> list[int]:
-    """Translator source ids (pieces + EOS); 422 naming the limit when they do not fit max_len."""
+    """Translator source ids (pieces + EOS); 422 naming the limit when they do not fit max_len (less a
+    source-side target tag's position)."""
     ids = source_ids(tokenizer, text, cfg)
-    if n := uncut_length(tokenizer, text, ids, cfg.max_len, 1):
+    if n := uncut_length(tokenizer, text, ids, cfg.max_source_len, 1):
         raise invalid(
             loc,
-            f"a sentence of {n} tokens exceeds the {cfg.max_len}-token limit of {name} (EOS included): {text[:60]!r}",
+            f"a sentence of {n} tokens exceeds the {cfg.max_source_len}-token limit of {name} (EOS included): "
+            f"{text[:60]!r}",
         )
     return ids
 
@@ -66,6 +76,10 @@ class SentimentHandler:
     def tokenize(self, text: str) -> ClassifierItem:
         ids = classifier_ids(self.tokenizer, text, self.model.cfg)  # truncated to max_len like training
         return ids, text
+
+    def cost(self, item: ClassifierItem) -> int:
+        """Work units: its tokens."""
+        return len(item[0])
 
     def run(self, items: list[ClassifierItem]) -> list[list[float]]:
         """Class probabilities per item; classify_ids sorts by length and pads (B, S) per length bucket."""
@@ -108,6 +122,11 @@ class DecodeKey:
             length_penalty=self.length_penalty, num_hypotheses=num_hypotheses,
         )  # fmt: skip
 
+    def work(self, sentence: Sentence, max_len: int) -> int:
+        """A sentence's work units under these options, for a translator of max_len positions."""
+        n = len(sentence.ids)
+        return n + self.beam_size * min(self.options(1, max_len).limit(n), max_len)
+
 
 @dataclass(frozen=True)
 class Sentence:
@@ -137,16 +156,24 @@ class TranslationHandler:
     """Text -> sentences -> source ids -> n-best hypotheses -> text joined back."""
 
     def __init__(self, loaded: LoadedModel, torchscript: bool = True) -> None:
-        """torchscript: decode with the model's traced encoder and step graphs (Translator.trace); /attention
-        keeps the eager path, which returns every attention map."""
+        """torchscript: decode with the model's traced encoder and step graphs (model.jit.trace_translator);
+        /attention keeps the eager path, which returns every attention map."""
         assert isinstance(loaded.model, Translator)
         self.name, self.model, self.tokenizer = loaded.name, loaded.model, loaded.tokenizer
-        if torchscript:
-            self.model.trace()
+        self.decoder: Decodable[Any] = trace_translator(self.model) if torchscript else self.model
+        self.cfg = loaded.config
         self.max_len = loaded.config.max_len
 
+    def cost(self, item: Sentence, key: DecodeKey) -> int:
+        """Work units of a sentence decoded under `key`."""
+        return key.work(item, self.max_len)
+
+    def least_cost(self, key: DecodeKey) -> int:
+        """The least a sentence can cost under `key` (one token: its EOS), known before tokenizing."""
+        return key.work(Sentence([0]), self.max_len)
+
     def encode_source(self, text: str, loc: Sequence[str | int]) -> list[int]:
-        return checked_source_ids(self.name, self.tokenizer, self.model.cfg, text, loc)
+        return checked_source_ids(self.name, self.tokenizer, self.cfg, text, loc)
 
     def sentences(
         self,
@@ -188,7 +215,7 @@ class TranslationHandler:
     ) -> list[list[Hypothesis]]:
         """One dynamic batch of source ids -> n-best hypotheses per item (the engine's part of `run`)."""
         with torch.inference_mode():
-            return translate_ids(self.model, seqs, opts, target_lang, max(1, len(seqs)), should_stop)
+            return translate_ids(self.decoder, seqs, opts, target_lang, max(1, len(seqs)), should_stop)
 
     def join(
         self, layout: TextLayout, outputs: list[list[SentenceTranslation]], n: int, return_scores: bool
@@ -216,5 +243,5 @@ class TranslationHandler:
 
     def warmup(self) -> None:
         ids = self.encode_source(WARMUP_TEXT, ("text",))
-        lang = self.model.cfg.target_langs[0]
+        lang = self.cfg.target_langs[0]
         self.run([Sentence(ids)], DecodeKey(lang, beam_size=2, length_penalty=0.6, max_length=4))

@@ -1,6 +1,7 @@
 """Language identification among the served languages: py3langid (langid.py's naive Bayes model over byte
-n-grams, 97 languages, bundled in its wheel: nothing is downloaded). Chosen by measurement (bench/langid.py):
-the best accuracy on the served languages' test splits, short texts included, at ~0.06 ms per text.
+n-grams, 97 languages, bundled in its wheel: nothing is downloaded). Chosen by measurement (bench/langid.py,
+BENCHMARKS.md): the best accuracy on the served languages' test splits, short texts included, and fast enough
+to run a few short texts on the event loop.
 
 The model ranks its languages; `restrict` keeps the served ones, renormalised. A text that the model puts in
 another language with probability >= FLAG_UNSERVED (Italian, Japanese, ...) comes back with that language first,

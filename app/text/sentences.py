@@ -1,9 +1,9 @@
-"""Sentence splitting for /translate: sentencex (Wikimedia's rule-based segmenter: ~300 languages, their
-abbreviation lists and fallbacks compiled in; 2 µs a sentence), plus two fixes for what its rules miss.
+"""Sentence splitting for /translate: sentencex (Wikimedia's rule-based segmenter: its languages'
+abbreviation lists and fallbacks compiled in, and fast), plus two fixes for what its rules miss.
 
-Chosen by measurement on tests/app/data/sentence_splits.json (bench/sentences.py): sentencex alone passes 43 of the
-51 cases (the regex before it 22, pysbd 44 at ~0.5 ms a text, blingfire 46 with a 100 MB wheel). What it misses,
-and the fixes here (each has its cases in the corpus):
+Chosen by measurement on tests/app/data/sentence_splits.json (bench/sentences.py, BENCHMARKS.md): sentencex
+alone passes more of the cases than the regex before it, and pysbd or blingfire pass barely more at a far
+higher cost (time, wheel size). What it misses, and the fixes here (each has its cases in the corpus):
 - a break after "?!", "!?" or "…" before a capital ("Quoi ?! Tu plaisantes !"): split there too;
 - a break inside a sentence: a piece that ends with a German ordinal ("im 19. Jahrhundert"), the French "M."
   (Monsieur) or "c.-à-d.", or whose next piece starts with "-", "º" or "ª" ("1.º de enero"), joins the next
@@ -17,7 +17,7 @@ import re
 
 from sentencex import segment
 
-from app.schemas import is_blank
+from app.text.blank import is_blank
 
 _ALSO_ENDS = re.compile(r"(?<=[?!…])\s+(?=[\"'«„“‘¿¡(\[]?[A-ZÀ-ÖØ-ÞĀ-ſ])")  # ?! or … + capital
 _JOINS_NEXT = {  # language -> a piece ending like this does not end a sentence
@@ -42,7 +42,7 @@ def _chunks(lang: str, line: str) -> list[str]:
 
 def split_line(lang: str, line: str) -> list[str]:
     """One line's sentences, stripped; none blank (whitespace or characters the models ignore only, see
-    app.schemas.is_blank); a joined sentence keeps the line's own spacing."""
+    app.text.blank.is_blank); a joined sentence keeps the line's own spacing."""
     joins = _JOINS_NEXT.get(lang)
     sentences: list[str] = []  # unstripped
     for chunk in _chunks(lang, line):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +63,29 @@ async def test_models_lists_everything_served(client: httpx.AsyncClient, app_che
         "name": "sentiment-en", "task": "sentiment", "status": "ready", "source_langs": ["en"],
         "target_langs": [], "labels": ["negative", "positive"], "parameters": None, "dtype": "float32",
         "device": "cpu", "max_len": 512, "sha256": None, "metrics": {"accuracy": 0.5}, "model_card": False,
+        "domain": None, "limits": [],
+        "origin": "trained", "engine": "torch",
     }  # fmt: skip
     assert en["parameters"] > 0
     assert by_name["translate-multi"]["target_langs"] == ["en", "fr"]
     assert by_name["translate-fr-en"]["metrics"] == {"bleu": 0.0}
+
+
+async def test_models_shows_a_translators_domain_and_limits(
+    tmp_path: Path, tiny_translator_checkpoint: Path
+) -> None:
+    """config.json's "card" (training/ship.py writes it from the recipe) is the /models entry's."""
+    ckpt = tmp_path / "translate-fr-en"
+    shutil.copytree(tiny_translator_checkpoint, ckpt)
+    meta = json.loads((ckpt / "config.json").read_text())
+    card = {
+        "domain": "Tatoeba's short everyday sentences.",
+        "limits": [{"kind": "news text", "source": "Le gouvernement.", "output": "The resident."}],
+    }
+    (ckpt / "config.json").write_text(json.dumps(meta | {"card": card}))
+    async with serve(Settings(checkpoint_dir=tmp_path, warmup=False)) as (_, client):
+        [entry] = (await client.get("/models")).json()["models"]
+    assert (entry["domain"], entry["limits"]) == (card["domain"], card["limits"])
 
 
 async def test_metrics_is_prometheus_text(client: httpx.AsyncClient) -> None:
@@ -248,6 +269,72 @@ async def test_translate_explicit_model_must_cover_the_pair(client: httpx.AsyncC
     r = await client.post("/translate", json=req | {"model": "translate-fr-en"})
     assert r.status_code == 404
     assert "translate-fr-en translates fr -> en, not de -> fr" in r.json()["detail"]
+
+
+async def batches(client: httpx.AsyncClient) -> float:
+    """Batches run by every translator so far (the batch_size histograms' counts in /metrics)."""
+    text = (await client.get("/metrics")).text
+    counts = re.findall(
+        r'^transformer_serving_batch_size_count\{model="translate-[^"]*"\} (\S+)$', text, re.M
+    )
+    return sum(float(c) for c in counts)
+
+
+LETTERLESS = ["12345", "😀", "!!! 3,14 % — 19:30 €", "👍🏽 🇫🇷"]
+
+
+@pytest.mark.parametrize("source", ["fr", "auto"])
+async def test_translate_passes_letterless_text_through_without_a_model_call(
+    client: httpx.AsyncClient, source: str
+) -> None:
+    before = await batches(client)
+    for fields in ({"texts": LETTERLESS}, {"text": LETTERLESS[1]}):
+        r = await client.post("/translate", json=fields | {"source_lang": source, "return_scores": True})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["model"] == "passthrough"
+        expected = fields.get("texts", [fields.get("text")])
+        assert body["results"] == [{"translation": t, "score": 0.0, "model": "passthrough"} for t in expected]
+    assert await batches(client) == before  # no model ran
+
+
+async def test_translate_passes_same_language_through(client: httpx.AsyncClient) -> None:
+    before = await batches(client)
+    for lang, text in (("fr", "Le chat dort."), ("en", "The cat sleeps."), ("de", "Der Hund.")):
+        req = {"texts": [text, "42"], "source_lang": lang, "target_lang": lang, "num_hypotheses": 2}
+        r = await client.post("/translate", json=req | {"beam_size": 2})
+        assert r.status_code == 200, r.text
+        assert r.json() == {
+            "model": "passthrough",
+            "results": [
+                {"translation": t, "hypotheses": [{"translation": t, "score": 0.0}], "model": "passthrough"}
+                for t in (text, "42")
+            ],
+        }
+    assert await batches(client) == before
+    r = await client.post("/translate", json={"text": "hola", "source_lang": "es", "target_lang": "es"})
+    assert r.status_code == 404  # a language no model serves stays an error
+    assert "no model translates es -> es" in r.json()["detail"]
+
+
+async def test_translate_auto_mixes_translated_and_passed_through_texts(client: httpx.AsyncClient) -> None:
+    fr, en = "Le chat dort sur le canapé.", "The cat sleeps on the sofa every day."
+    r = await client.post("/translate", json={"texts": [fr, en, "2024"], "source_lang": "auto"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["model"] == "translate-fr-en,passthrough"
+    [translated, same, number] = body["results"]
+    [expected] = (await client.post("/translate", json={"texts": [fr], "source_lang": "fr"})).json()[
+        "results"
+    ]
+    assert (translated["translation"], translated["model"]) == (expected["translation"], "translate-fr-en")
+    assert translated["detected_language"]["language"] == "fr"
+    assert (same["translation"], same["model"], same["detected_language"]["language"]) == (
+        en,
+        "passthrough",
+        "en",
+    )
+    assert number == {"translation": "2024", "model": "passthrough"}  # nothing detected in it
 
 
 async def test_translate_sentence_over_max_len_is_422_naming_the_limit(client: httpx.AsyncClient) -> None:

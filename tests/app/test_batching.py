@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from app.batching.batcher import Batcher, InferenceWorkers
+from app.batching.admission import ModelQueue
+from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers
 from app.core.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
 from app.core.metrics import Metrics
 from app.queues import BatcherPool
@@ -58,9 +59,9 @@ async def executor() -> AsyncIterator[InferenceWorkers]:
 
 @pytest.fixture
 def make(executor: InferenceWorkers) -> Callable[..., Batcher[int, int]]:
-    def build(run: Callable[[list[int]], list[int]], **kw: Any) -> Batcher[int, int]:
-        opts = {"max_batch_size": 4, "max_delay_s": 0.05, "max_queue": 100} | kw
-        return Batcher("test", run, executor, **opts)
+    def build(run: Callable[[list[int]], list[int]], max_queue: int = 100, **kw: Any) -> Batcher[int, int]:
+        settings = BatchSettings(**({"max_batch_size": 4, "max_delay_s": 0.05} | kw))
+        return Batcher("test", run, executor, ModelQueue("test", max_queue), settings)
 
     return build
 
@@ -244,14 +245,7 @@ async def test_close_finishes_queued_items_then_rejects(make: Callable[..., Batc
 async def test_metrics_record_batch_sizes(executor: InferenceWorkers) -> None:
     metrics = Metrics()
     b: Batcher[int, int] = Batcher(
-        "q",
-        lambda xs: xs,
-        executor,
-        max_batch_size=8,
-        max_delay_s=0.02,
-        max_queue=10,
-        metrics=metrics,
-        model="m",
+        "q", lambda xs: xs, executor, ModelQueue("m", 10), BatchSettings(8, 0.02), metrics=metrics
     )
     await asyncio.gather(*(b.enqueue([i], FAR) for i in range(3)))
     reg = metrics.registry
@@ -264,10 +258,8 @@ async def test_pool_retires_idle_dynamic_batchers(executor: InferenceWorkers) ->
     pool = BatcherPool()
 
     def create(on_idle: Callable[[Batcher[Any, Any]], None]) -> Batcher[Any, Any]:
-        return Batcher(
-            "dyn", lambda xs: xs, executor, max_batch_size=2, max_delay_s=0.0, max_queue=10,
-            idle_timeout_s=0.05, on_idle=on_idle,
-        )  # fmt: skip
+        settings = BatchSettings(max_batch_size=2, max_delay_s=0.0, idle_timeout_s=0.05)
+        return Batcher("dyn", lambda xs: xs, executor, ModelQueue("dyn", 10), settings, on_idle=on_idle)
 
     first = pool.get("k", create)
     assert await first.enqueue([1], FAR) == [1]
@@ -337,7 +329,9 @@ async def test_two_workers_run_two_full_batches_side_by_side() -> None:
         both.wait(5)  # raises BrokenBarrierError unless the other batch runs at the same time
         return [x * 10 for x in items]
 
-    b = Batcher("test", run, workers, max_batch_size=2, max_delay_s=30.0, max_queue=100)
+    b = Batcher(
+        "test", run, workers, ModelQueue("test", 100), BatchSettings(max_batch_size=2, max_delay_s=30.0)
+    )
     assert await asyncio.gather(b.enqueue([1, 2], FAR), b.enqueue([3, 4], FAR)) == [[10, 20], [30, 40]]
     assert b.stats.batches == 2
     await b.close()
@@ -387,7 +381,9 @@ async def test_a_partial_batch_goes_to_a_free_worker_after_max_delay() -> None:
             assert gate.wait(10)
         return [x * 10 for x in items]
 
-    b = Batcher("test", run, workers, max_batch_size=8, max_delay_s=0.02, max_queue=100)
+    b = Batcher(
+        "test", run, workers, ModelQueue("test", 100), BatchSettings(max_batch_size=8, max_delay_s=0.02)
+    )
     first = b.enqueue([1], FAR)
     await asyncio.to_thread(first_started.wait, 5)
     start = time.monotonic()

@@ -57,6 +57,19 @@ class Held:
         monkeypatch.setattr(SentimentHandler, "run", run)
 
 
+@pytest.fixture
+def boom(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SentimentHandler.run fails every batch that holds the BOOM text."""
+    original = SentimentHandler.run
+
+    def run(self: SentimentHandler, batch: list[ClassifierItem]) -> list[list[float]]:
+        if self.tokenize(BOOM) in batch:
+            raise RuntimeError("kaboom")
+        return original(self, batch)
+
+    monkeypatch.setattr(SentimentHandler, "run", run)
+
+
 def queued(app: FastAPI) -> int:
     """Items waiting in the app's queues (not yet on a worker)."""
     return sum(len(batcher) for _, batcher in app.state.service.pool.items())
@@ -209,24 +222,15 @@ async def test_past_the_deadline_is_504_and_the_item_is_skipped(
         assert "APP_REQUEST_TIMEOUT_S" in r.json()["detail"]
         assert (await blocker).status_code == 504  # the held one itself is past its 0.2 s
         held.release.set()
-        assert service.worker is not None
-        await eventually(lambda: service.worker.busy == 0)  # a running batch is not interrupted: it ends now
+        assert service.workers is not None
+        await eventually(lambda: service.workers.busy == 0)  # a running batch is not interrupted: it ends now
         assert (await client.post("/sentiment", json={"text": "fast"})).status_code == 200
         [batcher] = service.pool._batchers.values()
         assert batcher.stats.skipped >= 1  # the timed-out item was never computed
 
 
-async def test_a_failing_batch_fails_only_its_requests(
-    monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
-) -> None:
-    original = SentimentHandler.run
-
-    def run(self: SentimentHandler, batch: list[ClassifierItem]) -> list[list[float]]:
-        if self.tokenize(BOOM) in batch:
-            raise RuntimeError("kaboom")
-        return original(self, batch)
-
-    monkeypatch.setattr(SentimentHandler, "run", run)
+@pytest.mark.usefixtures("boom")
+async def test_a_failing_batch_fails_only_its_requests(sentiment_only_dir: Path) -> None:
     settings = Settings(checkpoint_dir=sentiment_only_dir, max_batch_size=1)
     async with serve(settings) as (_, client):
         texts = [f"the cat likes music {i}" for i in range(8)]
@@ -241,17 +245,8 @@ async def test_a_failing_batch_fails_only_its_requests(
         assert (await client.post("/sentiment", json={"text": "after"})).status_code == 200
 
 
-async def test_batch_mates_of_a_failing_item_fail_together(
-    monkeypatch: pytest.MonkeyPatch, sentiment_only_dir: Path
-) -> None:
-    original = SentimentHandler.run
-
-    def run(self: SentimentHandler, batch: list[ClassifierItem]) -> list[list[float]]:
-        if self.tokenize(BOOM) in batch:
-            raise RuntimeError("kaboom")
-        return original(self, batch)
-
-    monkeypatch.setattr(SentimentHandler, "run", run)
+@pytest.mark.usefixtures("boom")
+async def test_batch_mates_of_a_failing_item_fail_together(sentiment_only_dir: Path) -> None:
     settings = Settings(checkpoint_dir=sentiment_only_dir, max_batch_size=8, max_batch_delay_ms=200)
     async with serve(settings) as (_, client):
         responses = await asyncio.gather(

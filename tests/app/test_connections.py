@@ -14,7 +14,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ from app.core.settings import REPO_ROOT, SettingsError
 from app.edge.connections import refusal_slots
 from bench.server import free_port, server_env, stop, wait_ready
 
+TCP_LISTEN, TCP_CLOSE_WAIT = "0A", 0x08  # /proc/net/tcp states
 PARTIAL_BODY = (
     b"POST /sentiment HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
     b'{"text": '
@@ -119,6 +120,46 @@ def get(sock: socket.socket, path: bytes = b"/health") -> bytes:
     return data
 
 
+def wait_until(condition: Callable[[], object], timeout: float = 10.0) -> None:
+    """Return once condition() holds (polled every 10 ms): a wait for a state, not for a time."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not true within {timeout} s"
+        time.sleep(0.01)
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server has closed `sock` (end of stream or reset), without blocking or consuming data."""
+    if not select.select([sock], [], [], 0)[0]:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except ConnectionResetError:
+        return True
+
+
+def server_ends(server: Server) -> list[tuple[int, int, int]]:
+    """The server's side of its TCP connections, from /proc/net/tcp: (client port, TCP state, unread bytes)."""
+    ends = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote, state, queues = line.split()[1:5]
+        if int(local.rsplit(":", 1)[1], 16) == server.port and state != TCP_LISTEN:
+            ends.append((int(remote.rsplit(":", 1)[1], 16), int(state, 16), int(queues.split(":")[1], 16)))
+    return ends
+
+
+def server_read_all(server: Server, socks: list[socket.socket]) -> bool:
+    """Whether the server has taken in everything sent on `socks` (so its parser has seen it)."""
+    ports = {sock.getsockname()[1] for sock in socks}
+    unread = {port: queued for port, _, queued in server_ends(server) if port in ports}
+    return len(unread) == len(ports) and not any(unread.values())
+
+
+def server_let_go(server: Server) -> bool:
+    """Whether the server has closed every connection its clients closed (none left in CLOSE_WAIT)."""
+    return all(state != TCP_CLOSE_WAIT for _, state, _ in server_ends(server))
+
+
 def health_ok(server: Server) -> float:
     """GET /health on a new connection -> seconds; asserts 200."""
     start = time.monotonic()
@@ -137,21 +178,25 @@ def test_idle_new_connection_is_closed_after_the_header_timeout(server: Server) 
     assert 0.4 < took < 5
 
 
-def test_partial_head_gets_408_after_the_header_timeout(server: Server) -> None:
+@pytest.mark.parametrize(
+    ("sent", "statuses"),
+    [
+        pytest.param(b"GET /health HTTP/1.1\r\nHost: t\r\n", [b"408"], id="alone"),
+        pytest.param(  # a partial head pipelined behind a request is cut too
+            b"GET /health HTTP/1.1\r\nHost: t\r\n\r\nGET /health HTTP/1.1\r\n",
+            [b"200", b"408"],
+            id="pipelined",
+        ),
+    ],
+)
+def test_partial_head_gets_408_after_the_header_timeout(
+    server: Server, sent: bytes, statuses: list[bytes]
+) -> None:
     with server.connect() as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n")
+        sock.sendall(sent)
         data, took = read_until_closed(sock)
-    assert data.startswith(b"HTTP/1.1 408 "), data
+    assert re.findall(rb"HTTP/1\.1 (\d+) ", data) == statuses, data
     assert b"APP_HEADER_TIMEOUT_S" in data
-    assert 0.4 < took < 5
-
-
-def test_partial_head_pipelined_behind_a_request_is_cut_too(server: Server) -> None:
-    with server.connect() as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\nGET /health HTTP/1.1\r\n")
-        data, took = read_until_closed(sock)
-    assert data.startswith(b"HTTP/1.1 200 "), data
-    assert b"HTTP/1.1 408 " in data
     assert 0.4 < took < 5
 
 
@@ -159,7 +204,7 @@ def test_a_head_sent_in_pieces_within_the_timeout_is_served(server: Server) -> N
     with server.connect() as sock:
         for piece in (b"GET /hea", b"lth HTTP/1.1\r\nHo", b"st: t\r\n", b"\r\n"):
             sock.sendall(piece)
-            time.sleep(0.05)
+            wait_until(lambda: server_read_all(server, [sock]))  # the server parses each piece on its own
         assert sock.recv(100).startswith(b"HTTP/1.1 200 ")
 
 
@@ -270,26 +315,21 @@ def test_idle_connections_past_the_cap_make_room_for_new_ones(capped: Server) ->
     try:
         for _ in range(3):
             health_ok(capped)  # each new connection closes the longest-waiting idle one
-        time.sleep(0.2)
-        assert capped.fds() <= base + 16 + 1
-        closed = 0
-        for sock in idle:
-            sock.settimeout(0.001)
-            with suppress(TimeoutError):
-                closed += sock.recv(1) == b""
-        assert closed >= 100 - 16
-        assert cuts(capped, "evicted") >= closed
+        wait_until(lambda: sum(map(closed_by_server, idle)) >= 100 - 16)
+        wait_until(lambda: capped.fds() <= base + 16 + 1)
+        assert cuts(capped, "evicted") >= sum(map(closed_by_server, idle))
     finally:
         for sock in idle:
             sock.close()
 
 
 def test_past_the_cap_with_every_connection_busy_probes_pass_and_others_get_503(capped: Server) -> None:
+    wait_until(lambda: server_let_go(capped))  # the connections of earlier tests are gone
     busy = [capped.connect() for _ in range(16)]
     try:
         for sock in busy:
             sock.sendall(PARTIAL_BODY)  # a request in progress: never closed to make room
-        time.sleep(0.3)
+        wait_until(lambda: server_read_all(capped, busy))
         with capped.connect() as sock:
             sock.sendall(b"POST /sentiment HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}")
             data, _ = read_until_closed(sock)
@@ -309,16 +349,16 @@ def test_past_the_cap_with_every_connection_busy_probes_pass_and_others_get_503(
         # refused connections that send nothing wait 1 s at most, and only so many at once
         base = capped.fds()
         waiting = [capped.connect() for _ in range(60)]
-        time.sleep(0.3)
+        wait_until(lambda: sum(map(closed_by_server, waiting)) >= 60 - refusal_slots(16))  # no slot: closed
         assert capped.fds() <= base + refusal_slots(16)
-        time.sleep(1.2)
+        wait_until(lambda: all(map(closed_by_server, waiting)), timeout=3)
         assert capped.fds() <= base
         for sock in waiting:
             sock.close()
     finally:
         for sock in busy:
             sock.close()
-    time.sleep(0.2)
+    wait_until(lambda: server_let_go(capped))  # the busy connections are gone: room again
     r = httpx.post(f"{capped.url}/sentiment", json={"text": "a good film"}, timeout=10)
     assert r.status_code == 200
 
@@ -331,7 +371,7 @@ def test_sigterm_with_a_half_sent_body_exits_within_the_shutdown_timeout(sentime
         stalled, idle = s.connect(), s.connect()
         stalled.sendall(PARTIAL_BODY)
         assert get(idle).startswith(b"HTTP/1.1 200 ")
-        time.sleep(0.2)
+        wait_until(lambda: server_read_all(s, [stalled]))  # its request is in progress
         s.proc.send_signal(signal.SIGTERM)
         start = time.monotonic()
         answers: list[bytes] = []

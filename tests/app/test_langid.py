@@ -122,17 +122,23 @@ async def test_translate_auto_detects_and_routes_each_text(client: httpx.AsyncCl
 
 
 @pytest.mark.parametrize(
-    ("text", "lang"), [(UNSERVED["it"], "it"), (UNSERVED["ja"], "ja"), (SHORT["en"][1], "en")]
+    ("text", "lang", "target", "served"),
+    [
+        (UNSERVED["it"], "it", "en", "de, fr"),
+        (UNSERVED["ja"], "ja", "en", "de, fr"),
+        (SHORT["en"][1], "en", "fr", "de"),  # English into en passes through (test_api.py)
+    ],
 )
 async def test_translate_auto_422_names_the_detected_and_the_served_languages(
-    client: httpx.AsyncClient, text: str, lang: str
+    client: httpx.AsyncClient, text: str, lang: str, target: str, served: str
 ) -> None:
-    r = await client.post("/translate", json={"texts": ["Bonjour !", text], "source_lang": "auto"})
+    body = {"texts": ["Wo ist der Bahnhof?", text], "source_lang": "auto", "target_lang": target}
+    r = await client.post("/translate", json=body)
     assert r.status_code == 422
     [error] = r.json()["detail"]
     detail = error["msg"]
     assert f"texts[1]: detected language '{lang}'" in detail
-    assert "no model translates it into en (served sources: de, fr)" in detail
+    assert f"no model translates it into {target} (served sources: {served})" in detail
 
 
 async def test_translate_auto_with_a_model_checks_its_languages(client: httpx.AsyncClient) -> None:

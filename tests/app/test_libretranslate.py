@@ -96,7 +96,7 @@ async def test_html_keeps_markup_and_sends_every_text_node_in_one_batch(
     )
     second = "<div>Il lit.</div>"
     texts = HtmlDocument(doc).texts + HtmlDocument(second).texts
-    assert texts == ["Le chat", "Le chat", "dort", "Il lit."]
+    assert texts == ["Le chat", "Le chat dort\xa0!", "Il lit."]  # by block: <b> is inside the sentence
     service = app.state.service
     calls: list[int] = []
     translate = service.translate
@@ -112,22 +112,26 @@ async def test_html_keeps_markup_and_sends_every_text_node_in_one_batch(
         )
     finally:
         del service.translate
-    assert calls == [4], "one service call with every text node"
+    assert calls == [3], "one service call with every block"
     assert r.status_code == 200, r.text
     t = [x["translation"] for x in await native(client, texts)]
     esc = [s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") for s in t]
-    expected = (
-        f"<!DOCTYPE html><html><head><title>{esc[0]}</title><style>p {{ color: red }}</style></head>\n"
-        f"<body><p class=\"intro\" data-x='1 &amp; 2'>{esc[1]} <b>{esc[2]}</b>&nbsp;!</p>\n"
-        "  <script>var s = '<p>Le chien</p>';</script><!-- Le commentaire --> <br/>2024<img alt=\"Le chat\"></body></html>"
+    out = r.json()["translatedText"]
+    assert out == [HtmlDocument(doc).render(t[:2]), f"<div>{esc[2]}</div>"]
+    head = f"<!DOCTYPE html><html><head><title>{esc[0]}</title><style>p {{ color: red }}</style></head>\n"
+    tail = (
+        "</p>\n  <script>var s = '<p>Le chien</p>';</script><!-- Le commentaire --> <br/>2024"
+        '<img alt="Le chat"></body></html>'
     )
-    assert r.json() == {"translatedText": [expected, f"<div>{esc[3]}</div>"]}
+    assert out[0].startswith(head + "<body><p class=\"intro\" data-x='1 &amp; 2'>")
+    assert out[0].endswith(tail)
+    assert out[0].count("<b>") == out[0].count("</b>") == 1
     # alternatives are not given for HTML (as LibreTranslate): an empty list when asked
     r = await client.post(
         f"{LT}/translate",
         data={"q": second, "source": "fr", "target": "en", "format": "html", "alternatives": "1"},
     )
-    assert r.json() == {"translatedText": f"<div>{esc[3]}</div>", "alternatives": []}
+    assert r.json() == {"translatedText": f"<div>{esc[2]}</div>", "alternatives": []}
 
 
 FR, DE = "Le chat dort sur le canapé.", "Der Hund schläft im Garten."
@@ -167,9 +171,9 @@ async def test_auto_html_detects_each_document_as_a_whole(client: httpx.AsyncCli
     got = r.json()
     assert [d["language"] for d in got["detectedLanguage"]] == ["fr", "de", "en"]
     assert got["detectedLanguage"][0]["confidence"] > 50
-    fr = [x["translation"] for x in await native(client, [FR[:-1], "vite"], source="fr")]
+    fr = [x["translation"] for x in await native(client, [f"{FR[:-1]} vite."], source="fr")]
     [de] = [x["translation"] for x in await native(client, [DE], source="de")]
-    assert got["translatedText"] == [f"<p>{fr[0]} <b>{fr[1]}</b>.</p>", f"<div>{de}</div>", "<hr>"]
+    assert got["translatedText"] == [HtmlDocument(docs[0]).render(fr), f"<div>{de}</div>", "<hr>"]
 
 
 @pytest.mark.parametrize("fmt", ["text", "html"])
@@ -180,10 +184,9 @@ async def test_auto_with_a_language_no_model_serves(client: httpx.AsyncClient, f
     )
     assert r.status_code == 400
     assert r.json()["error"].startswith("Invalid request: q[1]: detected language 'it' (confidence 0.99)")
+    # no letters: nothing to detect and nothing to translate, answered as LibreTranslate (unchanged)
     r = await client.post(f"{LT}/translate", json={"q": "1 2 3", "source": "auto", "target": "en"})
-    assert r.json() == {
-        "error": 'Invalid request: q: cannot detect the language of a text without letters: give "source"'
-    }
+    assert r.json() == {"translatedText": "1 2 3", "detectedLanguage": {"confidence": 0.0, "language": "en"}}
 
 
 async def test_detect(client: httpx.AsyncClient) -> None:
@@ -208,9 +211,12 @@ async def test_detect(client: httpx.AsyncClient) -> None:
         await client.post(f"{LT}/detect", json={"q": "Questo è un libro molto interessante e bello."})
     ).json()
     assert {d["language"] for d in got} == {"de", "en", "fr"}
-    for q, where in (("2024 !", "q"), (["chat", "42"], "q[1]")):
+    # no letters: LibreTranslate's "nothing detected"; in a list, such a text does not count
+    for q in ("2024 !", ["😀", "42"]):
         r = await client.post(f"{LT}/detect", json={"q": q})
-        assert (r.status_code, r.json()) == (400, {"error": f"Invalid request: {where} has no letters: there is no language to detect"})  # fmt: skip
+        assert (r.status_code, r.json()) == (200, [{"confidence": 0.0, "language": "en"}])
+    alone = (await client.post(f"{LT}/detect", json={"q": FR})).json()
+    assert (await client.post(f"{LT}/detect", json={"q": [FR, "42"]})).json() == alone
     r = await client.post(
         f"{LT}/detect", content=b'{"q": "\\ud800 chat"}', headers={"content-type": "application/json"}
     )
@@ -229,19 +235,20 @@ async def test_detect(client: httpx.AsyncClient) -> None:
         ({"q": [], "source": "fr", "target": "en"}, 400, "Invalid request: missing q parameter"),
         ({"q": "chat", "target": "en"}, 400, "Invalid request: missing source parameter"),
         ({"q": "chat", "source": "fr", "target": ""}, 400, "Invalid request: missing target parameter"),
-        ({"q": "chat", "source": "fr", "target": "en", "format": "pdf"}, 400, "pdf format is not supported (text or html)"),
-        ({"q": "chat", "source": "fr", "target": "en", "alternatives": "x"}, 400, "Invalid request: alternatives: Input should be a valid integer, unable to parse string as an integer"),
-        ({"q": "chat", "source": "fr", "target": "en", "alternatives": 16}, 400, "Invalid request: alternatives: Input should be less than or equal to 15"),
+        ({"q": "chat", "source": "fr", "target": "en", "format": "pdf"}, 400, "pdf format is not supported"),
+        ({"q": "chat", "source": "fr", "target": "en", "alternatives": "x"}, 400, "Invalid request: alternatives parameter is not a number"),
+        ({"q": "chat", "source": "fr", "target": "en", "alternatives": 16}, 400, "Invalid request: alternatives parameter must be <= 15"),
         ({"q": 3, "source": "fr", "target": "en"}, 400, "Invalid request: q: Input should be a valid string"),
-        ({"q": "chat", "source": "x", "target": "en"}, 400, "Invalid request: source: String should have at least 2 characters"),
+        ({"q": "chat", "source": "x", "target": "en"}, 400, "x is not supported"),
+        ({"q": "chat", "source": "FR", "target": "zz"}, 400, "zz is not supported"),
         ({"q": "chat", "source": "fr", "target": "en\ud800"}, 400, "Invalid request: target: Input should be a valid string"),
         ({"q": ["chat", "\ud800"], "source": "fr", "target": "en"}, 400, "Invalid request: q[1]: contains an unpaired UTF-16 surrogate"),
         ({"q": ["chat", 3], "source": "fr", "target": "en"}, 400, "Invalid request: q[1]: Input should be a valid string"),
-        ({"q": "x" * 2001, "source": "fr", "target": "en"}, 400, "Invalid request: q has 2001 characters, more than the limit (2000)"),
-        ({"q": ["a", "x" * 2001], "source": "fr", "target": "en"}, 400, "Invalid request: q[1] has 2001 characters, more than the limit (2000)"),
-        ({"q": ["a"] * 65, "source": "fr", "target": "en"}, 400, "Invalid request: q has 65 texts, more than the limit (64)"),
-        ({"q": "hola", "source": "es", "target": "en"}, 400, "source/target: no model translates es -> en (available pairs: de-en, de-fr, fr-en)"),
-        ({"q": "chat", "source": "fr", "target": "de"}, 400, "source/target: no model translates fr -> de (available pairs: de-en, de-fr, fr-en)"),
+        ({"q": "x" * 2001, "source": "fr", "target": "en"}, 400, "Invalid request: request (2001) exceeds text limit (2000)"),
+        ({"q": ["a", "x" * 2001], "source": "fr", "target": "en"}, 400, "Invalid request: request (2001) exceeds text limit (2000) (q[1])"),
+        ({"q": ["a"] * 65, "source": "fr", "target": "en"}, 400, "Invalid request: request (65) exceeds text limit (64)"),
+        ({"q": "hola", "source": "es", "target": "en"}, 400, "es is not supported"),
+        ({"q": "chat", "source": "fr", "target": "de"}, 400, "German (de) is not available as a target language from French (fr)"),
         ({"q": ["ok", " ".join(["chat"] * 300)], "source": "fr", "target": "en"}, 400, "Invalid request: q[1]: a sentence of"),
     ],
 )  # fmt: skip
@@ -259,7 +266,7 @@ async def test_body_errors(client: httpx.AsyncClient) -> None:
     post = client.post
     for content, kind, error in [
         (b'{"q": ', "application/json", "Invalid request: the body is not JSON"),
-        (b'["q"]', "application/json", "Invalid JSON format: the body must be a JSON object"),
+        (b'["q"]', "application/json", "Invalid JSON format"),
         (b"q=chat", "text/plain", "Invalid request: send the fields as JSON (application/json) or as a form"),
         (
             b'--x\r\nContent-Disposition: form-data; name="q"\r\n\r\nchat\r\n',
@@ -467,3 +474,80 @@ async def test_body_limit_in_libretranslate_shape(make_settings: Callable[..., S
         assert (r.status_code, list(r.json())) == (413, ["detail"])  # the native shape is unchanged
         r = await client.post(f"{LT}/translate", content=b"x", headers=form | {"content-encoding": "gzip"})
         assert (r.status_code, r.json()) == (415, {"error": "Content-Encoding gzip is not supported: send the body uncompressed"})  # fmt: skip
+
+
+async def test_health_and_spec_under_the_prefix(client: httpx.AsyncClient) -> None:
+    r = await client.get(f"{LT}/health")
+    assert (r.status_code, r.json()) == (200, {"status": "ok"})
+    assert (await client.post(f"{LT}/health")).status_code == 405
+    spec = (await client.get(f"{LT}/spec")).json()
+    assert spec["info"]["title"] == "LibreTranslate"
+    assert {f"{LT}/translate", f"{LT}/detect", f"{LT}/languages", f"{LT}/health"} <= set(spec["paths"])
+    assert "/translate" not in spec["paths"]  # the compat API's document, not the native one
+
+
+async def test_codes_in_any_case_and_alternatives_clamped(client: httpx.AsyncClient) -> None:
+    q = "Le chat dort."
+    [expected] = await native(client, [q])
+    r = await client.post(
+        f"{LT}/translate", json={"q": q, "source": "FR", "target": "En", "alternatives": -1}
+    )
+    assert (r.status_code, r.json()) == (200, {"translatedText": expected["translation"]})  # -1 is 0
+    r = await client.post(
+        f"{LT}/translate", data={"q": q, "source": "Fr", "target": "EN", "alternatives": "-3"}
+    )
+    assert r.json() == {"translatedText": expected["translation"]}
+
+
+async def test_same_language_and_letterless_texts_come_back_unchanged(client: httpx.AsyncClient) -> None:
+    """As LibreTranslate: fr -> fr, en -> en, emoji and numbers are answered as they came."""
+    for source, target, q in (
+        ("fr", "fr", "Le chat dort."),
+        ("en", "en", "The cat sleeps."),
+        ("fr", "en", "😀"),
+    ):
+        r = await client.post(f"{LT}/translate", json={"q": q, "source": source, "target": target})
+        assert (r.status_code, r.json()) == (200, {"translatedText": q})
+    r = await client.post(
+        f"{LT}/translate", json={"q": ["😀", "12 345", "?!"], "source": "fr", "target": "en"}
+    )
+    assert r.json() == {"translatedText": ["😀", "12 345", "?!"]}
+    # auto: the French is translated, the English (the target) comes back as it was
+    q = ["Le chat dort sur le canapé.", "The cat sleeps on the sofa every day."]
+    r = await client.post(f"{LT}/translate", json={"q": q, "source": "auto", "target": "en"})
+    assert r.status_code == 200, r.text
+    [fr] = await native(client, q[:1])
+    got = r.json()
+    assert got["translatedText"] == [fr["translation"], q[1]]
+    assert [d["language"] for d in got["detectedLanguage"]] == ["fr", "en"]
+    # and in HTML, a document in the target language
+    doc = f"<p>{q[1][:-1]} <b>now</b>.</p>"
+    r = await client.post(
+        f"{LT}/translate", json={"q": doc, "source": "auto", "target": "en", "format": "html"}
+    )
+    assert (r.json()["translatedText"], r.json()["detectedLanguage"]["language"]) == (doc, "en")
+
+
+async def test_cors_is_open_on_the_compat_routes_only(make_settings: Callable[..., Settings]) -> None:
+    origin = {"Origin": "https://page.example"}
+    async with serve(make_settings()) as (_, client):
+        for r in (
+            await client.get(f"{LT}/languages"),  # without an Origin too, as LibreTranslate
+            await client.post(
+                f"{LT}/translate", json={"q": "chat", "source": "zz", "target": "en"}, headers=origin
+            ),
+            await client.options(
+                f"{LT}/translate", headers=origin | {"Access-Control-Request-Method": "POST"}
+            ),
+        ):
+            assert r.status_code in (200, 400)
+            assert r.headers["access-control-allow-origin"] == "*"
+            assert r.headers["access-control-allow-methods"] == "GET, POST"
+        r = await client.post("/translate", json={"text": "chat", "source_lang": "fr"}, headers=origin)
+        assert "access-control-allow-origin" not in r.headers  # native: APP_CORS_ORIGINS (none)
+    settings = make_settings(libretranslate_cors=False, cors_origins=["https://page.example"])
+    async with serve(settings) as (_, client):
+        r = await client.get(f"{LT}/languages", headers=origin)
+        assert r.headers["access-control-allow-origin"] == "https://page.example"
+        r = await client.get(f"{LT}/languages", headers={"Origin": "https://other.example"})
+        assert "access-control-allow-origin" not in r.headers

@@ -1,11 +1,14 @@
-"""LibreTranslate client libraries from PyPI against a real uvicorn server (APP_API_KEY set, so the key
-travels as the clients send it, in the body): libretranslatepy (urlencoded forms through urllib, one string)
-and libretranslate-aio (httpx forms: lists, HTML, alternatives, frontend settings). The tiny models translate
-nonsense: answers are compared with the native /translate's."""
+"""LibreTranslate client libraries against a real uvicorn server (APP_API_KEY set, so the key travels as the
+clients send it, in the body): from PyPI libretranslatepy (urlencoded forms through urllib, one string),
+libretranslate-aio (httpx forms: lists, HTML, alternatives, frontend settings, health) and deep-translator
+(fields in the query string), and from npm `libretranslate` (JSON through fetch, run by node). The tiny
+models translate nonsense: answers are compared with the native /translate's."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,9 +16,12 @@ from typing import Any
 
 import httpx
 import pytest
+from deep_translator import LibreTranslator
+from deep_translator.exceptions import AuthorizationException, ServerException
 from libretranslate_aio import ForbiddenError, LibreTranslate
 from libretranslatepy import LibreTranslateAPI
 
+from app.api.libretranslate.html_text import HtmlDocument
 from bench.server import serve
 
 KEY = "s3cret"
@@ -60,7 +66,10 @@ def test_libretranslatepy(server: str) -> None:
         lt.translate(text, "es", "en", timeout=30)
     with e.value:
         assert e.value.code == 400
-        assert json.loads(e.value.read())["error"].startswith("source/target: no model translates es -> en")
+        assert json.loads(e.value.read()) == {"error": "es is not supported"}
+    # same language and no letters: back unchanged (LibreTranslate's answer)
+    assert lt.translate("The cat sleeps.", "auto", "en", timeout=30) == "The cat sleeps."
+    assert lt.translate("😀 12:30", "fr", "en", timeout=30) == "😀 12:30"
 
 
 def test_libretranslate_aio(server: str) -> None:
@@ -77,11 +86,10 @@ def test_libretranslate_aio(server: str) -> None:
 
         html = '<p class="a">Le chat <b>dort</b>.</p><script>x("<p>Le chien</p>")</script>'
         got = lt.translate(html, "fr", "en", format="html")
-        t = [r["translation"] for r in native(server, ["Le chat", "dort"])]
-        assert (
-            got.translated_text
-            == f'<p class="a">{t[0]} <b>{t[1]}</b>.</p><script>x("<p>Le chien</p>")</script>'
-        )
+        t = [r["translation"] for r in native(server, ["Le chat dort."])]
+        assert got.translated_text == HtmlDocument(html).render(t)
+        assert got.translated_text.startswith('<p class="a">')
+        assert got.translated_text.endswith('</p><script>x("<p>Le chien</p>")</script>')
 
         fr, de = "Le chat dort sur le canapé.", "Der Hund schläft im Garten."
         got = lt.translate([fr, de], "auto", "en")
@@ -97,6 +105,10 @@ def test_libretranslate_aio(server: str) -> None:
             ("en", []),
             ("fr", ["en"]),
         ]
+        assert lt.health() is True
+        got = lt.translate(["Le chat dort sur le canapé.", "The cat sleeps on the sofa."], "AUTO", "EN")
+        assert got.translated_text[1] == "The cat sleeps on the sofa."
+        assert [d.language for d in got.detected_language] == ["fr", "en"]
         settings = lt.frontend_settings()
         assert (settings.char_limit, settings.key_required, settings.api_keys) == (2000, True, True)
         assert (settings.language.source.code, settings.language.target.code) == ("auto", "en")
@@ -106,3 +118,53 @@ def test_libretranslate_aio(server: str) -> None:
         pytest.raises(ForbiddenError, match="Invalid API key"),
     ):
         lt.translate("Le chat", "fr", "en")
+
+
+def test_deep_translator(server: str) -> None:
+    url = f"{server}/libretranslate/"
+    lt = LibreTranslator(source="fr", target="en", api_key=KEY, custom_url=url)
+    texts = ["Le chat dort. Il fait beau.", "Je lis un livre."]
+    expected = [r["translation"] for r in native(server, texts)]
+    assert lt.translate(texts[0]) == expected[0]
+    assert lt.translate_batch(texts) == expected
+    assert lt.translate("😀") == "😀"
+    auto = LibreTranslator(source="auto", target="en", api_key=KEY, custom_url=url)
+    assert auto.translate(texts[0]) == expected[0]
+    assert auto.translate("The cat sleeps on the sofa.") == "The cat sleeps on the sofa."
+    with pytest.raises(AuthorizationException):
+        LibreTranslator(source="fr", target="en", api_key="wrong", custom_url=url).translate(texts[0])
+    with pytest.raises(ServerException):  # es is not served: a 400
+        LibreTranslator(source="es", target="en", api_key=KEY, custom_url=url).translate("Hola")
+
+
+NPM = Path(__file__).parent / "npm"  # `npm install --prefix tests/app/npm` installs the client
+
+
+def test_npm_libretranslate(server: str) -> None:
+    node = shutil.which("node")
+    if node is None or not (NPM / "node_modules" / "libretranslate").is_dir():
+        pytest.skip("node or the npm client is missing: `npm install --prefix tests/app/npm`")
+    fr, en = "Le chat dort. Il fait beau.", "The cat sleeps on the sofa."
+    cases = [
+        {"query": fr, "source": "fr", "target": "en"},
+        {"query": fr, "target": "en"},  # the client's default source: auto
+        {"query": en, "target": "en"},
+        {"query": "<p>Le chat <b>dort</b>.</p>", "source": "fr", "target": "en", "format": "html"},
+        {"query": fr, "source": "es", "target": "en"},  # the client refuses a language /languages lacks
+    ]
+    # the client sends its key as "apiKey" (LibreTranslate reads api_key): accepted too
+    args = [node, str(NPM / "client_check.mjs"), f"{server}/libretranslate", KEY, json.dumps(cases)]
+    run = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
+    got = json.loads(run.stdout)
+    [expected] = native(server, [fr])
+    html = httpx.post(
+        f"{server}/libretranslate/translate",
+        json={"q": cases[3]["query"], "source": "fr", "target": "en", "format": "html", "api_key": KEY},
+    ).json()["translatedText"]
+    assert got == [
+        {"text": expected["translation"]},
+        {"text": expected["translation"]},
+        {"text": en},
+        {"text": html},
+        {"error": "This language was not found/does not exist."},
+    ]

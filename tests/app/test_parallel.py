@@ -211,8 +211,14 @@ SLOW = {
     "APP_INFERENCE_WORKERS": "1",
     "APP_HTTP_WORKERS": "2",
 }
-# a tiny translator's slowest request: beam 8 to its longest output, one sentence (one queue item)
-SLOW_BODY = {"text": "le chat", "source_lang": "fr", "beam_size": 8, "max_length": 120, "length_penalty": 0}
+# a tiny translator's slowest request: one long sentence (one queue item), beam 8, to its longest output
+SLOW_BODY = {
+    "text": "le chat " * 60,
+    "source_lang": "fr",
+    "beam_size": 8,
+    "max_length": 200,
+    "length_penalty": 0,
+}
 
 
 def test_queue_limits_are_global_and_sigterm_drains_every_process(app_checkpoint_dir: Path) -> None:

@@ -12,6 +12,7 @@ from app.core.settings import Settings, SettingsError
 from app.main import create_app
 from model import DecodeOptions, Translator, load_checkpoint
 from model.inference import classify_texts, translate_texts
+from model.jit import trace_translator
 from tests.app.conftest import serve
 
 pytestmark = pytest.mark.anyio
@@ -25,9 +26,8 @@ async def test_int8_server_answers_as_the_int8_model(
 ) -> None:
     translator = load_checkpoint(app_checkpoint_dir / "translate-fr-en", quantize="int8")
     assert isinstance(translator.model, Translator)
-    translator.model.trace()
     opts = DecodeOptions(beam_size=beam_size)
-    expected = translate_texts(translator.model, translator.tokenizer, FR, opts)
+    expected = translate_texts(trace_translator(translator.model), translator.tokenizer, FR, opts)
     classifier = load_checkpoint(app_checkpoint_dir / "sentiment-en", quantize="int8")
     probs = classify_texts(classifier.model, classifier.tokenizer, EN)  # type: ignore[arg-type]
     async with serve(make_settings(quantize="int8")) as (_, client):

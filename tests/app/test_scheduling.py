@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from torch import Tensor
 
-from app.batching.admission import sentence_work
-from app.batching.batcher import Batcher, InferenceWorkers
+from app.batching.admission import ModelQueue
+from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers
 from app.core.errors import QueueFull
 from app.core.metrics import NAMESPACE
 from app.core.settings import Settings
@@ -81,16 +81,16 @@ def metric(text: str, name: str, model: str) -> float:
 
 
 def test_a_sentence_costs_its_source_tokens_plus_beam_times_its_output_limit() -> None:
-    work = sentence_work(DecodeKey("en", 4, 0.6, None), max_len=66)
-    assert work(Sentence([5] * 10)) == 10 + 4 * (2 * 10 + 10)  # default limit: 2 x source + 10
-    assert work(Sentence([5] * 40)) == 40 + 4 * 66  # the limit is capped at the model's max_len
-    assert sentence_work(DecodeKey("en", 16, 0.6, 5), max_len=66)(Sentence([5] * 10)) == 10 + 16 * 5
+    key = DecodeKey("en", 4, 0.6, None)
+    assert key.work(Sentence([5] * 10), 66) == 10 + 4 * (2 * 10 + 10)  # default limit: 2 x source + 10
+    assert key.work(Sentence([5] * 40), 66) == 40 + 4 * 66  # the limit is capped at the model's max_len
+    assert DecodeKey("en", 16, 0.6, 5).work(Sentence([5] * 10), 66) == 10 + 16 * 5
 
 
 def test_the_default_budget_takes_a_full_sentiment_batch_not_the_heavy_translation() -> None:
     s = Settings()
     assert s.max_texts * 512 <= s.max_work  # 64 texts at the shipped classifiers' max_len (512 tokens)
-    heavy = 64 * 16 * sentence_work(DecodeKey("en", 16, 0.6, None), 66)(Sentence([5]))  # 1-token sentences
+    heavy = 64 * 16 * DecodeKey("en", 16, 0.6, None).work(Sentence([5]), 66)  # 1-token sentences
     assert heavy > s.max_work
     assert s.max_queue_work >= s.max_work
 
@@ -271,7 +271,7 @@ async def test_sentiment_is_served_while_translations_hold_the_expensive_lane(
             asyncio.ensure_future(client.post("/translate", json={"text": "le chat", "beam_size": b} | FR))
             for b in (1, 2)  # two decoding modes: two batches, one of them waiting for the lane
         ]
-        workers = app.state.service.worker
+        workers = app.state.service.workers
         await eventually(lambda: held.started == 1 and workers.busy_expensive == 2)  # both submitted
         r = await client.post("/sentiment", json={"text": "good"})
         assert r.status_code == 200
@@ -323,10 +323,8 @@ async def test_expensive_batches_are_cut_by_work() -> None:
         batches.append(items)
         return items
 
-    b: Batcher[int, int] = Batcher(
-        "w", run, workers, max_batch_size=32, max_delay_s=0.0, max_queue=100, cost=lambda x: x,
-        max_batch_work=10, expensive=True,
-    )  # fmt: skip
+    settings = BatchSettings(max_batch_size=32, max_delay_s=0.0, max_batch_work=10, expensive=True)
+    b: Batcher[int, int] = Batcher("w", run, workers, ModelQueue("w", 100), settings, cost=lambda x: x)
     assert await b.enqueue([4, 4, 4, 4, 20, 1], FAR) == [4, 4, 4, 4, 20, 1]
     assert batches == [[4, 4], [4, 4], [20], [1]]  # at most 10 units, and one item at least
     await b.close()
@@ -348,8 +346,8 @@ async def test_a_batch_whose_requests_left_stops_decoding(
         assert r.status_code == 504
         held = steps.holding.is_set()  # else a loaded machine reached step 2 only after the deadline
         steps.release.set()
-        assert service.worker is not None
-        await eventually(lambda: service.worker.busy == 0)
+        assert service.workers is not None
+        await eventually(lambda: service.workers.busy == 0)
         [batcher] = [b for key, b in service.pool.items() if key[0] == "translation"]
         if held:
             assert steps.steps == 2  # not one step after the one in progress when the request left
@@ -372,7 +370,8 @@ async def test_items_of_a_request_that_left_mid_batch_are_counted_abandoned() ->
         assert gate.wait(10)
         return items
 
-    b: Batcher[int, int] = Batcher("a", run, workers, max_batch_size=8, max_delay_s=0.05, max_queue=10)
+    settings = BatchSettings(max_batch_size=8, max_delay_s=0.05)
+    b: Batcher[int, int] = Batcher("a", run, workers, ModelQueue("a", 10), settings)
     stays, leaves = b.enqueue([1], FAR), b.enqueue([2, 3], FAR)  # one batch
     await asyncio.to_thread(running.wait, 5)
     leaves.cancel()
@@ -392,7 +391,8 @@ async def test_items_of_a_request_that_left_do_not_hold_queue_places() -> None:
         assert gate.wait(10)
         return items
 
-    b: Batcher[int, int] = Batcher("q", run, workers, max_batch_size=1, max_delay_s=0.0, max_queue=3)
+    settings = BatchSettings(max_batch_size=1, max_delay_s=0.0)
+    b: Batcher[int, int] = Batcher("q", run, workers, ModelQueue("q", 3), settings)
     first = b.enqueue([1], FAR)
     await asyncio.to_thread(running.wait, 5)
     await eventually(lambda: len(b._queue) == 0)

@@ -1,19 +1,9 @@
-"""bench/heavy_mix.py: the heavy request it sends, and how it reads the counters from /metrics."""
+"""bench/heavy_mix.py: how it reads the counters from /metrics."""
 
 from __future__ import annotations
 
 from app.core.metrics import Metrics
-from app.text.sentences import split_sentences
-from bench.heavy_mix import counters, heavy_body
-
-
-def test_the_heavy_request_is_64_texts_of_16_sentences_at_beam_16() -> None:
-    body = heavy_body()
-    assert body["beam_size"] == 16
-    texts = body["texts"]
-    assert isinstance(texts, list)
-    assert len(texts) == 64
-    assert all(sum(len(line) for line in split_sentences(t, "fr")) == 16 for t in texts)
+from bench.heavy_mix import counters
 
 
 def test_counters_sum_over_models_and_tell_a_missing_metric() -> None:

@@ -12,7 +12,7 @@ from model import DecodeOptions, load_checkpoint
 from model.inference import classify_texts, translate_texts
 from training.data import resolve_data_dir
 from training.evaluate import run as evaluate
-from training.ship import TEST_SETS
+from training.ship import TEST_SETS, card_info, model_card
 
 CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
 SHIPPED = sorted(p for p in CHECKPOINTS.glob("*") if (p / "config.json").is_file())
@@ -56,6 +56,25 @@ def test_shipped_checkpoint_is_complete(path: Path) -> None:
     for name in ("config.json", "model.safetensors", "tokenizer.model", "README.md", "metrics.json"):
         assert (path / name).is_file(), name
     assert "test" in json.loads((path / "metrics.json").read_text())
+
+
+TRANSLATORS = [p for p in SHIPPED if p.name.startswith("translate-")]
+
+
+@pytest.mark.parametrize("path", TRANSLATORS, ids=_ids(TRANSLATORS))
+def test_translator_card_states_its_domain_and_limits(path: Path) -> None:
+    """The recipe's domain and limits are in config.json (what /models shows) and the README, which
+    `python -m training card` regenerates as it is; each limit's output is what the model answers."""
+    info = card_info(path.name)
+    assert info is not None
+    assert json.loads((path / "config.json").read_text())["card"] == info
+    assert (path / "README.md").read_text() == model_card(path, path.name)
+    assert ("Tatoeba" if path.name != "translate-de-en" else "Multi30k") in info["domain"]
+    assert "news text" in {x["kind"] for x in info["limits"]}
+    m = load_checkpoint(path)
+    sources = [x["source"] for x in info["limits"]]
+    got = translate_texts(m.model, m.tokenizer, sources, DecodeOptions(beam_size=4), "en")  # type: ignore[arg-type]
+    assert [hyps[0][0] for hyps in got] == [x["output"] for x in info["limits"]]
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=_ids(SHIPPED))

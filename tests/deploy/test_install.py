@@ -26,8 +26,6 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.deploy.test_deploy import parse_dockerfile
-
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "install_torch.sh"
 LOCK = REPO / "requirements.lock"
@@ -229,17 +227,6 @@ def test_make_install_checks_python_then_installs_torch_with_the_script(tmp_path
     assert not [ln for ln in lines if "pip install" in ln and "torch" in ln]
 
 
-def test_make_e2e_installs_chromium_then_runs_the_browser_tests() -> None:
-    """The one command the browser tests' skip reason names."""
-    from tests.e2e.browser import INSTALL_BROWSER
-
-    result = make("-n", INSTALL_BROWSER.removeprefix("make "), "VENV=.venv-x")
-    assert result.stdout.splitlines()[-2:] == [
-        "bash scripts/install_browser.sh",
-        ".venv-x/bin/python -m pytest -q tests/e2e",
-    ]
-
-
 def test_make_install_refuses_python_older_than_311(tmp_path: Path) -> None:
     """The check runs on the interpreter make is given, before anything is created: here one that says it is 3.10."""
     old_python = tmp_path / "python3.10"
@@ -322,22 +309,3 @@ def test_lock_satisfies_torchs_requirements_without_cuda_packages() -> None:
     assert len(cpu) >= 5
     assert unmet(cpu, pins) == {}
     assert [n for n in pins if n in ("torch", "triton") or n.startswith("nvidia-")] == []
-
-
-def test_dockerfile_installs_the_lock_with_hashes_then_cpu_torch() -> None:
-    builder = parse_dockerfile()[0]
-    runs = builder.args("RUN")
-    lock = next(i for i, run in enumerate(runs) if "requirements.lock" in run)
-    torch = next(i for i, run in enumerate(runs) if "torch==" in run)
-    assert lock < torch
-    assert "pip install --no-cache-dir --require-hashes -r /tmp/build/requirements.lock" in runs[lock]
-    assert '--index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"' in runs[torch]
-    assert "pip check" in runs[torch]
-    assert {"TORCH_VERSION=2.13.0", "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu"} <= set(
-        builder.args("ARG")
-    )
-
-
-def test_make_lock_runs_the_lock_script() -> None:
-    result = make("-n", "lock", "VENV=.venv-x", "UPGRADE=1")
-    assert "PYTHON=.venv-x/bin/python UPGRADE=1 bash scripts/lock.sh" in result.stdout.splitlines()

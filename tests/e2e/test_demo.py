@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from model import Translator, save_checkpoint
-from tests.conftest import tiny_translation_config
+from tests.conftest import link_checkpoints, tiny_translation_config
 from tests.e2e.browser import (
     CHROMIUM,
     INSTALL_BROWSER,
@@ -42,9 +42,9 @@ def checkpoint_dir(
     tiny_tokenizer_path: Path,
     tiny_vocab_size: int,
 ) -> Path:
-    root = tmp_path_factory.mktemp("e2e-checkpoints")
-    for ckpt in (tiny_sentiment_checkpoint, tiny_sentiment_ko_checkpoint):
-        (root / ckpt.name).symlink_to(ckpt, target_is_directory=True)
+    root = link_checkpoints(
+        tmp_path_factory.mktemp("e2e-checkpoints"), tiny_sentiment_checkpoint, tiny_sentiment_ko_checkpoint
+    )
     # a 3-layer encoder with a 2-layer decoder, as the shipped fr-en (4 and 3): the page's layer menu
     # must follow the map kind
     torch.manual_seed(0)
@@ -112,7 +112,9 @@ def test_sentiment_shows_label_and_probabilities(page: Any, url: str) -> None:
 
 
 def test_translation_shows_n_best_with_scores(page: Any, url: str) -> None:
-    assert page.locator("#translate-pair option").all_inner_texts() == ["fr → en"]
+    assert page.locator("#translate-pair option").all_inner_texts() == ["detect language → en", "fr → en"]
+    assert page.input_value("#translate-pair") == "auto>en"  # the default: the API detects the language
+    page.select_option("#translate-pair", "fr>en")
     page.fill("#translate-text", FR)
     page.check("#decoding-beam")
     page.fill("#beam-size", "4")
@@ -133,6 +135,22 @@ def test_translation_shows_n_best_with_scores(page: Any, url: str) -> None:
     page.click("#translate-submit")
     page.get_by_text("· greedy ·").wait_for()
     assert hyps.count() == 1
+
+
+def test_translation_detects_the_language_or_passes_it_through(page: Any, url: str) -> None:
+    """The default "auto": the detected language and the model that answered are shown; English into
+    English comes back unchanged, answered by "passthrough"."""
+    page.fill("#translate-text", FR)
+    page.click("#translate-submit")
+    page.locator("[data-testid=translate-model]").wait_for()
+    assert page.get_attribute("[data-testid=translate-detected]", "data-language") == "fr"
+    assert page.get_attribute("[data-testid=translate-model]", "data-model") == "translate-fr-en"
+    en = "The cat sleeps on the sofa every day."
+    page.fill("#translate-text", en)
+    page.click("#translate-submit")
+    page.locator("[data-testid=translate-model][data-model=passthrough]").wait_for()
+    assert page.get_attribute("[data-testid=translate-detected]", "data-language") == "en"
+    assert page.locator("[data-testid=hypothesis] .hyp-text").all_inner_texts() == [en]
 
 
 def test_attention_heatmap_matches_the_api(page: Any, url: str) -> None:

@@ -15,6 +15,7 @@ import safetensors.torch
 import sentencepiece as spm
 import torch
 
+from bench.tiny import train_tokenizer
 from model import (
     CheckpointError,
     LoadedModel,
@@ -281,22 +282,8 @@ def test_corrupt_tokenizer(ckpt: Path) -> None:
 
 
 def test_tokenizer_vocab_size_mismatch(ckpt: Path, tmp_path: Path) -> None:
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(make_corpus(100, seed=1)) + "\n", encoding="utf-8")
-    spm.SentencePieceTrainer.train(
-        input=str(corpus),
-        model_prefix=str(tmp_path / "small"),
-        vocab_size=120,
-        pad_id=0,
-        unk_id=1,
-        bos_id=2,
-        eos_id=3,
-        character_coverage=1.0,
-        hard_vocab_limit=False,
-        num_threads=1,
-        minloglevel=2,
-    )
-    shutil.copyfile(tmp_path / "small.model", ckpt / "tokenizer.model")
+    small = train_tokenizer(tmp_path, 120, make_corpus(100, seed=1), name="small")
+    shutil.copyfile(small, ckpt / "tokenizer.model")
     edit_config(ckpt, lambda m: m.pop("files"))
     reason = load_error(ckpt, ckpt / "tokenizer.model")
     assert "vocabulary of 120 pieces, config.json says vocab_size=200" in reason

@@ -99,7 +99,8 @@ def test_config_round_trips_through_a_dict() -> None:
 def test_compiled_classifier_matches_eager_for_any_batch_and_length() -> None:
     """The TorchScript graph (served by default) gives the eager model's probabilities: batch sizes and
     lengths other than the trace's example, padding, several length buckets, and the longest input."""
-    from model.inference import classify_ids, compile_classifier
+    from model.inference import classify_ids
+    from model.jit import compile_classifier
 
     torch.manual_seed(0)
     cfg = ModelConfig(

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any
 
 import pytest
 import torch
 from torch import Tensor
 
-from model import DecodeOptions, DecodingStopped, Translator, beam_search, decode, greedy_decode, pad_ids
+from model import (
+    Decodable,
+    DecodeOptions,
+    DecodingStopped,
+    ModelConfig,
+    Translator,
+    beam_search,
+    decode,
+    greedy_decode,
+    pad_ids,
+)
 from model.decoding import length_penalty
-from model.translator import DecoderState
+from model.jit import trace_translator
 from tests.conftest import tiny_translation_config
 
 V, D, H = 40, 32, 2
@@ -19,23 +30,25 @@ EOS, BOS, PAD = 3, 2, 0
 SRC_LENGTHS = [5, 1, 9, 3, 7]
 
 
-TRACED = False  # set per test by the `graphs` fixture: every test here runs on eager and on traced models
+TRACED = False  # set per test by the `graphs` fixture: every test here decodes eager and traced models
 
 
 @pytest.fixture(autouse=True, params=["eager", "traced"])
 def graphs(request: pytest.FixtureRequest) -> None:
-    """Run each test with models as built (eager) and with Translator.trace() graphs."""
+    """Run each test with models as built (eager) and through their traced graphs (trace_translator)."""
     global TRACED
     TRACED = request.param == "traced"
 
 
-def make_translator(seed: int = 0, cls: type[Translator] = Translator, **overrides: object) -> Translator:
+def make_translator(seed: int = 0, **overrides: object) -> Translator:
     """Untied by default: a random tied model keeps repeating one token, which makes weak parity tests."""
     torch.manual_seed(seed)
-    model = cls(tiny_translation_config(V, **({"tie_embeddings": False} | overrides))).eval()
-    if TRACED:
-        model.trace()
-    return model
+    return Translator(tiny_translation_config(V, **({"tie_embeddings": False} | overrides))).eval()
+
+
+def decoder(model: Translator) -> Decodable[Any]:
+    """What the test decodes with: the model itself, or its traced graphs (the `graphs` fixture)."""
+    return trace_translator(model) if TRACED else model
 
 
 def random_seqs(lengths: list[int], seed: int = 0) -> list[list[int]]:
@@ -75,10 +88,30 @@ def teacher_forced_log_prob(model: Translator, src: list[int], tokens: list[int]
     return float(log_probs[0].gather(-1, target[:, None]).sum())
 
 
-class NoEarlyEos(Translator):
+class Wrapped:
+    """Not a Translator: any object with cfg, encode, init_state and decode_step decodes (model.Decodable)."""
+
+    def __init__(self, inner: Decodable[Any]) -> None:
+        self.inner = inner
+
+    @property
+    def cfg(self) -> ModelConfig:
+        return self.inner.cfg
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor, Any]:
+        return self.inner.encode(src)
+
+    def init_state(self, memory: Tensor, memory_mask: Tensor) -> Any:
+        return self.inner.init_state(memory, memory_mask)
+
+    def decode_step(self, tokens: Tensor, state: Any) -> tuple[Tensor, Any]:
+        return self.inner.decode_step(tokens, state)
+
+
+class NoEarlyEos(Wrapped):
     """Never picks EOS on its own (a finite penalty, so the length limit can still force it)."""
 
-    def decode_step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
+    def decode_step(self, tokens: Tensor, state: Any) -> tuple[Tensor, Any]:
         log_probs, state = super().decode_step(tokens, state)
         log_probs[:, self.cfg.eos_id] -= 1e4
         return log_probs, state
@@ -96,9 +129,10 @@ def test_translator_shapes() -> None:
     assert memory.shape == (2, 6, D)
     assert mask.shape == (2, 1, 1, 6)
     assert weights == []
-    state = model.init_state(memory, mask)
+    dec = decoder(model)
+    state = dec.init_state(memory, mask)
     assert state.step == 0
-    log_probs, state = model.decode_step(tgt_in[:, 0], state)
+    log_probs, state = dec.decode_step(tgt_in[:, 0], state)
     assert log_probs.shape == (2, V)
     assert log_probs.dtype == torch.float32
     assert state.step == 1
@@ -161,9 +195,10 @@ def test_decode_step_matches_teacher_forcing(norm_first: bool) -> None:
     tgt_in = torch.cat([torch.full((5, 1), BOS), torch.randint(4, V, (5, 11))], dim=1)
     with torch.no_grad():
         expected = banned_log_softmax(model, model(src, tgt_in))  # (B, T, V)
-        state = model.init_state(*model.encode(src)[:2])
+        dec = decoder(model)
+        state = dec.init_state(*dec.encode(src)[:2])
         for t in range(tgt_in.size(1)):
-            log_probs, state = model.decode_step(tgt_in[:, t], state)
+            log_probs, state = dec.decode_step(tgt_in[:, t], state)
             torch.testing.assert_close(log_probs, expected[:, t], atol=1e-5, rtol=1e-5)
 
 
@@ -172,7 +207,7 @@ def test_greedy_matches_recomputation_from_scratch(seed: int) -> None:
     model = make_translator(seed)
     opts = DecodeOptions(beam_size=1, length_penalty=0.6)
     srcs = random_seqs(SRC_LENGTHS, seed=seed)
-    hyps = greedy_decode(model, pad_ids(srcs, PAD), opts)
+    hyps = greedy_decode(decoder(model), pad_ids(srcs, PAD), opts)
     for s, [hyp] in zip(srcs, hyps, strict=True):
         tokens, log_prob = recompute_greedy(model, s, opts)
         assert hyp.tokens == tokens
@@ -186,10 +221,11 @@ def test_greedy_uses_the_start_token_of_a_multilingual_decoder() -> None:
     opts = DecodeOptions(beam_size=1)
     srcs = random_seqs([4, 7])
     start = torch.full((2,), model.cfg.start_id("de"))
-    hyps = greedy_decode(model, pad_ids(srcs, PAD), opts, start_ids=start)
+    dec = decoder(model)
+    hyps = greedy_decode(dec, pad_ids(srcs, PAD), opts, start_ids=start)
     for s, [hyp] in zip(srcs, hyps, strict=True):
         assert hyp.tokens == recompute_greedy(model, s, opts, start=5)[0]
-    assert greedy_decode(model, pad_ids(srcs, PAD), opts)[0][0].tokens != hyps[0][0].tokens
+    assert greedy_decode(dec, pad_ids(srcs, PAD), opts)[0][0].tokens != hyps[0][0].tokens
     with pytest.raises(ValueError, match="target_lang 'fr'"):
         model.cfg.start_id("fr")
 
@@ -202,7 +238,8 @@ def test_beam_size_one_equals_greedy(seed: int) -> None:
     model = make_translator(seed)
     src = pad_ids(random_seqs(SRC_LENGTHS, seed=seed + 10), PAD)
     opts = DecodeOptions(beam_size=1)
-    greedy, beam = greedy_decode(model, src, opts), beam_search(model, src, opts)
+    dec = decoder(model)
+    greedy, beam = greedy_decode(dec, src, opts), beam_search(dec, src, opts)
     for [g], [b] in zip(greedy, beam, strict=True):
         assert b.tokens == g.tokens
         assert b.score == pytest.approx(g.score, abs=1e-4)
@@ -215,7 +252,9 @@ def test_greedy_test_set_has_natural_and_forced_endings() -> None:
     ended_early = at_limit = 0
     for seed in range(3):
         srcs = random_seqs(SRC_LENGTHS, seed=seed)
-        for s, [h] in zip(srcs, greedy_decode(make_translator(seed), pad_ids(srcs, PAD), opts), strict=True):
+        for s, [h] in zip(
+            srcs, greedy_decode(decoder(make_translator(seed)), pad_ids(srcs, PAD), opts), strict=True
+        ):
             at_limit += len(h.tokens) == opts.limit(len(s)) - 1
             ended_early += len(h.tokens) < opts.limit(len(s)) - 1
     assert ended_early > 0
@@ -227,9 +266,10 @@ def test_batched_equals_one_at_a_time(beam_size: int) -> None:
     model = make_translator(0)  # a seed whose outputs end both early and at the limit
     srcs = random_seqs(SRC_LENGTHS + [2, 8], seed=7)
     opts = DecodeOptions(beam_size=beam_size, num_hypotheses=beam_size)
-    batched = decode(model, pad_ids(srcs, PAD), opts)
+    dec = decoder(model)
+    batched = decode(dec, pad_ids(srcs, PAD), opts)
     for s, hyps in zip(srcs, batched, strict=True):
-        [single] = decode(model, torch.tensor([s]), opts)
+        [single] = decode(dec, torch.tensor([s]), opts)
         assert [h.tokens for h in hyps] == [h.tokens for h in single]
         assert [h.score for h in hyps] == pytest.approx([h.score for h in single], abs=1e-4)
     early = [len(hyps[0].tokens) < opts.limit(len(s)) - 1 for s, hyps in zip(srcs, batched, strict=True)]
@@ -242,9 +282,9 @@ def test_beam_hypotheses_are_sorted_scored_and_counted(alpha: float) -> None:
     model = make_translator(0)
     srcs = random_seqs(SRC_LENGTHS, seed=7)
     src = pad_ids(srcs, PAD)
-    best = None
+    best, dec = None, decoder(model)
     for n in (1, 2, 4):
-        results = beam_search(model, src, DecodeOptions(beam_size=4, num_hypotheses=n, length_penalty=alpha))
+        results = beam_search(dec, src, DecodeOptions(beam_size=4, num_hypotheses=n, length_penalty=alpha))
         assert [len(hyps) for hyps in results] == [n] * len(srcs)
         best = best or [hyps[0] for hyps in results]
         assert [hyps[0] for hyps in results] == best
@@ -261,7 +301,7 @@ def test_beam_hypotheses_are_sorted_scored_and_counted(alpha: float) -> None:
 def test_beam_search_goes_on_until_the_beam_has_finished_hypotheses() -> None:
     model = make_translator(0)
     src = pad_ids(random_seqs(SRC_LENGTHS, seed=7), PAD)
-    [hyps, *_] = beam_search(model, src, DecodeOptions(beam_size=4, num_hypotheses=4))
+    [hyps, *_] = beam_search(decoder(model), src, DecodeOptions(beam_size=4, num_hypotheses=4))
     # this source's best output is empty (EOS first), yet the search continues to 4 finished hypotheses
     assert hyps[0].tokens == []
     assert len({len(h.tokens) for h in hyps}) == 4
@@ -285,7 +325,8 @@ def test_n_best_is_distinct_and_live_when_few_outputs_exist(beam_size: int, max_
         max_length_ratio=1.0,
         max_length_offset=0,
     )
-    batched = beam_search(model, pad_ids(srcs, PAD), opts)
+    dec = decoder(model)
+    batched = beam_search(dec, pad_ids(srcs, PAD), opts)
     for s, hyps in zip(srcs, batched, strict=True):
         limit = opts.limit(len(s))
         outputs = {seq for n in range(limit) for seq in itertools.product(words, repeat=n)}
@@ -296,7 +337,7 @@ def test_n_best_is_distinct_and_live_when_few_outputs_exist(beam_size: int, max_
             assert {tuple(h.tokens) for h in hyps} == outputs
         for h in hyps:
             assert h.log_prob == pytest.approx(teacher_forced_log_prob(model, s, h.tokens), abs=1e-4)
-        [single] = beam_search(model, torch.tensor([s]), opts)
+        [single] = beam_search(dec, torch.tensor([s]), opts)
         assert [h.tokens for h in single] == [h.tokens for h in hyps]
 
 
@@ -305,8 +346,22 @@ def test_decode_dispatches_on_beam_size() -> None:
     src = pad_ids(random_seqs(SRC_LENGTHS, seed=8), PAD)
     for k in (1, 3):
         opts = DecodeOptions(beam_size=k)
-        expected = greedy_decode(model, src, opts) if k == 1 else beam_search(model, src, opts)
-        assert decode(model, src, opts) == expected
+        dec = decoder(model)
+        expected = greedy_decode(dec, src, opts) if k == 1 else beam_search(dec, src, opts)
+        assert decode(dec, src, opts) == expected
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_any_decodable_object_decodes_as_the_translator(beam_size: int) -> None:
+    """Decoding needs only cfg, encode, init_state and decode_step: a wrapper that is no Translator (nor an
+    nn.Module) gives the same hypotheses, tokens and scores alike."""
+    model = make_translator(5)
+    dec = decoder(model)
+    src = pad_ids(random_seqs(SRC_LENGTHS, seed=5), PAD)
+    opts = DecodeOptions(beam_size=beam_size, num_hypotheses=beam_size)
+    wrapped = Wrapped(dec)
+    assert not isinstance(wrapped, torch.nn.Module)
+    assert decode(wrapped, src, opts) == decode(dec, src, opts)
 
 
 # --- stopping between steps ----------------------------------------------------------------------------
@@ -317,7 +372,7 @@ class CountedSteps(NoEarlyEos):
 
     steps = 0
 
-    def decode_step(self, tokens: Tensor, state: DecoderState) -> tuple[Tensor, DecoderState]:
+    def decode_step(self, tokens: Tensor, state: Any) -> tuple[Tensor, Any]:
         CountedSteps.steps += 1
         return super().decode_step(tokens, state)
 
@@ -325,7 +380,7 @@ class CountedSteps(NoEarlyEos):
 @pytest.mark.parametrize("beam_size", [1, 3])
 @pytest.mark.parametrize("stop_after", [0, 1, 5])
 def test_should_stop_ends_decoding_before_the_next_step(beam_size: int, stop_after: int) -> None:
-    model = make_translator(cls=CountedSteps)
+    model = CountedSteps(decoder(make_translator()))
     src = pad_ids(random_seqs(SRC_LENGTHS), PAD)
     opts = DecodeOptions(beam_size=beam_size, max_length=20)
     calls = 0
@@ -364,7 +419,7 @@ def test_length_limit_is_respected_exactly(beam_size: int, opts: DecodeOptions) 
         max_length_ratio=opts.max_length_ratio,
         max_length_offset=opts.max_length_offset,
     )
-    model = make_translator(cls=NoEarlyEos)
+    model = NoEarlyEos(decoder(make_translator()))
     srcs = random_seqs(SRC_LENGTHS, seed=9)
     for s, hyps in zip(srcs, decode(model, pad_ids(srcs, PAD), opts), strict=True):
         limit = opts.limit(len(s))
@@ -377,7 +432,7 @@ def test_length_limit_is_respected_exactly(beam_size: int, opts: DecodeOptions) 
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_length_limit_is_capped_at_max_len(beam_size: int) -> None:
     """A source whose relative limit (2 * 12 + 10 = 34) exceeds max_len=16 must stop at max_len, not crash."""
-    model = make_translator(cls=NoEarlyEos, max_len=16)
+    model = NoEarlyEos(decoder(make_translator(max_len=16)))
     src = torch.tensor(random_seqs([12], seed=12))
     opts = DecodeOptions(beam_size=beam_size, num_hypotheses=beam_size)
     assert opts.limit(12) > model.cfg.max_len
@@ -404,7 +459,7 @@ def test_never_emits_pad_bos_or_language_tokens(biased: str, beam_size: int) -> 
     tgt_in = torch.tensor([[4, 7, 8, 9]] * len(srcs))
     assert torch.all(model(src, tgt_in).argmax(-1) == token)  # the unbanned model would emit it
     opts = DecodeOptions(beam_size=beam_size, num_hypotheses=beam_size)
-    results = decode(model, src, opts, start_ids=torch.full((len(srcs),), 4))
+    results = decode(decoder(model), src, opts, start_ids=torch.full((len(srcs),), 4))
     banned = {PAD, BOS, 4, 5, 6}
     for hyps in results:
         for h in hyps:

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from model import SentimentClassifier, Tokenizer, load_checkpoint, save_checkpoint
-from model.inference import classify_ids, classify_texts, compile_classifier
+from model.inference import classify_ids, classify_texts
+from model.jit import compile_classifier
 from model.ngram import NgramSpec, bags, features, hash_texts
 from model.preprocess import classifier_ids
 from tests.conftest import tiny_sentiment_config

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from model import DecodeOptions, Translator, decode, load_checkpoint, pad_ids
+from model.jit import trace_translator
 from model.quantize import Int8Linear, quantize
 from tests.conftest import tiny_translation_config
 
@@ -62,9 +63,8 @@ def test_traced_int8_decodes_as_eager_int8(beam_size: int) -> None:
     srcs = [torch.randint(4, V, (n,), generator=g).tolist() for n in (6, 2, 9, 4)]
     opts = DecodeOptions(beam_size=beam_size, num_hypotheses=beam_size, max_length=12)
     eager, traced = quantized_translator(3), quantized_translator(3)
-    traced.trace()
     expected = decode(eager, pad_ids(srcs, 0), opts)
-    got = decode(traced, pad_ids(srcs, 0), opts)
+    got = decode(trace_translator(traced), pad_ids(srcs, 0), opts)
     assert [[h.tokens for h in hs] for hs in got] == [[h.tokens for h in hs] for hs in expected]
     for hs, es in zip(got, expected, strict=True):
         assert [h.score for h in hs] == pytest.approx([h.score for h in es], abs=1e-4)

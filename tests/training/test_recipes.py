@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,41 +14,24 @@ import torch
 from model import load_checkpoint
 from training.__main__ import main
 from training.config import TrainConfig, parse_overrides
-from training.recipes import PRESETS, RECIPES, Recipe, Run, commands
+from training.recipes import PRESETS, RECIPES, Recipe, Run, command_lines, commands
 from training.ship import model_card, recipe_diff
 
 CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
-SENTIMENT_KO = """\
-python -m training sentiment --preset sentiment-ko-base --out-dir runs
-python -m training sentiment --preset sentiment-ko-mlm --out-dir runs
-python -m training sentiment --preset sentiment-ko-mlm --epochs 7 --out-dir runs
-python -m training sentiment --preset sentiment-ko-kd --teachers runs/sentiment-ko-base/best,runs/sentiment-ko-mlm/best \
---init-from runs/sentiment-ko-mlm/best --tokenizer-from runs/sentiment-ko-mlm/tokenizer.model --out-dir runs
-python -m training sentiment --preset sentiment-ko --teachers runs/sentiment-ko-kd/best,ngram-w3c4 \
---init-from runs/sentiment-ko-kd/best --tokenizer-from runs/sentiment-ko-mlm/tokenizer.model --out-dir runs
-python -m training ngram-head --run runs/sentiment-ko --spec w3c4 --buckets 2097152
-python -m training ship --run runs/sentiment-ko --name sentiment-ko
-"""
 
 
-def test_dry_run_prints_the_chain_and_runs_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_dry_run_prints_the_chain_with_the_dirs_given_and_runs_nothing(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    assert main(["reproduce", "sentiment-ko", "--dry-run"]) == 0
-    assert capsys.readouterr().out == SENTIMENT_KO
+    assert main(["reproduce", name, "--dry-run", "--runs-dir", "/tmp/r", "--data-dir=/d"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == command_lines(RECIPES[name], "/tmp/r", "/d")  # what the model card lists
+    for line in lines:
+        assert line.endswith("--data-dir /d"), line
+        assert not re.search(r"(?<![/\w-])runs\b", line), line  # every run path under --runs-dir
     assert not list(tmp_path.iterdir())
-
-
-def test_runs_dir_and_data_dir_reach_every_command(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["reproduce", "translate-fr-en", "--dry-run", "--runs-dir", "/tmp/r", "--data-dir=/d"]
-    assert main(args) == 0
-    assert capsys.readouterr().out.splitlines() == [
-        "python -m training translate --preset translate-fr-en --epochs 12 --stop-at-step 1800 --out-dir /tmp/r "
-        "--data-dir /d",
-        "python -m training translate --preset translate-fr-en --out-dir /tmp/r --data-dir /d",
-        "python -m training ship --run /tmp/r/translate-fr-en --name translate-fr-en --data-dir /d",
-    ]
 
 
 def test_reproduce_runs_each_command_in_order_and_stops_at_a_failure(

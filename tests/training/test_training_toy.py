@@ -12,14 +12,13 @@ from torch import Tensor
 
 from model import (
     DecodeOptions,
-    ModelConfig,
     SentimentClassifier,
     Translator,
     beam_search,
     greedy_decode,
     pad_ids,
 )
-from tests.conftest import tiny_sentiment_config
+from tests.conftest import tiny_sentiment_config, tiny_translation_config
 
 PAD, BOS, EOS = 0, 2, 3
 N_SYMBOLS = 20
@@ -44,18 +43,8 @@ def warmup_cosine(steps: int, warmup: int = 30) -> Callable[[int], float]:
 def train_translator(task: str, steps: int = 500, batch_size: int = 64, seed: int = 0) -> Translator:
     """Teacher forcing with cross-entropy over non-pad targets; held-out sequences never seen."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(
-        task="translation",
-        vocab_size=V,
-        d_model=64,
-        n_heads=4,
-        n_layers=2,
-        n_decoder_layers=2,
-        d_ff=128,
-        dropout=0.0,
-        max_len=64,
-        source_langs=("src",),
-        target_langs=(task,),
+    cfg = tiny_translation_config(
+        V, d_model=64, n_heads=4, d_ff=128, max_len=64, source_langs=("src",), target_langs=(task,)
     )
     model = Translator(cfg).train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)

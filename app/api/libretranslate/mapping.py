@@ -1,7 +1,7 @@
 """The LibreTranslate API mapped onto the service: its request fields and limits, its answers and errors.
 
 A translation is one Service.translate call (a TranslateRequest, like POST /translate), so LibreTranslate
-clients share the batchers with native clients and with each other. HTML: the text nodes of every document
+clients share the batchers with native clients and with each other. HTML: the text blocks of every document
 of a request go in that one call. Errors are LibreTranslate's: {"error": message} with 400 for bad input
 (what the native API answers 404/422), 403 for the key, 429 for a full queue.
 """
@@ -26,7 +26,7 @@ MAX_ALTERNATIVES = (
     next(m.le for m in TranslateRequest.model_fields["num_hypotheses"].metadata if hasattr(m, "le")) - 1
 )
 DEFAULT_BEAM = TranslateRequest.model_fields["beam_size"].default
-# LibreTranslate's detectedLanguage for a text without language (here: a blank q)
+# LibreTranslate's detectedLanguage for a text without language (a blank q, a q without letters)
 NOTHING_DETECTED = {"confidence": 0.0, "language": "en"}
 FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's default: how long its page waits after typing before it asks
 LANGUAGE_NAMES = {
@@ -69,15 +69,34 @@ class _Params(BaseModel):
 
 
 class TranslateParams(_Params):
-    source: str = Field(min_length=1, description='Language code, or "auto" to detect it.')
+    source: str = Field(min_length=1, description='Language code (any case), or "auto" to detect it.')
     target: str = Field(min_length=1)
-    format: Literal["text", "html"] = Field("text", description="html: text nodes only, markup kept.")
-    alternatives: int = Field(0, ge=0, le=MAX_ALTERNATIVES, description="More translations from the n-best.")
+    format: Literal["text", "html"] = Field("text", description="html: markup kept, text by sentence.")
+    alternatives: int = Field(
+        0, description=f"More translations from the n-best: below 0 is 0, at most {MAX_ALTERNATIVES}."
+    )
+
+    @field_validator("source", "target", mode="before")
+    @classmethod
+    def _lowercase(cls, v: object) -> object:
+        return v.strip().lower() if isinstance(v, str) else v  # LibreTranslate lowercases codes: FR is fr
 
     @field_validator("format", mode="before")
     @classmethod
     def _default_format(cls, v: object) -> object:
         return "text" if v in ("", None) else v
+
+    @field_validator("alternatives", mode="before")
+    @classmethod
+    def _clamped(cls, v: object) -> int:
+        """As LibreTranslate: int(v) (a form's string too), negative is 0, above the limit an error."""
+        try:
+            n = max(0, int(v))  # type: ignore[call-overload]
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError("is not a number") from None
+        if n > MAX_ALTERNATIVES:
+            raise ValueError(f"must be <= {MAX_ALTERNATIVES}")
+        return n
 
 
 class DetectParams(_Params):
@@ -97,7 +116,10 @@ def parse(model: type[P], fields: dict[str, Any]) -> P:
         if err["type"] in ("missing", "string_too_short") or (field == "q" and "missing" in err["msg"]):
             raise LtError(400, f"Invalid request: missing {field} parameter") from None
         if field == "format":
-            raise LtError(400, f"{err['input']} format is not supported (text or html)") from None
+            raise LtError(400, f"{err['input']} format is not supported") from None
+        if field == "alternatives":  # LibreTranslate's wording
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            raise LtError(400, f"Invalid request: alternatives parameter {msg}") from None
         where = field + "".join(f"[{part}]" for part in err["loc"] if isinstance(part, int))
         msg = str(err["msg"]).removeprefix("Value error, ")
         raise LtError(400, f"Invalid request: {where}: {msg}") from None
@@ -108,6 +130,7 @@ async def translate(service: Service, p: TranslateParams, disconnected: Disconne
     documents in different languages)."""
     texts, settings, single = p.texts, service.settings, isinstance(p.q, str)
     _check_limits(texts, settings.max_texts, settings.max_chars)
+    _check_languages(service, p.source, p.target)
     n = 1 if p.format == "html" else p.alternatives + 1  # LibreTranslate gives no alternatives for HTML
     docs = [HtmlDocument(t) for t in texts] if p.format == "html" else None
     # what is translated, and which q each came from (blank texts and HTML without text are not sent)
@@ -115,19 +138,20 @@ async def translate(service: Service, p: TranslateParams, disconnected: Disconne
         sources, origin = [s for d in docs for s in d.texts], [i for i, d in enumerate(docs) for _ in d.texts]
         if len(sources) > MAX_TEXTS:
             raise LtError(
-                400, f"Invalid request: q has {len(sources)} HTML text nodes, more than {MAX_TEXTS}"
+                400, f"Invalid request: q has {len(sources)} HTML text blocks, more than {MAX_TEXTS}"
             )
     else:
         origin = [i for i, t in enumerate(texts) if t.strip()]
         sources = [texts[i] for i in origin]
     # source language -> indices into sources. "auto": the service detects each text; an HTML document is
-    # detected here as a whole (its text nodes alone are too short to tell)
+    # detected here as a whole (its blocks alone are too short to tell)
     detected: list[dict[str, Any]] = [dict(NOTHING_DETECTED) for _ in texts]
     groups = {p.source: list(range(len(sources)))}
+    doc_lang = [p.source] * len(texts)  # an HTML document's language (its sentences are split in it)
     if p.source == AUTO and docs is not None:
         groups = {}
         for i, lang, detection in await _detect_documents(service, docs, p.target, single):
-            detected[i] = detection
+            detected[i], doc_lang[i] = detection, lang
             groups.setdefault(lang, []).extend(j for j, o in enumerate(origin) if o == i)
     calls = [
         _translate(service, [sources[j] for j in idxs], [origin[j] for j in idxs], src, p.target, n,
@@ -142,7 +166,9 @@ async def translate(service: Service, p: TranslateParams, disconnected: Disconne
     if docs is not None:
         at = 0
         for i, d in enumerate(docs):
-            out[i] = d.render([r.translation for r in results[at : at + len(d.texts)]])
+            out[i] = d.render(
+                [r.translation for r in results[at : at + len(d.texts)]], (doc_lang[i], p.target)
+            )
             at += len(d.texts)
     else:
         for i, r in zip(origin, results, strict=True):
@@ -168,13 +194,31 @@ async def _detect_documents(
     assert registry is not None  # the service has detected: it has started
     out = []
     for i, detections in zip(with_text, found, strict=True):
+        best = detections[0] if detections else None
+        if best is None or best.language == target:  # passed through by the service
+            lang = best.language if best else target
+            out.append((i, lang, _detection(lang, best.confidence) if best else dict(NOTHING_DETECTED)))
+            continue
         try:  # the same check and message as the native "auto"
             registry.auto_translator(detections, target, None, ("q",) if single else ("q", i))
         except RequestValidationError as e:
             raise LtError(400, f"Invalid request: {_theirs(e.errors()[0]['msg'])}") from None
-        best = detections[0]
         out.append((i, best.language, _detection(best.language, best.confidence)))
     return out
+
+
+def _check_languages(service: Service, source: str, target: str) -> None:
+    """LibreTranslate's 400s: "zz is not supported" for a language no pair has, then the pair's own."""
+    pairs = _pairs(service)
+    served = {lang for pair in pairs for lang in pair}
+    for code in (source, target):
+        if code not in served and code != AUTO:
+            raise LtError(400, f"{code} is not supported")
+    if source not in (AUTO, target) and (source, target) not in pairs:
+        raise LtError(
+            400,
+            f"{name(target)} ({target}) is not available as a target language from {name(source)} ({source})",
+        )
 
 
 def _detection(language: str, confidence: float) -> dict[str, Any]:
@@ -231,14 +275,15 @@ def _where(loc: Sequence[Any], origin: list[int], many: bool) -> str:
 
 
 def _check_limits(texts: list[str], max_texts: int, max_chars: int) -> None:
-    """LibreTranslate's batch and character limits (APP_MAX_TEXTS, APP_MAX_CHARS); markup counts."""
+    """LibreTranslate's batch and character limits (APP_MAX_TEXTS, APP_MAX_CHARS) in its words, naming the
+    q of a list; markup counts."""
     if len(texts) > max_texts:
-        raise LtError(400, f"Invalid request: q has {len(texts)} texts, more than the limit ({max_texts})")
+        raise LtError(400, f"Invalid request: request ({len(texts)}) exceeds text limit ({max_texts})")
     for i, text in enumerate(texts):
         if len(text) > max_chars:
-            where = f"q[{i}]" if len(texts) > 1 else "q"
+            where = f" (q[{i}])" if len(texts) > 1 else ""
             raise LtError(
-                400, f"Invalid request: {where} has {len(text)} characters, more than the limit ({max_chars})"
+                400, f"Invalid request: request ({len(text)}) exceeds text limit ({max_chars}){where}"
             )
 
 
@@ -249,15 +294,14 @@ async def detect(service: Service, p: DetectParams) -> list[dict[str, Any]]:
     _check_limits(texts, settings.max_texts, settings.max_chars)
     served = {code for pair in _pairs(service) for code in pair}
     totals: dict[str, float] = {}
-    for i, found in enumerate(await service.detect(texts)):
-        if not found:
-            where = f"q[{i}]" if len(texts) > 1 else "q"
-            raise LtError(400, f"Invalid request: {where} has no letters: there is no language to detect")
-        for d in found:
+    found = [f for f in await service.detect(texts) if f]  # a text without letters tells nothing
+    for detections in found:
+        for d in detections:
             if d.language in served:  # not a language no model serves, which the detector may name first
-                totals[d.language] = totals.get(d.language, 0.0) + d.confidence / len(texts)
+                totals[d.language] = totals.get(d.language, 0.0) + d.confidence / len(found)
     ranked = sorted(totals.items(), key=lambda lc: -lc[1])
-    return [_detection(lang, confidence) for lang, confidence in ranked]
+    # nothing to go on: LibreTranslate's answer, English with confidence 0
+    return [_detection(lang, confidence) for lang, confidence in ranked] or [dict(NOTHING_DETECTED)]
 
 
 def languages(service: Service) -> list[dict[str, Any]]:

@@ -1,10 +1,10 @@
-"""The LibreTranslate API under APP_LIBRETRANSLATE_PREFIX: POST translate and detect, GET languages and
-frontend/settings (suggest and translate_file answer 403, as LibreTranslate with them off). Bodies are JSON
-or forms (urlencoded or multipart), with the API key in the body or in the headers; every error is
-{"error": message}. The mapping onto the service: app/api/libretranslate/mapping.py.
+"""The LibreTranslate API under APP_LIBRETRANSLATE_PREFIX: POST translate and detect, GET languages,
+frontend/settings, health and spec (suggest and translate_file answer 403, as LibreTranslate with them off).
+Bodies are JSON or forms (urlencoded or multipart), with the API key in the body or in the headers; every
+error is {"error": message}. The mapping onto the service: app/api/libretranslate/mapping.py.
 
-The key is checked here, not by the gate: it may be in the body. languages and frontend/settings are open, as
-in LibreTranslate (clients read them to learn whether a key is needed).
+The key is checked here, not by the gate: it may be in the body. languages, frontend/settings, health and spec
+are open, as in LibreTranslate (clients read them to learn whether a key is needed).
 """
 
 from __future__ import annotations
@@ -17,12 +17,14 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from app import __version__
 from app.api.deps import DisconnectDep, ServiceDep
 from app.api.libretranslate import mapping as lt
 from app.core.errors import ClientDisconnected, ServiceError
@@ -89,6 +91,16 @@ def router(prefix: str) -> APIRouter:
         """Limits (charLimit, batchLimit), whether a key is required, default languages."""
         return await _answer(lambda: lt.frontend_settings(service))
 
+    @r.get("/health")
+    async def health() -> JSONResponse:
+        """Liveness, as LibreTranslate's (its healthcheck script and clients' health() read it)."""
+        return JSONResponse({"status": "ok"})
+
+    @r.get("/spec")
+    async def spec() -> JSONResponse:
+        """This API's OpenAPI document (LibreTranslate serves its Swagger document here)."""
+        return JSONResponse(get_openapi(title="LibreTranslate", version=__version__, routes=r.routes))
+
     # what LibreTranslate answers with suggestions and file translation off (frontend/settings says so)
     @r.post("/suggest", responses={403: ERRORS[403]})
     async def suggest() -> JSONResponse:
@@ -99,6 +111,11 @@ def router(prefix: str) -> APIRouter:
     async def translate_file() -> JSONResponse:
         """Not served: 403, as LibreTranslate with --disable-files-translation."""
         return _error(lt.LtError(403, "Files translation are disabled on this server."))
+
+    @r.get("/download_file/{filename}", responses={400: ERRORS[400]})
+    async def download_file(filename: str) -> JSONResponse:
+        """Not served: 400, as LibreTranslate with --disable-files-translation."""
+        return _error(lt.LtError(400, "Files translation are disabled on this server."))
 
     return r
 
@@ -126,7 +143,7 @@ async def _body_fields(request: Request) -> dict[str, Any]:
         except ValueError as e:
             raise lt.LtError(400, f"Invalid request: the body is not JSON ({e})") from None
         if not isinstance(data, dict):
-            raise lt.LtError(400, "Invalid JSON format: the body must be a JSON object")
+            raise lt.LtError(400, "Invalid JSON format")  # LibreTranslate's words: an object is expected
         return data
     if kind in FORMS:
         async with request.form() as form:
@@ -159,7 +176,7 @@ def _check_key(request: Request, fields: dict[str, Any], settings: Settings) -> 
     if settings.api_key is None:
         return
     key = settings.api_key.get_secret_value().encode()
-    sent = fields.get("api_key")
+    sent = fields.get("api_key", fields.get("apiKey"))  # apiKey: as the npm `libretranslate` client sends it
     if authorized(request.scope, key) or matches(sent if isinstance(sent, str) else None, key):
         return
     if sent:

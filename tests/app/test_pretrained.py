@@ -1,0 +1,305 @@
+"""Pretrained models served beside ours (issue 27): an OPUS-MT model imported with the CLI, an Argos Translate
+package built here, and our tiny trained translator, in one checkpoint directory.
+
+- The imported model answers /translate (greedy) and /libretranslate/translate as transformers' generate
+  does on the same inputs, under concurrency, and /attention works on it.
+- The Argos package (our tiny checkpoint exported to CTranslate2 and zipped in Argos' layout, metadata as
+  Argos writes it, labelled es -> en) is served by CTranslate2 and answers as the same weights do in torch;
+  /attention on it is a 422 that says why.
+- /models names each model's origin; routing picks one model per pair (APP_ORIGIN_ORDER, APP_ROUTES).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+from fastapi import FastAPI
+
+from app.core.settings import Settings, SettingsError
+from app.registry import Registry
+from engines.ct2_convert import export_ctranslate2
+from model.checkpoint import CheckpointError
+from tests.app.conftest import serve
+
+pytest.importorskip("transformers")
+pytest.importorskip("ctranslate2")
+
+pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).parents[2]
+ARGOS = "translate-es_en-1_0"  # the folder name argospm gives a package (its zip's top directory)
+FR = [
+    "Le chat aime la maison.",
+    "Un chien voit un livre encore !",
+    "Mon ami regarde la musique chaque jour ?",
+    "Elle lit une petite voiture.",
+    "Notre équipe adore un bon repas lentement.",
+    "Ce film ouvre la rivière !",
+]
+
+
+def argos_zip(checkpoint: Path, out: Path, from_code: str, to_code: str) -> Path:
+    """An .argosmodel as Argos' packaging writes it: one top directory with metadata.json, model/ (the
+    CTranslate2 model), sentencepiece.model and README.md."""
+    work = out.parent / "argos-build" / ARGOS
+    export_ctranslate2(checkpoint, work / "model")
+    shutil.copyfile(checkpoint / "tokenizer.model", work / "sentencepiece.model")
+    metadata = {
+        "package_version": "1.0",
+        "argos_version": "1.0",
+        "from_code": from_code,
+        "from_name": "Spanish",
+        "to_code": to_code,
+        "to_name": "English",
+        "links": [f"https://example.com/{ARGOS}.argosmodel"],
+    }
+    (work / "metadata.json").write_text(json.dumps(metadata, indent=4))
+    (work / "README.md").write_text("# es -> en\nLicense: CC0 (test package)\n")
+    with zipfile.ZipFile(out, "w") as z:
+        for f in sorted(work.rglob("*")):
+            z.write(f, f.relative_to(work.parent))
+    return out
+
+
+@pytest.fixture(scope="module")
+def mixed_dir(
+    tmp_path_factory: pytest.TempPathFactory, tiny_marian_dir: Path, tiny_translator_checkpoint: Path
+) -> Path:
+    """translate-fr-en (trained), opus-mt-fr-en and opus-mt-fr-ROMANCE (imported by the CLI; the second
+    random, multilingual: >>spa<< / >>ita<< tags), an Argos package (es -> en)."""
+    root = tmp_path_factory.mktemp("mixed")
+    (root / "translate-fr-en").symlink_to(tiny_translator_checkpoint, target_is_directory=True)
+    subprocess.run(
+        [sys.executable, "-m", "training", "import", "marian", str(tiny_marian_dir), "--name", "opus-mt-fr-en",
+         "--out-dir", str(root)],
+        check=True, cwd=ROOT, capture_output=True,
+    )  # fmt: skip
+    from tests.tiny_marian import build_marian  # transformers: a test dependency
+
+    romance = build_marian(
+        root.parent / "hf" / "opus-mt-fr-ROMANCE", tags=("spa", "ita"), seed=3, train_steps=0
+    )
+    subprocess.run(
+        [sys.executable, "-m", "training", "import", "marian", str(romance), "--name", "opus-mt-fr-ROMANCE",
+         "--out-dir", str(root)],
+        check=True, cwd=ROOT, capture_output=True,
+    )  # fmt: skip
+    package = argos_zip(tiny_translator_checkpoint, root.parent / f"{ARGOS}.argosmodel", "es", "en")
+    with zipfile.ZipFile(package) as z:  # what argospm's install_from_path does
+        z.extractall(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+async def mixed(mixed_dir: Path) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    async with serve(Settings(checkpoint_dir=mixed_dir)) as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_marian_dir: Path):  # noqa: ANN201
+    from tests.tiny_marian import load_reference
+
+    return load_reference(tiny_marian_dir)
+
+
+def generate(reference, texts: list[str], beams: int, limit: int = 64) -> list[str]:  # noqa: ANN001
+    """transformers' translations of `texts` (one padded batch), <pad> banned as OPUS-MT's config does;
+    `limit` new tokens, EOS included (ours: 2 x source tokens + 10 by default)."""
+    model, tok = reference
+    enc = tok(texts, return_tensors="pt", padding=True)
+    with torch.inference_mode():
+        out = model.generate(
+            **enc, num_beams=beams, do_sample=False, max_new_tokens=limit, bad_words_ids=[[tok.pad_token_id]]
+        )
+    return tok.batch_decode(out, skip_special_tokens=True)  # type: ignore[no-any-return]
+
+
+async def test_models_name_each_origin(mixed: tuple[FastAPI, httpx.AsyncClient]) -> None:
+    models = {m["name"]: m for m in (await mixed[1].get("/models")).json()["models"]}
+    got = {
+        name: (m["origin"], m["engine"], m["source_langs"], m["target_langs"]) for name, m in models.items()
+    }
+    assert got == {
+        "translate-fr-en": ("trained", "torch", ["fr"], ["en"]),
+        "opus-mt-fr-en": ("opus-mt", "torch", ["fr"], ["en"]),
+        "opus-mt-fr-ROMANCE": ("opus-mt", "torch", ["fr"], ["es", "it"]),
+        ARGOS: ("argos", "ctranslate2", ["es"], ["en"]),
+    }
+
+
+async def test_imported_model_answers_as_transformers(
+    mixed: tuple[FastAPI, httpx.AsyncClient],
+    reference,  # noqa: ANN001
+) -> None:
+    """Greedy /translate (routed to opus-mt-fr-en: pretrained first) equals generate(num_beams=1), one
+    request per sentence, all at once (batched by the server)."""
+    client = mixed[1]
+    replies = await asyncio.gather(
+        *(client.post("/translate", json={"text": t, "source_lang": "fr", "beam_size": 1}) for t in FR)
+    )
+    assert all(r.status_code == 200 for r in replies), [r.text for r in replies]
+    assert {r.json()["model"] for r in replies} == {"opus-mt-fr-en"}
+    want = generate(reference, FR, beams=1)
+    assert [r.json()["results"][0]["translation"] for r in replies] == want
+    assert any(w.strip() for w in want)  # real outputs, not all empty
+
+
+async def test_libretranslate_answers_as_transformers(
+    mixed: tuple[FastAPI, httpx.AsyncClient],
+    reference,  # noqa: ANN001
+) -> None:
+    """LibreTranslate's API decodes with beam 4 and our GNMT length penalty: on these sentences (all ending
+    well before the length limit) its answers equal generate(num_beams=4); concurrent requests."""
+    client = mixed[1]
+    replies = await asyncio.gather(
+        *(client.post("/libretranslate/translate", json={"q": t, "source": "fr", "target": "en"}) for t in FR)
+    )
+    assert all(r.status_code == 200 for r in replies), [r.text for r in replies]
+    assert [r.json()["translatedText"] for r in replies] == generate(reference, FR, beams=4)
+
+
+async def test_attention_on_the_imported_model(
+    mixed: tuple[FastAPI, httpx.AsyncClient],
+    reference,  # noqa: ANN001
+) -> None:
+    r = await mixed[1].post("/attention", json={"model": "opus-mt-fr-en", "text": FR[0]})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["translation"] == generate(reference, FR[:1], beams=1)[0]
+    tok = reference[1]
+    assert body["source_tokens"] == tok.convert_ids_to_tokens(tok(FR[0])["input_ids"])
+
+
+async def test_multilingual_target_tag(mixed: tuple[FastAPI, httpx.AsyncClient], mixed_dir: Path) -> None:
+    """fr -> it on opus-mt-fr-ROMANCE: the >>ita<< tag goes in front of the source, as transformers'
+    tokenizer puts it when the text starts with it; /attention shows the tag among the source tokens."""
+    from tests.tiny_marian import load_reference
+
+    client = mixed[1]
+    text = FR[0]
+    r = await client.post(
+        "/translate", json={"text": text, "source_lang": "fr", "target_lang": "it", "beam_size": 1}
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == "opus-mt-fr-ROMANCE"
+    reference = load_reference(mixed_dir.parent / "hf" / "opus-mt-fr-ROMANCE")
+    source = reference[1](f">>ita<< {text}")["input_ids"]  # tag + pieces + EOS
+    # a random model: it runs to our default limit, 2 x source tokens + 10
+    want = generate(reference, [f">>ita<< {text}"], beams=1, limit=2 * len(source) + 10)
+    assert r.json()["results"][0]["translation"] == want[0]
+    r = await client.post(
+        "/attention", json={"model": "opus-mt-fr-ROMANCE", "text": text, "target_lang": "it"}
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["source_tokens"][0] == ">>ita<<"
+    assert r.json()["translation"] == want[0]
+
+
+async def test_argos_package_answers_as_the_same_weights_in_torch(
+    mixed: tuple[FastAPI, httpx.AsyncClient],
+) -> None:
+    """The package holds translate-fr-en's weights (labelled es -> en): CTranslate2's greedy answers and
+    scores are torch's, the EOS forced at the length limit included (this random model always reaches it).
+    Beam search runs too, but a beam that reaches the limit keeps CTranslate2's unfinished hypotheses
+    (no torch model to redo it, engines/argos.py), so only its shape is checked."""
+    client = mixed[1]
+    body = {"texts": FR, "beam_size": 1, "return_scores": True}
+    ours = await client.post("/translate", json=body | {"source_lang": "fr", "model": "translate-fr-en"})
+    argos = await client.post("/translate", json=body | {"source_lang": "es"})
+    assert argos.status_code == 200, argos.text
+    assert argos.json()["model"] == ARGOS  # the only es -> en model
+    got, want = argos.json()["results"], ours.json()["results"]
+    assert [r["translation"] for r in got] == [r["translation"] for r in want]
+    assert [r["score"] for r in got] == pytest.approx([r["score"] for r in want], abs=1e-4)
+    beam = await client.post(
+        "/translate", json={"texts": FR, "source_lang": "es", "beam_size": 4, "num_hypotheses": 2}
+    )
+    assert beam.status_code == 200, beam.text
+    assert all(len(r["hypotheses"]) == 2 for r in beam.json()["results"])
+
+
+async def test_argos_languages_come_from_its_metadata(mixed: tuple[FastAPI, httpx.AsyncClient]) -> None:
+    client = mixed[1]
+    languages = (await client.get("/libretranslate/languages")).json()
+    assert {"code": "es", "name": "Spanish", "targets": ["en"]} in languages
+    r = await client.post(
+        "/translate", json={"text": "El perro come la comida en la casa.", "source_lang": "auto"}
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == ARGOS
+
+
+async def test_attention_on_an_argos_package_says_why_not(mixed: tuple[FastAPI, httpx.AsyncClient]) -> None:
+    r = await mixed[1].post("/attention", json={"model": ARGOS, "text": "hola"})
+    assert r.status_code == 422
+    msg = r.json()["detail"][0]["msg"]
+    assert "Argos Translate package" in msg
+    assert "no attention maps" in msg
+
+
+def registry(root: Path, **settings: object) -> Registry:
+    s = Settings(checkpoint_dir=root, **settings)  # type: ignore[arg-type]
+    return Registry.discover(root, torch.device("cpu"), torch.float32, None, s.origin_order, s.routes)
+
+
+def test_routing_rule_and_its_overrides(mixed_dir: Path) -> None:
+    assert registry(mixed_dir).pairs == {
+        ("fr", "en"): "opus-mt-fr-en",
+        ("fr", "es"): "opus-mt-fr-ROMANCE",
+        ("fr", "it"): "opus-mt-fr-ROMANCE",
+        ("es", "en"): ARGOS,
+    }
+    trained_first = registry(mixed_dir, origin_order="trained,opus-mt,argos")
+    assert trained_first.pairs[("fr", "en")] == "translate-fr-en"
+    routed = registry(mixed_dir, routes="fr-en=translate-fr-en")
+    assert routed.pairs[("fr", "en")] == "translate-fr-en"
+    with pytest.raises(
+        SettingsError, match=f"ROUTES: fr-en={ARGOS}, but {ARGOS} does not translate fr -> en"
+    ):
+        registry(mixed_dir, routes=f"fr-en={ARGOS}")
+    with pytest.raises(ValueError, match="routes look like fr-en=MODEL"):
+        Settings(checkpoint_dir=mixed_dir, routes="fr:en")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="origins are trained, opus-mt and argos"):
+        Settings(checkpoint_dir=mixed_dir, origin_order="ours")  # type: ignore[arg-type]
+
+
+def test_argos_packages_dir_as_argospm_leaves_it(mixed_dir: Path, tmp_path: Path) -> None:
+    """A sentence-splitting package beside it is skipped; a translation package without its sentencepiece
+    model fails start-up naming the file."""
+    root = tmp_path / "packages"
+    root.mkdir()
+    (root / ARGOS).symlink_to(mixed_dir / ARGOS, target_is_directory=True)
+    sbd = root / "sbd-multi-1_0"
+    (sbd / "model").mkdir(parents=True)
+    (sbd / "metadata.json").write_text(json.dumps({"type": "sbd", "package_version": "1.0", "code": "sbd"}))
+    assert list(registry(root).entries) == [ARGOS]
+    broken = root / "translate-it_en-1_0"
+    shutil.copytree(mixed_dir / ARGOS, broken)
+    (broken / "sentencepiece.model").unlink()
+    with pytest.raises(CheckpointError, match="translate-it_en-1_0/sentencepiece.model: missing"):
+        registry(root)
+
+
+async def test_imported_model_on_the_ctranslate2_engine(
+    mixed_dir: Path,
+    reference,  # noqa: ANN001
+) -> None:
+    """APP_TRANSLATION_ENGINE=ctranslate2: the imported model is converted at load (sin|cos positions,
+    swish, logits bias, two sentencepiece models) and still answers as transformers does."""
+    async with serve(Settings(checkpoint_dir=mixed_dir, translation_engine="ctranslate2")) as (_, client):
+        models = {m["name"]: m["engine"] for m in (await client.get("/models")).json()["models"]}
+        assert set(models.values()) == {"ctranslate2"}
+        r = await client.post("/translate", json={"texts": FR, "source_lang": "fr", "beam_size": 1})
+        assert r.status_code == 200, r.text
+        assert r.json()["model"] == "opus-mt-fr-en"
+        assert [x["translation"] for x in r.json()["results"]] == generate(reference, FR, beams=1)
