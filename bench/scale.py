@@ -220,9 +220,9 @@ def main(argv: list[str] | None = None) -> int:
         checkpoints = model_dir(args.checkpoint_dir, Path(tmp))
         # the defaults alone (their ready time is the clean one), then every other setup at once
         servers: dict[str, tuple[list[str], list[int], float]] = {}
-        first = [launch(rows[0], checkpoints, stack)] if rows else []
-        for group in (first, [launch(s, checkpoints, stack) for s in rows[1:]]):
-            for launched in group:
+        groups = (lambda: rows[:1], lambda: rows[1:])  # the second launched once the first is ready
+        for group in groups:
+            for launched in [launch(s, checkpoints, stack) for s in group()]:
                 try:
                     ready_s = launched.wait()
                 except RuntimeError as e:
