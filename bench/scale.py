@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", type=Path, default=None, help="a checkout of main, measured in the same run")
     p.add_argument("--only", nargs="*", default=None, help="setup names to run (default: all)")
     p.add_argument("--routes", nargs="*", default=None, help="routes to measure (default: both)")
-    p.add_argument("--budget-s", type=float, default=450.0, help="no new cell after this many seconds")
+    p.add_argument("--budget-s", type=float, default=400.0, help="no new cell after this many seconds")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the servers are stopped on the way out
     cores, cuda = usable_cores(), torch.cuda.is_available()
