@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,8 @@ from app.tasks import attention_png
 from app.tasks.handlers import DecodeKey, Sentence, TranslationHandler
 from app.tasks.heatmap import NICE
 from model import Translator
+from model.decoding import Decodable
+from model.jit import TracedTranslator
 from model.translator import DecoderState
 from tests.app.conftest import eventually, serve
 
@@ -54,10 +56,12 @@ class CountedSteps:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, hold_at: int) -> None:
         self.steps, self.hold_at = 0, hold_at
         self.holding, self.release = threading.Event(), threading.Event()
-        original = Translator.decode_step
+        for cls in (Translator, TracedTranslator):  # eager, or the traced graphs the handler decodes with
+            monkeypatch.setattr(cls, "decode_step", self._counted(cls.decode_step))
 
+    def _counted(self, original: Callable[..., tuple[Tensor, DecoderState]]) -> Callable[..., Any]:
         def decode_step(
-            model: Translator, tokens: Tensor, state: DecoderState
+            model: Decodable[Any], tokens: Tensor, state: DecoderState
         ) -> tuple[Tensor, DecoderState]:
             self.steps += 1
             if self.steps == self.hold_at:
@@ -67,7 +71,7 @@ class CountedSteps:
             log_probs[:, model.cfg.eos_id] -= 1e4
             return log_probs, state
 
-        monkeypatch.setattr(Translator, "decode_step", decode_step)
+        return decode_step
 
 
 def metric(text: str, name: str, model: str) -> float:
