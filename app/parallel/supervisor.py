@@ -42,7 +42,11 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         s = self.settings
-        listener = listen(s.host, s.port)
+        try:
+            listener = listen(s.host, s.port)
+        except OSError as e:  # one line and exit 1, as uvicorn
+            log.error("cannot listen on %s:%d: %s", s.host, s.port, e.strerror)
+            return 1
         with listener, tempfile.TemporaryDirectory(prefix="app-") as tmp:
             self.path = os.path.join(tmp, "model.sock")
             self.fd = listener.fileno()
