@@ -1,50 +1,21 @@
 """python -m app: one uvicorn worker (the batcher lives in the process) on APP_HOST:APP_PORT, with the
-connection limits of app/edge/connections.py (the image, compose and Kubernetes all run this)."""
+connection limits of app/edge/connections.py (the image, compose and Kubernetes all run this). With
+APP_HTTP_WORKERS > 1: several HTTP processes and one model process (app/parallel/)."""
 
 from __future__ import annotations
 
 import logging
-import resource
 import sys
-from typing import Any
 
 import uvicorn
 
 from app.core.logs import configure_logging
-from app.core.metrics import Metrics
-from app.core.settings import ENV_PREFIX, Settings, SettingsError, load_settings
-from app.edge.connections import ConnectionLimits, protocol_class, refusal_slots
+from app.core.settings import SettingsError, load_settings
 from app.registry import Registry
+from app.serving import raise_fd_limit, server_options
 from model import CheckpointError
 
 log = logging.getLogger("app")
-FD_RESERVE = 256  # descriptors besides client sockets: checkpoints, pipes, threads' files, the listener
-
-
-def server_options(settings: Settings, metrics: Metrics | None = None) -> dict[str, Any]:
-    """uvicorn.run keyword arguments that apply the connection settings (cuts counted in `metrics`)."""
-    return {
-        "http": protocol_class(ConnectionLimits.from_settings(settings), metrics),
-        "ws": "none",  # no websocket routes: an Upgrade must not move a connection out of these limits
-        "timeout_keep_alive": settings.keepalive_timeout_s,
-        "timeout_graceful_shutdown": settings.shutdown_timeout_s,
-    }
-
-
-def raise_fd_limit(max_connections: int) -> int:
-    """Make room for max_connections client sockets: raise the soft RLIMIT_NOFILE towards the hard one if
-    needed -> the soft limit. SettingsError if the hard limit is too low."""
-    need = max_connections + refusal_slots(max_connections) + FD_RESERVE
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < need:
-        if hard != resource.RLIM_INFINITY and hard < need:
-            raise SettingsError(
-                f"{ENV_PREFIX}MAX_CONNECTIONS={max_connections} needs {need} file descriptors, but the limit "
-                f"is {hard} (ulimit -Hn): lower {ENV_PREFIX}MAX_CONNECTIONS or raise the limit"
-            )
-        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
-        soft = need
-    return soft
 
 
 def main() -> int:
@@ -59,6 +30,10 @@ def main() -> int:
     except (SettingsError, CheckpointError) as e:
         log.error("%s", e)
         return 2
+    if (http_workers := settings.http_workers_count()) > 1:  # app/parallel/: N HTTP + one model process
+        from app.parallel.supervisor import run
+
+        return run(settings, http_workers)
     from app.main import create_app
 
     app = create_app(settings)

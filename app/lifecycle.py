@@ -14,6 +14,8 @@ import sys
 from functools import partial
 from typing import Any
 
+from prometheus_client import generate_latest
+
 from app import __version__
 from app.batching.workers import InferenceWorkers
 from app.core.errors import Unavailable
@@ -153,6 +155,10 @@ class Lifecycle:
                 await asyncio.to_thread(self.workers.shutdown)
             finally:
                 sys.setswitchinterval(self._switch_interval)
+
+    async def metrics_text(self) -> bytes:
+        """GET /metrics: the Prometheus text of this process (app.parallel: of every process)."""
+        return generate_latest(self.metrics.registry)
 
     def readiness(self) -> Readiness:
         return Readiness(status=self.status, reason=self.reason, models=dict(self.model_status))  # type: ignore[arg-type]

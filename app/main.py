@@ -36,11 +36,12 @@ APP_LIBRETRANSLATE_PREFIX) also takes the key as LibreTranslate clients send it,
 """
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """An app serving every checkpoint under settings.checkpoint_dir (settings default: the environment)."""
+def create_app(settings: Settings | None = None, service: Service | None = None) -> FastAPI:
+    """An app serving every checkpoint under settings.checkpoint_dir (settings default: the environment).
+    service: the one the routes call (default: a Service here; app.parallel passes its RemoteService)."""
     settings = settings if settings is not None else load_settings()
-    metrics = Metrics()
-    service = Service(settings, metrics)
+    service = service if service is not None else Service(settings, Metrics())
+    metrics = service.metrics
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

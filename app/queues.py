@@ -130,10 +130,11 @@ class Queues:
         expensive lane, in batches of at most APP_MAX_BATCH_WORK work units; stoppable: run takes
         should_stop= (decoding stops between steps once every request of the batch has left)."""
         s = self.settings
+        items, work = s.batch_limits(expensive)  # on CUDA by default: every batch bounded by work units
         return BatchSettings(
-            max_batch_size=max_batch_size or s.max_batch_size,
+            max_batch_size=max_batch_size or items,
             max_delay_s=0.0 if max_batch_size == 1 else s.max_batch_delay_ms / 1000,
-            max_batch_work=s.max_batch_work if expensive else None,
+            max_batch_work=work,
             expensive=expensive,
             stoppable=stoppable,
             idle_timeout_s=idle_timeout_s,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -18,6 +19,27 @@ ENV_PREFIX = "APP_"
 # APP_EXPENSIVE_WORKERS=0 (auto) keeps the cheap lane this long after the last cheap call; then decoding may
 # use every worker (a translation-only load keeps its throughput)
 CHEAP_LANE_HOLD_S = 2.0
+
+
+MANY_CORES = 8  # from this many usable cores, APP_HTTP_WORKERS=0 serves from several processes
+MAX_AUTO_HTTP_WORKERS = 8
+MAX_AUTO_INFERENCE_WORKERS = 8
+# a batch on CUDA when APP_MAX_BATCH_SIZE / APP_MAX_BATCH_WORK are not set: (items, work units); work units
+# bound it (512 short sentences, or a few dozen long texts). To be measured on a GPU: docs/scaling.md
+CUDA_BATCH = (512, 65_536)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (taskset, cgroup cpusets), at most its cgroup's CPU quota (a
+    container's CPU limit, e.g. Kubernetes resources.limits.cpu), else os.cpu_count()."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:  # cgroup v2: "max 100000" (no limit) or "<quota> <period>" in microseconds
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+    except (OSError, ValueError):
+        return cores
+    if quota == "max":
+        return cores
+    return max(1, min(cores, -(-int(quota) // int(period))))
 
 
 class SettingsError(ValueError):
@@ -67,6 +89,9 @@ class Settings(BaseSettings):
     # forward passes that run at once, each in its own thread; 0 = auto: 2 on a CPU with 2+ cores (two
     # single-threaded batches side by side beat one batch on two threads), 1 on CUDA
     inference_workers: int = Field(default=0, ge=0, le=64)
+    # HTTP processes (app/parallel/): each runs the app on one shared socket, one model process runs the models;
+    # 1 = one process for everything; 0 = auto (http_workers_count)
+    http_workers: int = Field(default=0, ge=0, le=64)
     # of those, how many may run expensive batches (decoding, attention maps) at once; 0 = auto: all but one
     # when there are 2+ workers and a classifier is served (a lane for its cheap batches), held for
     # CHEAP_LANE_HOLD_S after the last cheap batch (then all); else all
@@ -200,10 +225,27 @@ class Settings(BaseSettings):
         return v.lower() if isinstance(v, str) else v
 
     def inference_workers_count(self) -> int:
-        """APP_INFERENCE_WORKERS, or for 0: 2 on a CPU with 2+ cores, else 1."""
+        """APP_INFERENCE_WORKERS, or for 0: on a CPU with 2+ cores 2, and from MANY_CORES on a quarter of
+        the cores (at most MAX_AUTO_INFERENCE_WORKERS: small models gain little from intra-op threads, so
+        many cores are better used as more batches side by side); on CUDA 1."""
         if self.inference_workers:
             return self.inference_workers
-        return 2 if self.torch_device().type == "cpu" and torch.get_num_threads() >= 2 else 1
+        cores = torch.get_num_threads()
+        if self.torch_device().type != "cpu" or cores < 2:
+            return 1
+        return 2 if cores < MANY_CORES else min(MAX_AUTO_INFERENCE_WORKERS, cores // 4)
+
+    def http_workers_count(self) -> int:
+        """APP_HTTP_WORKERS, or for 0: one process below MANY_CORES cores (measured best on 2 cores:
+        BENCHMARKS.md), else a quarter of the cores on a CPU (the rest run the models) and half of them on
+        CUDA (the GPU runs the models), at most MAX_AUTO_HTTP_WORKERS."""
+        if self.http_workers:
+            return self.http_workers
+        cores = usable_cores()
+        if cores < MANY_CORES:
+            return 1
+        share = cores // 2 if self.torch_device().type == "cuda" else cores // 4
+        return max(2, min(MAX_AUTO_HTTP_WORKERS, share))
 
     def expensive_workers_count(self, cheap_models: bool) -> int:
         """APP_EXPENSIVE_WORKERS (at most the workers), or for 0: workers - 1 with 2+ workers and cheap
@@ -218,13 +260,15 @@ class Settings(BaseSettings):
         return None if self.expensive_workers else CHEAP_LANE_HOLD_S
 
     def inference_threads(self) -> int:
-        """APP_TORCH_THREADS, or for 0: on CPU (cores - 1) // workers, at least 1; on CUDA torch's default."""
+        """APP_TORCH_THREADS, or for 0: on CPU the cores left after the event loop and the HTTP processes
+        (APP_HTTP_WORKERS > 1), shared by the workers, at least 1 each; on CUDA torch's default."""
         if self.torch_threads:
             return self.torch_threads
         cores = torch.get_num_threads()
         if self.torch_device().type == "cuda":
             return cores
-        return max(1, (cores - 1) // self.inference_workers_count())
+        http = self.http_workers_count()
+        return max(1, (cores - 1 - (http if http > 1 else 0)) // self.inference_workers_count())
 
     def torch_device(self) -> torch.device:
         """The device to serve on; `auto` takes CUDA when present. Raises SettingsError if unavailable."""
@@ -243,10 +287,25 @@ class Settings(BaseSettings):
         return dev
 
     def torch_dtype(self, device: torch.device) -> torch.dtype:
-        """float32 on CPU and float16 on CUDA for `auto`."""
+        """float32 for `auto`, on CUDA too: float16 runs a batch of a new shape (every batch, under real
+        traffic) many times slower, for a small gain on repeated shapes (docs/scaling.md)."""
         if self.dtype == "auto":
-            return torch.float16 if device.type == "cuda" else torch.float32
+            return torch.float32
         return getattr(torch, self.dtype)  # type: ignore[no-any-return]
+
+    def batch_limits(self, expensive: bool) -> tuple[int, int | None]:
+        """(items, work units) a batch may hold: APP_MAX_BATCH_SIZE and, for expensive batches (decoding,
+        attention), APP_MAX_BATCH_WORK. On CUDA, where these are not set, batches are bounded by work units
+        (tokens) rather than by items, every kind of batch: CUDA_BATCH (a GPU's throughput keeps growing
+        with the batch far past a CPU's batch size)."""
+        cuda = self.torch_device().type == "cuda"
+        items = self.max_batch_size
+        work = self.max_batch_work if expensive else None
+        if cuda:
+            if "max_batch_size" not in self.model_fields_set:
+                items = CUDA_BATCH[0]
+            work = self.max_batch_work if "max_batch_work" in self.model_fields_set else CUDA_BATCH[1]
+        return items, work
 
     def quantize_mode(self, device: torch.device, dtype: torch.dtype) -> str | None:
         """The load_checkpoint quantize mode, or None; SettingsError where it cannot run."""

@@ -11,7 +11,8 @@ import pytest
 import torch
 from asgi_lifespan import LifespanManager
 
-from app.core.settings import REPO_ROOT, Settings, SettingsError, load_settings
+import app.core.settings
+from app.core.settings import CUDA_BATCH, REPO_ROOT, Settings, SettingsError, load_settings
 from app.main import create_app
 
 
@@ -38,7 +39,7 @@ def test_auto_device_and_dtype() -> None:
     if not torch.cuda.is_available():
         assert s.torch_device() == torch.device("cpu")
         assert s.torch_dtype(torch.device("cpu")) == torch.float32
-    assert s.torch_dtype(torch.device("cuda")) == torch.float16
+    assert s.torch_dtype(torch.device("cuda")) == torch.float32  # float16: slow on new shapes
 
 
 @pytest.mark.parametrize("native", [True, False])
@@ -122,6 +123,42 @@ def test_cpu_workers_and_threads_leave_the_event_loop_a_core() -> None:
     assert Settings(device="cpu", inference_workers=1).inference_threads() == max(1, cores - 1)
     explicit = Settings(device="cpu", inference_workers=3, torch_threads=2)
     assert (explicit.inference_workers_count(), explicit.inference_threads()) == (3, 2)
+
+
+def many_cores(monkeypatch: pytest.MonkeyPatch, cores: int) -> None:
+    monkeypatch.setattr(torch, "get_num_threads", lambda: cores)
+    monkeypatch.setattr(app.core.settings, "usable_cores", lambda: cores)
+
+
+@pytest.mark.parametrize(
+    ("cores", "http", "workers", "threads"),
+    [(2, 1, 2, 1), (4, 1, 2, 1), (16, 4, 4, 2), (64, 8, 8, 6)],
+)
+def test_processes_workers_and_threads_follow_the_cores(
+    monkeypatch: pytest.MonkeyPatch, cores: int, http: int, workers: int, threads: int
+) -> None:
+    """One process below 8 cores (measured best on 2); above, HTTP processes and more inference workers,
+    each with the cores left after the HTTP processes and the model process's event loop."""
+    many_cores(monkeypatch, cores)
+    s = Settings(device="cpu")
+    assert (s.http_workers_count(), s.inference_workers_count(), s.inference_threads()) == (
+        http,
+        workers,
+        threads,
+    )
+    assert Settings(device="cpu", http_workers=3).http_workers_count() == 3
+
+
+def test_cuda_batches_are_bounded_by_work_units_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings(device="cpu").batch_limits(False) == (32, None)
+    assert Settings(device="cpu").batch_limits(True) == (32, 8_192)
+    monkeypatch.setattr(Settings, "torch_device", lambda self: torch.device("cuda"))
+    assert Settings().batch_limits(False) == CUDA_BATCH
+    assert Settings().batch_limits(True) == CUDA_BATCH
+    assert Settings(max_batch_size=64).batch_limits(False) == (64, CUDA_BATCH[1])
+    assert Settings(max_batch_work=1000).batch_limits(True) == (CUDA_BATCH[0], 1000)
+    many_cores(monkeypatch, 16)
+    assert Settings().http_workers_count() == 8  # half the cores: the GPU runs the models
 
 
 @pytest.mark.anyio

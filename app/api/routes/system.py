@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.api.deps import ServiceDep
 from app.api.routes.common import ERRORS
@@ -57,4 +57,4 @@ async def models(service: ServiceDep) -> ModelsResponse:
 async def metrics(service: ServiceDep) -> Response:
     """Prometheus text format. With APP_API_KEY set it also takes APP_METRICS_API_KEY; APP_METRICS_PUBLIC=true
     leaves it open."""
-    return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(await service.metrics_text(), media_type=CONTENT_TYPE_LATEST)

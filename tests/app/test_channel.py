@@ -1,0 +1,155 @@
+"""app/parallel pieces in one process: the channel between processes (over a real Unix socket), metric
+merging, and the split of the connection limit."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from app.core.errors import QueueFull, invalid
+from app.core.request_id import CURRENT, RequestInfo
+from app.core.settings import Settings
+from app.parallel.channel import Channel, ChannelClosed
+from app.parallel.http import share
+from app.parallel.merge import merge, render
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class Callee:
+    """The model process's side: handlers that record what they saw."""
+
+    def __init__(self) -> None:
+        self.left = asyncio.Event()
+        self.cancelled = asyncio.Event()
+        self.started = asyncio.Event()
+
+    async def echo(self, *args: Any, **kwargs: Any) -> Any:
+        info = CURRENT.get()
+        if info is not None:
+            info.ran("m", 7)
+        return args, kwargs, info.id if info else None
+
+    async def full(self) -> None:
+        raise QueueFull("the queue of m is full", 3)
+
+    async def bad(self) -> None:
+        raise invalid(("text",), "too long", "too_long")
+
+    async def wait_for_leaving(self, disconnected: Any = None) -> str:
+        self.started.set()
+        await disconnected()
+        self.left.set()
+        return "left"
+
+    async def forever(self) -> None:
+        self.started.set()
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            self.cancelled.set()
+
+
+@pytest.fixture
+async def pair(tmp_path: Path) -> AsyncIterator[tuple[Channel, Callee]]:
+    callee = Callee()
+    handlers = {n: getattr(callee, n) for n in ("echo", "full", "bad", "wait_for_leaving", "forever")}
+    served: list[Channel] = []
+
+    async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served.append(channel := Channel(reader, writer, handlers))
+        await channel.serve()
+
+    path = str(tmp_path / "s.sock")
+    server = await asyncio.start_unix_server(connected, path=path)
+    caller = Channel(*await asyncio.open_unix_connection(path), {})
+    task = asyncio.create_task(caller.serve())
+    try:
+        yield caller, callee
+    finally:
+        caller.close()
+        await task
+        server.close()
+        for c in served:
+            c.close()
+
+
+async def test_a_call_returns_and_tells_the_callers_request_what_ran(pair: tuple[Channel, Callee]) -> None:
+    caller, _ = pair
+    info = RequestInfo("rid-1")
+    CURRENT.set(info)
+    assert await caller.call("echo", 1, "x", k=2) == ((1, "x"), {"k": 2}, "rid-1")
+    assert (info.models, info.batch_size) == (["m"], 7)  # the access line's model and batch size
+
+
+async def test_errors_cross_with_their_class_status_and_headers(pair: tuple[Channel, Callee]) -> None:
+    caller, _ = pair
+    with pytest.raises(QueueFull) as full:
+        await caller.call("full")
+    assert (full.value.status_code, full.value.headers, full.value.retry_after) == (
+        429,
+        {"Retry-After": "3"},
+        3,
+    )
+    with pytest.raises(type(invalid(("a",), "b"))) as bad:
+        await caller.call("bad")
+    assert bad.value.errors()[0]["loc"] == ("body", "text")
+
+
+async def test_a_client_that_leaves_is_seen_by_the_callee(pair: tuple[Channel, Callee]) -> None:
+    caller, callee = pair
+    gone = asyncio.Event()
+    answer = asyncio.create_task(caller.call("wait_for_leaving", disconnected=gone.wait))
+    await callee.started.wait()
+    gone.set()
+    assert await answer == "left"
+    assert callee.left.is_set()
+
+
+async def test_a_cancelled_call_cancels_the_callee(pair: tuple[Channel, Callee]) -> None:
+    caller, callee = pair
+    call = asyncio.create_task(caller.call("forever"))
+    await callee.started.wait()
+    call.cancel()
+    await asyncio.wait_for(callee.cancelled.wait(), 10)
+
+
+async def test_calls_fail_when_the_other_end_goes(pair: tuple[Channel, Callee]) -> None:
+    caller, callee = pair
+    call = asyncio.create_task(caller.call("forever"))
+    await callee.started.wait()
+    caller.writer.close()  # as if the other process died: the reader sees the end
+    with pytest.raises(ChannelClosed):
+        await call
+    with pytest.raises(ChannelClosed):
+        await caller.call("echo")
+
+
+def test_metrics_of_processes_are_summed() -> None:
+    def process(requests: float, start: float) -> list[Any]:
+        r = CollectorRegistry()
+        Counter("reqs", "requests", ["route"], registry=r).labels("/a").inc(requests)
+        Gauge("process_start_time_seconds", "start", registry=r).set(start)
+        Gauge("python_info", "info", ["version"], registry=r).labels("3").set(1)
+        return list(r.collect())
+
+    text = render(merge([process(2, 100), process(3, 50)])).decode()
+    assert 'reqs_total{route="/a"} 5.0' in text
+    assert "process_start_time_seconds 50.0" in text
+    assert 'python_info{version="3"} 1.0' in text
+    assert text.count("# TYPE reqs_total counter") == 1
+
+
+def test_the_connection_limit_is_split_across_http_processes() -> None:
+    assert share(Settings(max_connections=2048), 3).max_connections == 683
+    assert share(Settings(max_connections=8), 4).max_connections == 8  # the setting's floor
