@@ -11,8 +11,8 @@ import uvicorn
 
 from app.core.logs import configure_logging
 from app.core.settings import SettingsError, load_settings
+from app.edge.server_options import raise_fd_limit, server_options
 from app.registry import Registry
-from app.serving import raise_fd_limit, server_options
 from model import CheckpointError
 
 log = logging.getLogger("app")

@@ -14,10 +14,10 @@ import uvicorn
 from app.core.logs import configure_logging
 from app.core.metrics import Metrics
 from app.core.settings import Settings, load_settings
+from app.edge.server_options import raise_fd_limit, server_options
 from app.main import create_app
 from app.parallel.lifeline import die_with_parent
 from app.parallel.remote import RemoteService
-from app.serving import raise_fd_limit, server_options
 
 
 def share(settings: Settings, http_workers: int) -> Settings:
