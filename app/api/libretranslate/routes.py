@@ -32,6 +32,7 @@ from app.core.settings import Settings
 from app.edge.api_key import authorized, matches
 
 log = logging.getLogger(__name__)
+KEY_FIELDS = (b"api_key", b"apiKey")  # apiKey: as the npm `libretranslate` client sends it
 FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
@@ -155,12 +156,13 @@ def _header_key(request: Request, fields: dict[str, Any], settings: Settings) ->
 
 
 async def _body_fields(request: Request, keyed: Settings | None) -> dict[str, Any]:
-    """The fields of the body; `keyed`: the key is still to be found (a JSON body without `api_key` in its
-    text cannot hold it: 403 without parsing it; `\\u` escapes could spell it, so those are parsed)."""
+    """The fields of the body; `keyed`: the key is still to be found (a JSON body without `api_key` or
+    `apiKey` in its text cannot hold it: 403 without parsing it; `\\u` escapes could spell it, so those
+    are parsed)."""
     kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if kind == "application/json" or kind.endswith("+json"):
         body = await request.body()
-        if keyed is not None and b"api_key" not in body and b"\\u" not in body:
+        if keyed is not None and not any(name in body for name in KEY_FIELDS) and b"\\u" not in body:
             _check_key(request, {}, keyed)
         try:
             data = json.loads(body)
@@ -202,7 +204,7 @@ def _check_key(request: Request, fields: dict[str, Any], settings: Settings) -> 
     if settings.api_key is None:
         return
     key = settings.api_key.get_secret_value().encode()
-    sent = fields.get("api_key", fields.get("apiKey"))  # apiKey: as the npm `libretranslate` client sends it
+    sent = fields.get("api_key", fields.get("apiKey"))
     if authorized(request.scope, key) or matches(sent if isinstance(sent, str) else None, key):
         return
     if sent:
