@@ -128,6 +128,9 @@ class Settings(BaseSettings):
     # sooner to make room (app/edge/body_rate.py)
     min_body_rate: float = Field(default=240.0, ge=0)
     body_rate_grace_s: float = Field(default=5.0, gt=0, le=3600)
+    # a client that half-closes (SHUT_WR) after its request still gets the answer; off: its end of input means
+    # it left, so its queued work is dropped and a decoding stops (a fully closed socket looks the same)
+    answer_half_closed: bool = False
     keepalive_timeout_s: float = Field(default=5.0, gt=0, le=3600)  # idle between requests, then closed
     max_header_bytes: int = Field(default=32_768, ge=1024, le=1_048_576)  # request line + headers; 431 above
     max_headers: int = Field(default=100, ge=8, le=10_000)  # header fields per request; 431 above

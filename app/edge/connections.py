@@ -56,6 +56,7 @@ class ConnectionLimits:
     shutdown_timeout_s: float
     min_body_rate: float = 0.0  # bytes/s; 0 = none
     body_rate_grace_s: float = 5.0
+    answer_half_closed: bool = False
 
     @classmethod
     def from_settings(cls, s: Settings) -> ConnectionLimits:
@@ -68,6 +69,7 @@ class ConnectionLimits:
             s.shutdown_timeout_s,
             s.min_body_rate,
             s.body_rate_grace_s,
+            s.answer_half_closed,
         )
 
 
@@ -445,10 +447,16 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._idle()
 
     def eof_received(self) -> bool | None:
-        """The client half-closed (SHUT_WR): a request with the app still gets its answer, then the connection
-        closes (True keeps our side open); otherwise it closes now (uvicorn closes it either way, and the
-        answer was lost)."""
-        if self.phase == "app" and self.cycle is not None and not self.cycle.response_complete:
+        """End of the client's input. With APP_ANSWER_HALF_CLOSED, a request with the app still gets its
+        answer, then the connection closes (True keeps our side open: a SHUT_WR client). Otherwise it closes
+        now, as uvicorn does: the client left, and its work stops (a closed socket and a half-closed one
+        cannot be told apart here)."""
+        if (
+            self.limits.answer_half_closed
+            and self.phase == "app"
+            and self.cycle is not None
+            and not self.cycle.response_complete
+        ):
             self.cycle.keep_alive = False
             return True
         return None

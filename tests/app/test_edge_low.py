@@ -18,11 +18,13 @@ from tests.app.test_connections import Server, read_until_closed, run_server
 
 @pytest.fixture(scope="module")
 def server(sentiment_only_dir: Path) -> Iterator[Server]:
-    with run_server(sentiment_only_dir) as s:
+    with run_server(sentiment_only_dir, APP_ANSWER_HALF_CLOSED="true") as s:
         yield s
 
 
 def test_a_half_closed_client_gets_its_answer(server: Server) -> None:
+    """APP_ANSWER_HALF_CLOSED (off by default: there, end of input is a client that left, whose work stops;
+    tests/app/test_parallel.py pins that on a real server)."""
     body = b'{"text": "a good film"}'
     with server.connect() as sock:
         sock.sendall(
