@@ -15,6 +15,7 @@ from pydantic import (
 )
 
 from app.text.blank import is_blank
+from app.text.langid import Detection
 from app.text.passthrough import PASSTHROUGH
 
 
@@ -275,6 +276,10 @@ class ScoredTranslation(BaseModel):
 class DetectedLanguage(BaseModel):
     language: str = Field(description="ISO 639-1 code.")
     confidence: float = Field(ge=0.0, le=1.0)
+
+    @classmethod
+    def of(cls, found: Detection) -> DetectedLanguage:
+        return cls(language=found.language, confidence=found.confidence)
 
 
 class DetectResult(BaseModel):

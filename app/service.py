@@ -4,10 +4,11 @@ a response. What they run on, and its life cycle, is app/lifecycle.py."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from app.batching.batcher import Batcher
+from app.batching.groups import group_by_model, scatter
 from app.batching.wait import Disconnected, wait_all
 from app.core.errors import DeadlineExceeded, invalid
 from app.core.limits import Limits
@@ -31,7 +32,6 @@ from app.text.langid import Detection
 from app.text.passthrough import PASSTHROUGH, passed
 from app.text.sentences import split_sentences
 
-R = TypeVar("R")
 Job = tuple[Batcher[Any, Any], list[Any]]  # a batcher and one request's items for it
 
 
@@ -43,23 +43,6 @@ class InlineWork(NamedTuple):
 
 
 INLINE_DETECT = InlineWork(texts=4, chars=2000)  # a few short texts: detected sooner than a thread hop
-
-
-def group_by_model(models: Iterable[str]) -> dict[str, list[int]]:
-    """Model -> the indices of its texts, models in first-appearance order."""
-    groups: dict[str, list[int]] = {}
-    for i, model in enumerate(models):
-        groups.setdefault(model, []).append(i)
-    return groups
-
-
-def scatter(groups: dict[str, list[int]], outputs: list[list[R]]) -> list[tuple[str, R]]:
-    """Per text, in request order: its model and its output (`outputs`: per group, one per text)."""
-    placed: list[Any] = [None] * sum(map(len, groups.values()))
-    for (name, idxs), outs in zip(groups.items(), outputs, strict=True):
-        for i, out in zip(idxs, outs, strict=True):
-            placed[i] = (name, out)
-    return placed
 
 
 class Service(Lifecycle):
@@ -102,9 +85,11 @@ class Service(Lifecycle):
         self.limits.check_texts(texts, field, max_texts)
         detected = await self.detect(texts, field) if req.source_lang == AUTO else None
         # each text's language (None: no letters); texts answered as they came: app/text/passthrough.py
-        langs: list[str | None] = [req.source_lang] * len(texts)
-        if detected is not None:
-            langs = [found[0].language if found else None for found in detected]
+        langs = (
+            [req.source_lang] * len(texts)
+            if detected is None
+            else [f[0].language if f else None for f in detected]
+        )
         through = set(passed(texts, langs, req.target_lang))
         groups = registry.route(req, detected, through)
         key = DecodeKey(req.target_lang, req.beam_size)  # the queue; the other options go per sentence
@@ -125,18 +110,31 @@ class Service(Lifecycle):
             jobs.append((self.queues.translation(name, handler, key), items))
             layouts.append(lays)
         outputs = await self._submit(jobs, self._deadline(), disconnected, field) if jobs else []
-        results: list[Any] = [None] * len(texts)
+        return self._joined(req, detected, through, groups, [*zip(layouts, outputs, strict=True)])
+
+    def _joined(
+        self,
+        req: TranslateRequest,
+        detected: list[list[Detection]] | None,
+        through: set[int],
+        groups: dict[str, list[int]],
+        decoded: list[tuple[Any, Any]],
+    ) -> TranslateResponse:
+        """The response: texts passed through as they came, the others joined from their sentences' outputs
+        (`decoded`: per group, its texts' layouts and its batch output)."""
+        results: list[Any] = [None] * len(req.items)
         for i in through:
             found = None if detected is None else detected[i]
-            results[i] = TranslationResult.unchanged(texts[i], req, _language(found[0]) if found else None)
-        for (name, idxs), lays, out in zip(groups.items(), layouts, outputs, strict=True):
+            results[i] = TranslationResult.unchanged(
+                req.items[i], req, DetectedLanguage.of(found[0]) if found else None
+            )
+        for (name, idxs), (lays, out) in zip(groups.items(), decoded, strict=True):
             for i, lay in zip(idxs, lays, strict=True):
                 results[i] = r = self.translation[name].join(lay, out, req.num_hypotheses, req.return_scores)
                 if detected is not None:  # additive fields: only when the language was detected
-                    r.model, r.detected_language = name, _language(detected[i][0])
-        return TranslateResponse(
-            model=",".join([*groups, *([PASSTHROUGH] if through else [])]), results=results
-        )
+                    r.model, r.detected_language = name, DetectedLanguage.of(detected[i][0])
+        model = ",".join([*groups, *([PASSTHROUGH] if through else [])])
+        return TranslateResponse(model=model, results=results)
 
     async def attention(
         self, req: AttentionRequest, png: bool, disconnected: Disconnected = None
@@ -243,7 +241,3 @@ class Service(Lifecycle):
         finally:
             for f in futures:  # no-op when done; otherwise the batch loop skips the items
                 f.cancel()
-
-
-def _language(found: Detection) -> DetectedLanguage:
-    return DetectedLanguage(language=found.language, confidence=found.confidence)

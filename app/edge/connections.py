@@ -222,9 +222,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.deadline = self.loop.call_later(seconds, expired)
 
     def _disarm(self) -> None:
-        if self.deadline is not None:
-            self.deadline.cancel()
-            self.deadline = None
+        self.deadline = _cancelled(self.deadline)
 
     def _head_timed_out(self) -> None:
         self.deadline = None
@@ -286,9 +284,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.rate_check = self.loop.call_at(self.rate.due(), self._check_rate)
 
     def _stop_rate_check(self) -> None:
-        if self.rate_check is not None:
-            self.rate_check.cancel()
-            self.rate_check = None
+        self.rate_check = _cancelled(self.rate_check)
 
     def _check_rate(self) -> None:
         """At the time the body would fall below the rate: cut it if it has, else look again when it may."""
@@ -466,6 +462,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.phase = "idle"
         self._disarm()
         self.idle_connections.wait(self)
+
+
+def _cancelled(timer: asyncio.TimerHandle | None) -> None:
+    """Cancel a pending timer (None: none); None, to store in its place."""
+    if timer is not None:
+        timer.cancel()
 
 
 def _detail(message: str) -> bytes:
