@@ -205,10 +205,9 @@ class TranslationHandler:
     ) -> Sentence:
         """One batch item (options: Sentence's num_hypotheses, length_penalty, max_length); replace_unknowns:
         model.unknowns' encoding, and surfaces to replace <unk>s from."""
-        ids = self.encode_source(text, loc)  # refused here when too long, replacement on or off
         if not replace_unknowns:
-            return Sentence(ids, *options)
-        src = checked_source(self.name, self.tokenizer, self.cfg, text, loc)
+            return Sentence(self.encode_source(text, loc), *options)
+        src = checked_source(self.name, self.tokenizer, self.cfg, text, loc)  # refused here when too long
         return Sentence(src.ids, *options, surfaces=src.surfaces)
 
     def sentences(

@@ -139,9 +139,9 @@ async def test_a_request_far_over_budget_is_refused_before_tokenizing(
 ) -> None:
     async with serve(Settings(checkpoint_dir=two_models_dir, max_work=1000)) as (_, client):
         encoded: list[str] = []
-        original = TranslationHandler.encode_source
+        original = TranslationHandler.sentence  # one call per sentence tokenized
         monkeypatch.setattr(
-            TranslationHandler, "encode_source", lambda h, t, loc: encoded.append(t) or original(h, t, loc)
+            TranslationHandler, "sentence", lambda h, t, *args: encoded.append(t) or original(h, t, *args)
         )
         body = {"texts": ["Le chat dort. Il fait beau !"] * 8, "beam_size": 4} | FR  # 16 x (1 + 4 x 12) = 784
         assert (await client.post("/translate", json=body)).status_code == 422
