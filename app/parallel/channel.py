@@ -57,7 +57,8 @@ class Channel:
         call_id = next(self._ids)
         info = CURRENT.get()
         reply = self._waiting[call_id] = asyncio.get_running_loop().create_future()
-        self._send((CALL, call_id, method, args, kwargs, info.id if info else None, disconnected is not None))
+        who = (info.id, info.client) if info else None  # the client: the model process's fair queues
+        self._send((CALL, call_id, method, args, kwargs, who, disconnected is not None))
         watcher = _Watch(disconnected, lambda: self._send((LEFT, call_id))) if disconnected else None
         try:
             ok, value, ran = await reply
@@ -117,12 +118,12 @@ class Channel:
         method: str,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        request_id: str | None,
+        who: tuple[str, str] | None,
         watched: bool,
         *,
         left: asyncio.Event,
     ) -> None:
-        info = RequestInfo(request_id) if request_id else None
+        info = RequestInfo(*who) if who else None
         CURRENT.set(info)  # this task's context: logs and batches name the request
         if watched:
             kwargs["disconnected"] = left.wait

@@ -38,7 +38,7 @@ class Callee:
         info = CURRENT.get()
         if info is not None:
             info.ran("m", 7)
-        return args, kwargs, info.id if info else None
+        return args, kwargs, (info.id, info.client) if info else None
 
     async def full(self) -> None:
         raise QueueFull("the queue of m is full", 3)
@@ -86,9 +86,9 @@ async def pair(tmp_path: Path) -> AsyncIterator[tuple[Channel, Callee]]:
 
 async def test_a_call_returns_and_tells_the_callers_request_what_ran(pair: tuple[Channel, Callee]) -> None:
     caller, _ = pair
-    info = RequestInfo("rid-1")
+    info = RequestInfo("rid-1", client="10.0.0.7")  # the client: whom the model process's fair queues serve
     CURRENT.set(info)
-    assert await caller.call("echo", 1, "x", k=2) == ((1, "x"), {"k": 2}, "rid-1")
+    assert await caller.call("echo", 1, "x", k=2) == ((1, "x"), {"k": 2}, ("rid-1", "10.0.0.7"))
     assert (info.models, info.batch_size) == (["m"], 7)  # the access line's model and batch size
 
 
