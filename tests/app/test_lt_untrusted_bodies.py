@@ -60,3 +60,16 @@ async def test_a_wrong_header_key_is_refused_before_the_body_is_read(app_checkpo
         await app(scope, receive, send)
     assert sent[0]["status"] == 403
     assert not read
+
+
+@pytest.mark.parametrize("name", ["api_key", "apiKey"])
+async def test_the_key_in_the_query_settles_a_json_body_without_one(
+    app_checkpoint_dir: Any, name: str
+) -> None:
+    """apiKey (the npm client's spelling) counts in the query as in the body."""
+    async with serve(Settings(checkpoint_dir=app_checkpoint_dir, api_key=KEY)) as (_, client):
+        body = {"q": "Le chat dort.", "source": "fr", "target": "en"}
+        r = await client.post(f"{LT}/translate", params={name: KEY}, json=body)
+        assert r.status_code == 200, r.text
+        r = await client.post(f"{LT}/translate", params={name: "wrong"}, json=body)
+        assert r.status_code == 403, r.text

@@ -141,13 +141,18 @@ async def _fields(request: Request, settings: Settings) -> dict[str, Any]:
     return fields
 
 
+def _sent_key(fields: dict[str, Any]) -> Any:
+    """The key a body or query carries: api_key, or apiKey as the npm `libretranslate` client sends it."""
+    return fields.get("api_key", fields.get("apiKey"))
+
+
 def _header_key(request: Request, fields: dict[str, Any], settings: Settings) -> bool:
     """Whether the key is settled before the body is read: none is needed, or the headers (or the query's
     api_key) carry it; a wrong key in the headers is a 403 at once (the body is never read)."""
     if settings.api_key is None:
         return True
     key = settings.api_key.get_secret_value().encode()
-    sent = fields.get("api_key")
+    sent = _sent_key(fields)
     if authorized(request.scope, key) or matches(sent if isinstance(sent, str) else None, key):
         return True
     if any(name in (b"authorization", b"x-api-key") for name, _ in request.scope["headers"]):
@@ -204,7 +209,7 @@ def _check_key(request: Request, fields: dict[str, Any], settings: Settings) -> 
     if settings.api_key is None:
         return
     key = settings.api_key.get_secret_value().encode()
-    sent = fields.get("api_key", fields.get("apiKey"))
+    sent = _sent_key(fields)
     if authorized(request.scope, key) or matches(sent if isinstance(sent, str) else None, key):
         return
     if sent:
