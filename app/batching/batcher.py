@@ -269,7 +269,8 @@ class Batcher(Generic[I, O]):
                     break
             else:
                 free = self._worker.free_for(self.settings.expensive)
-                flush_at = self._queue[0].queued_at + self.settings.max_delay_s
+                # the longest-waiting item's deadline: fair turns may put a newer one first
+                flush_at = self._queue.oldest().queued_at + self.settings.max_delay_s
                 if (free and not running) or (loop.time() >= flush_at and (free or not running)):
                     break
                 if loop.time() < flush_at:

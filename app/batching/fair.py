@@ -54,6 +54,10 @@ class FairQueue(Generic[T]):
             self._heap = kept
         return dropped
 
+    def oldest(self) -> T:
+        """The item that has waited longest (the first arrival still queued), whatever its turn: O(n)."""
+        return min(self._heap, key=lambda entry: entry[1])[2]
+
     def __getitem__(self, index: int) -> T:
         if index != 0:
             raise IndexError("FairQueue gives its first item only")

@@ -33,6 +33,16 @@ def test_fair_queue_interleaves_clients_by_work_and_is_fifo_per_client() -> None
     assert list(q) == [("b", 0, 1)]
 
 
+def test_the_oldest_item_is_the_first_arrival_not_the_first_turn() -> None:
+    """The batcher's flush deadline counts from the oldest item: a newcomer's turn comes first."""
+    q: FairQueue[tuple[str, int, int]] = FairQueue(lambda i: i[0], lambda i: i[2])
+    q.extend(("heavy", n, 10) for n in range(3))
+    q.popleft()
+    q.append(("light", 0, 10))
+    assert q[0] == ("light", 0, 10)  # its turn is next ...
+    assert q.oldest() == ("heavy", 1, 10)  # ... but the heavy client's item has waited longer
+
+
 async def test_a_light_client_is_served_before_a_heavy_clients_backlog() -> None:
     workers = InferenceWorkers()
     gate, running = threading.Event(), threading.Event()
