@@ -22,7 +22,7 @@ class SentimentClassifier(nn.Module):
         super().__init__()
         assert cfg.task == "sentiment", cfg.task
         self.cfg = cfg
-        self.embed = Embeddings(cfg.vocab_size, cfg.d_model, cfg.max_len, cfg.dropout)
+        self.embed = Embeddings.from_config(cfg)
         self.encoder = Encoder(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
         self.head = nn.Linear(cfg.d_model, len(cfg.labels))

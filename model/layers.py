@@ -45,7 +45,7 @@ def sinusoids(max_len: int, d_model: int, layout: str = "interleaved") -> Tensor
 
 class Embeddings(nn.Module):
     """Token embedding scaled by sqrt(d_model) (unless scale=False) plus the fixed sinusoidal position
-    encoding (`sinusoids` layout)."""
+    encoding (`sinusoids` layout). The models build theirs with `from_config`."""
 
     def __init__(
         self,
@@ -62,6 +62,12 @@ class Embeddings(nn.Module):
         pe = sinusoids(max_len, d_model, layout)
         self.register_buffer("pe", pe, persistent=False)  # (L, D), rebuilt at load, never saved
         self.dropout = nn.Dropout(dropout)
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> Embeddings:
+        """A model's embeddings (the classifier's, the translator's source and target): every setting from
+        `cfg`, scale_embeddings and positions included."""
+        return cls(cfg.vocab_size, cfg.d_model, cfg.max_len, cfg.dropout, cfg.scale_embeddings, cfg.positions)
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
         """(B, T) ids at positions start..start+T-1 -> (B, T, D)."""

@@ -78,9 +78,8 @@ class Translator(nn.Module):
         super().__init__()
         assert cfg.task == "translation", cfg.task
         self.cfg = cfg
-        embed = (cfg.vocab_size, cfg.d_model, cfg.max_len, cfg.dropout, cfg.scale_embeddings, cfg.positions)
-        self.src_embed = Embeddings(*embed)
-        self.tgt_embed = Embeddings(*embed)
+        self.src_embed = Embeddings.from_config(cfg)
+        self.tgt_embed = Embeddings.from_config(cfg)
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
         self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.logits_bias)

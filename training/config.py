@@ -25,6 +25,8 @@ class TrainConfig:
     # tokenizer
     vocab_size: int = 16000
     spm_model_type: Literal["unigram", "bpe"] = "unigram"
+    spm_split_digits: bool = True  # each digit its own piece
+    spm_byte_fallback: bool = True  # unknown characters as UTF-8 byte pieces (from 1024 pieces up): no <unk>
     # architecture (model.ModelConfig names)
     d_model: int = 256
     n_heads: int = 4
@@ -92,6 +94,20 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+# a saved config (state.pt, a checkpoint's config.json) older than a field: the value it ran with, where that
+# differs from the field's default (tokenizers were trained without split digits or byte fallback before)
+LEGACY_VALUES: dict[str, Any] = {"spm_split_digits": False, "spm_byte_fallback": False}
+
+
+def saved_value(saved: dict[str, Any], name: str) -> Any:
+    """Field `name` of a saved TrainConfig dict; a field newer than it counts with the value it ran with."""
+    if name in saved:
+        return saved[name]
+    if name in LEGACY_VALUES:
+        return LEGACY_VALUES[name]
+    return next(f.default for f in dataclasses.fields(TrainConfig) if f.name == name)
 
 
 def _convert(value: str, tp: Any) -> Any:

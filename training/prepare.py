@@ -63,6 +63,8 @@ def _tokenizer(cfg: TrainConfig, texts: list[str], controls: list[str]) -> tuple
             model_type=cfg.spm_model_type,
             control_symbols=controls,
             seed=cfg.seed,
+            split_digits=cfg.spm_split_digits,
+            byte_fallback=cfg.spm_byte_fallback,
         )
     return Tokenizer(path), path
 

@@ -21,9 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The shipped checkpoints' tokenizers predate split digits and byte fallback (TrainConfig's defaults since):
+# every shipped run pins them off, and its commands spell them out, so that reproduce trains what shipped.
+_SHIPPED_TOKENIZER: dict[str, Any] = {"spm_split_digits": False, "spm_byte_fallback": False}
 # The translators: shared 8k sentencepiece vocabulary, tied embeddings, pre-norm.
 _TRANSLATE: dict[str, Any] = {
     "task": "translation",
+    **_SHIPPED_TOKENIZER,
     "vocab_size": 8000,
     "d_model": 256,
     "n_heads": 4,
@@ -40,6 +44,7 @@ _TRANSLATE: dict[str, Any] = {
 _SENTIMENT_KO: dict[str, Any] = {
     "task": "sentiment",
     "dataset": "nsmc",
+    **_SHIPPED_TOKENIZER,
     "vocab_size": 16000,
     "max_src_len": 128,
     "d_model": 256,
@@ -56,6 +61,7 @@ _SENTIMENT_KO: dict[str, Any] = {
 _SENTIMENT_EN: dict[str, Any] = {
     "task": "sentiment",
     "dataset": "imdb",
+    **_SHIPPED_TOKENIZER,
     "vocab_size": 16000,
     "max_src_len": 512,  # head + tail of long reviews (more of a review scored higher than 256: BENCHMARKS.md)
     "d_model": 128,
@@ -304,7 +310,13 @@ _SUBCOMMAND = {"sentiment": "sentiment", "translation": "translate"}
 
 def _option(key: str, value: Any) -> list[str]:
     """`--key value` for a TrainConfig field (training/config.py reads it back)."""
-    return [f"--{key.replace('_', '-')}", str(value)]
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return [f"--{key.replace('_', '-')}", text]
+
+
+def _pinned(run: Run) -> list[str]:
+    """The tokenizer settings a run pins (_SHIPPED_TOKENIZER), spelled out although its preset holds them."""
+    return [a for k in _SHIPPED_TOKENIZER if k in run.settings for a in _option(k, run.settings[k])]
 
 
 def _links(run: Run, runs: Path) -> list[str]:
@@ -331,7 +343,8 @@ def commands(
         for overrides in run.commands:
             extra = [a for k, v in overrides.items() for a in _option(k, v)]
             chain.append(
-                [task, "--preset", run.name, *_links(run, runs), *extra, "--out-dir", runs_dir, *data]
+                [task, "--preset", run.name, *_pinned(run), *_links(run, runs), *extra, "--out-dir", runs_dir]
+                + data
             )
     shipped = str(runs / recipe.name)
     if recipe.head:

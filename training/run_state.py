@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from training.config import TrainConfig
+from training.config import TrainConfig, saved_value
 from training.prepare import Prepared
 
 
@@ -83,6 +83,8 @@ RESUME_KEYS = (
     "seed",
     "vocab_size",
     "spm_model_type",
+    "spm_split_digits",
+    "spm_byte_fallback",
     "d_model",
     "n_heads",
     "n_layers",
@@ -103,12 +105,8 @@ RESUME_KEYS = (
 
 def _check_resumable(saved: dict[str, Any], cfg: TrainConfig, path: Path) -> None:
     now = cfg.to_dict()
-    defaults = {
-        f.name: f.default for f in fields(TrainConfig)
-    }  # keys newer than the saved state: their default
-    diff = {
-        k: (saved.get(k, defaults[k]), now[k]) for k in RESUME_KEYS if saved.get(k, defaults[k]) != now[k]
-    }
+    old = {k: saved_value(saved, k) for k in RESUME_KEYS}  # keys newer than the saved state: what it ran with
+    diff = {k: (old[k], now[k]) for k in RESUME_KEYS if old[k] != now[k]}
     if diff:
         raise ValueError(
             f"{path}: cannot resume with different settings (saved, now): {diff}; "

@@ -11,7 +11,6 @@ the run that recipe makes: its card prints the recipe's commands.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shutil
 from datetime import UTC, datetime
@@ -20,7 +19,7 @@ from typing import Any
 
 from model import load_checkpoint
 from model.checkpoint import TOKENIZER, WEIGHTS, read_config
-from training.config import TrainConfig, parse_overrides
+from training.config import parse_overrides, saved_value
 from training.data import resolve_data_dir
 from training.evaluate import run as evaluate_run
 from training.recipes import RECIPES, command_lines, commands
@@ -51,15 +50,14 @@ RUN_CONTROL = ("threads", "save_every", "log_every", "data_dir")
 
 def recipe_diff(name: str, recorded: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """{key: (recorded, recipe)} where a run's recorded TrainConfig differs from recipe `name`'s last command
-    (with the run's own runs directory); keys newer than the run count with their default."""
+    (with the run's own runs directory); keys newer than the run count with the value it ran with."""
     chain = commands(RECIPES[name], recorded.get("out_dir", "runs"))
     last = [argv for argv in chain if argv[0] in ("sentiment", "translate")][-1]
     want = json.loads(json.dumps(parse_overrides(last[1:]).to_dict()))  # tuples as JSON lists
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     return {
-        k: (recorded.get(k, defaults[k]), v)
+        k: (saved_value(recorded, k), v)
         for k, v in want.items()
-        if k not in RUN_CONTROL and recorded.get(k, defaults[k]) != v
+        if k not in RUN_CONTROL and saved_value(recorded, k) != v
     }
 
 

@@ -1,9 +1,9 @@
 """Train a sentencepiece tokenizer on training text only (ids: pad 0, unk 1, bos 2, eos 3).
 
 Byte fallback (a character outside the vocabulary becomes its UTF-8 bytes, each a piece of its own) and split
-digits (each digit a piece) are on: a model trained on such a tokenizer never sees <unk>, and copies
-numbers digit by digit. The shipped translators predate this: their <unk>s are replaced from the source
-(model/unknowns.py).
+digits (each digit a piece) are on by default (TrainConfig spm_byte_fallback, spm_split_digits): a model
+trained on such a tokenizer never sees <unk>, and copies numbers digit by digit. The shipped checkpoints
+predate this, and their recipes pin both off: their <unk>s are replaced from the source (model/unknowns.py).
 """
 
 from __future__ import annotations
@@ -34,16 +34,15 @@ def train_tokenizer(
     max_sentences: int = 2_000_000,
     seed: int = 0,
     num_threads: int = 2,
-    byte_fallback: bool | None = None,
+    byte_fallback: bool = True,
     split_digits: bool = True,
 ) -> Path:
     """Write `<out_path>` (.model) trained on `texts`; control symbols ([CLS], <2en>) follow the 4 special ids.
 
-    byte_fallback: None = on from MIN_BYTE_FALLBACK_VOCAB pieces (tiny test vocabularies have no room)."""
-    if byte_fallback is None:
-        byte_fallback = vocab_size >= MIN_BYTE_FALLBACK_VOCAB
-        if not byte_fallback:
-            log.info("vocab_size %d < %d: no byte fallback", vocab_size, MIN_BYTE_FALLBACK_VOCAB)
+    byte_fallback: on from MIN_BYTE_FALLBACK_VOCAB pieces only (tiny test vocabularies have no room)."""
+    if byte_fallback and vocab_size < MIN_BYTE_FALLBACK_VOCAB:
+        byte_fallback = False
+        log.info("vocab_size %d < %d: no byte fallback", vocab_size, MIN_BYTE_FALLBACK_VOCAB)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     lines = [t.replace("\n", " ").strip() for t in texts]

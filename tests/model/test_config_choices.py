@@ -12,11 +12,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model import ModelConfig, Translator
+from model import ModelConfig, Translator, build_model
 from model.layers import Embeddings, FeedForward, sinusoids
 from model.preprocess import source_ids
 from model.tokenizer import PairTokenizer, Tokenizer
-from tests.conftest import tiny_translation_config
+from tests.conftest import tiny_sentiment_config, tiny_translation_config
 
 CHECKPOINTS = Path(__file__).parents[2] / "checkpoints"
 NEW_FIELDS = {
@@ -60,6 +60,27 @@ def test_embedding_scale() -> None:
         emb = Embeddings(10, 8, 16, 0.0, scale=scale).eval()
         want = emb.token(ids) * factor + emb.pe[:3]
         assert torch.allclose(emb(ids), want)
+
+
+@pytest.mark.parametrize("make", [tiny_sentiment_config, tiny_translation_config])
+@pytest.mark.parametrize("choice", [{"scale_embeddings": False}, {"positions": "sin_cos"}])
+def test_both_models_embed_as_their_config_says(make: object, choice: dict) -> None:
+    """The classifier and the translator build their embeddings from the config alike: scale_embeddings and
+    positions change what the encoder sees, never the weights' names or shapes."""
+    ids = torch.tensor([[5, 6, 7, 8, 3]])
+    default, chosen = make(50), make(50, **choice)  # type: ignore[operator]
+    hidden, shapes = [], []
+    for cfg in (default, chosen):
+        torch.manual_seed(0)
+        model = build_model(cfg).eval()
+        want = Embeddings.from_config(cfg)
+        embeds = [m for m in model.modules() if isinstance(m, Embeddings)]
+        assert len(embeds) == (1 if cfg.task == "sentiment" else 2)
+        assert all(e.scale == want.scale and torch.equal(e.pe, want.pe) for e in embeds)
+        hidden.append(model.encode(ids)[0])
+        shapes.append({k: v.shape for k, v in model.state_dict().items()})
+    assert shapes[0] == shapes[1]
+    assert not torch.allclose(hidden[0], hidden[1])
 
 
 @pytest.mark.parametrize(("name", "fn"), [("relu", F.relu), ("gelu", F.gelu), ("swish", F.silu)])

@@ -167,3 +167,22 @@ def test_a_chain_runs_end_to_end_and_resumes(
     assert main(argv) == 1  # again: every run is done; ship finds no better validation metric
     assert ran[-1] == ("ship", 1)
     assert torch.load(runs / "toy" / "state.pt", weights_only=True)["progress"] == state
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_every_shipped_run_pins_the_tokenizer_it_shipped_with(name: str) -> None:
+    """The shipped tokenizers predate split digits and byte fallback (on by default for new runs): every run of
+    a recipe pins both off, and every training command spells that out."""
+    default = TrainConfig(task="sentiment", dataset="nsmc")
+    assert (default.spm_split_digits, default.spm_byte_fallback) == (True, True)
+    for run in RECIPES[name].runs:
+        assert run.settings["spm_split_digits"] is False, run.name
+        assert run.settings["spm_byte_fallback"] is False, run.name
+    for cfg in _train_configs(name):
+        assert (cfg.spm_split_digits, cfg.spm_byte_fallback) == (False, False), cfg.name
+    for line in command_lines(RECIPES[name]):
+        if line.split()[3] in ("sentiment", "translate"):
+            assert "--spm-split-digits false --spm-byte-fallback false" in line, line
+    recorded = json.loads((CHECKPOINTS / name / "config.json").read_text())["training"]["config"]
+    assert "spm_split_digits" not in recorded  # shipped before the setting: it ran with the tokenizer off
+    assert recipe_diff(name, recorded | {"spm_byte_fallback": True}) == {"spm_byte_fallback": (True, False)}

@@ -47,3 +47,22 @@ def test_small_vocabulary_trains_without_byte_fallback(tmp_path: Path) -> None:
     tok = Tokenizer(train_tokenizer(make_corpus(), tmp_path / "small.model", 120, num_threads=1))
     assert tok.vocab_size < MIN_BYTE_FALLBACK_VOCAB
     assert tok.unk_id in tok.encode("😀")
+
+
+def test_split_digits_and_byte_fallback_can_be_off(tmp_path: Path) -> None:
+    """The shipped checkpoints' tokenizers (their recipes pin both off): numbers keep multi-digit pieces."""
+    numbers = [f"Room {n} costs {7 * n} euros in {1990 + n}." for n in range(100)]
+    path = tmp_path / "plain.model"
+    tok = Tokenizer(
+        train_tokenizer(
+            make_corpus() + numbers,
+            path,
+            MIN_BYTE_FALLBACK_VOCAB,
+            num_threads=1,
+            split_digits=False,
+            byte_fallback=False,
+        )
+    )
+    assert tok.unk_id in tok.encode("😀")
+    pieces = [p.lstrip("\u2581") for p in tok.pieces(tok.encode("in 1995"))]
+    assert any(len(p) > 1 and p.isdigit() for p in pieces), pieces

@@ -18,11 +18,13 @@ import torch
 
 from model import build_model, load_checkpoint
 from model.inference import classify_texts
+from training import prepare as prepare_module
 from training.__main__ import main
 from training.config import TrainConfig, parse_overrides
 from training.data import load_split
 from training.distill import CACHE, sample_texts
 from training.prepare import prepare
+from training.run_state import _check_resumable
 from training.train import init_from, train
 
 REPO = Path(__file__).resolve().parents[2]
@@ -423,3 +425,38 @@ def test_sample_texts_leaves_out_valid_and_duplicates() -> None:
     got = sample_texts(pool, {"c"}, 0, seed=1)
     assert sorted(got) == ["a", "b", "d", "e"]
     assert sample_texts(pool, {"c"}, 2, seed=1) == got[:2]
+
+
+def test_prepare_trains_the_tokenizer_the_config_asks_for(
+    synthetic_data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spm_split_digits / spm_byte_fallback reach the tokenizer training; both default to on for new runs."""
+    calls: list[dict] = []
+    real = prepare_module.train_tokenizer
+
+    def spy(*args: object, **kwargs: object) -> Path:
+        calls.append(kwargs)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(prepare_module, "train_tokenizer", spy)
+    base = {"task": "sentiment", "dataset": "nsmc"}
+    default = parse_overrides(tiny(synthetic_data_dir, tmp_path), {**base, "name": "new"})
+    assert (default.spm_split_digits, default.spm_byte_fallback) == (True, True)
+    prepare(default)
+    pinned = tiny(synthetic_data_dir, tmp_path, spm_split_digits=False, spm_byte_fallback="false")
+    prepare(parse_overrides(pinned, {**base, "name": "pinned"}))
+    assert [(c["split_digits"], c["byte_fallback"]) for c in calls] == [(True, True), (False, False)]
+
+
+@pytest.mark.parametrize("key", ["spm_split_digits", "spm_byte_fallback"])
+def test_resume_checks_the_tokenizer_settings(key: str, tmp_path: Path) -> None:
+    """A state saved before these settings existed ran with both off: it resumes with them off only."""
+    cfg = TrainConfig(
+        task="translation", dataset="tatoeba-fr-en", spm_split_digits=False, spm_byte_fallback=False
+    )
+    saved = cfg.to_dict()
+    del saved["spm_split_digits"], saved["spm_byte_fallback"]
+    _check_resumable(saved, cfg, tmp_path / "state.pt")
+    with pytest.raises(ValueError, match=f"cannot resume with different settings.*{key}"):
+        _check_resumable(saved, replace(cfg, **{key: True}), tmp_path / "state.pt")
+    _check_resumable(cfg.to_dict() | {key: True}, replace(cfg, **{key: True}), tmp_path / "state.pt")
