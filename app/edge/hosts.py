@@ -12,8 +12,7 @@ import json
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.core.settings import ENV_PREFIX
-
-PROBES = frozenset({"/health", "/ready"})
+from app.edge.connections import PROBE_PATHS
 
 
 def host_of(scope: Scope) -> str:
@@ -39,7 +38,7 @@ class AllowedHosts:
         self.app, self.hosts = app, [h.lower() for h in hosts]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PROBES or allowed(host_of(scope), self.hosts):
+        if scope["type"] != "http" or scope["path"] in PROBE_PATHS or allowed(host_of(scope), self.hosts):
             await self.app(scope, receive, send)
             return
         body = json.dumps({"detail": f"invalid Host header: not one of {ENV_PREFIX}ALLOWED_HOSTS"}).encode()

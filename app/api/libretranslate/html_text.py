@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from html import escape, unescape
 from html.parser import HTMLParser
 
+from app.text.passthrough import has_letters
 from app.text.sentences import split_sentences
 
 RAW_TEXT = frozenset({"script", "style"})  # contents are code, not text
@@ -34,7 +35,6 @@ INLINE = frozenset({
 })  # fmt: skip
 PREFORMATTED = frozenset({"pre", "textarea"})  # whitespace inside is content: kept as it is
 _SPACE = " \t\n\r\f"  # HTML's ASCII whitespace (a no-break space is content)
-_SPACES = re.compile(f"[{_SPACE}]+")
 _TRAILING = ".,;:!?…)]}»\"'"  # punctuation a closing tag goes before when it ends a word
 
 
@@ -136,7 +136,7 @@ class HtmlDocument:
         while run and run[-1][2].inline is not None:
             run = run[:-1]
         plain = "".join(e.text or "" for _, _, e in run)
-        if not any(c.isalpha() for c in plain):
+        if not has_letters(plain):
             return
         pre = run[0][2].pre
         lead_n = len(plain) - len(plain.lstrip(_SPACE))
