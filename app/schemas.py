@@ -66,6 +66,7 @@ EXACTLY_ONE_TEXT: dict[str, Any] = {
 DEFAULT_LENGTH_PENALTY = 0.6
 LENGTH_PENALTY_STEP = 0.05  # length_penalty is a multiple of this: each value makes a decoding queue
 AUTO = "auto"  # source_lang: detect each text's language (app.text.langid)
+UNDETERMINED = "und"  # /detect's language for a text without letters (BCP 47's and ISO 639-2's code)
 # the most APP_MAX_TEXTS may be: a longer list fails at the schema with one error (the 4,097th item stops it)
 MAX_TEXTS = 4096
 MAX_SELECTED = 256  # attention layers/heads listed in one request
@@ -285,7 +286,8 @@ class DetectedLanguage(BaseModel):
 class DetectResult(BaseModel):
     language: str = Field(
         description="ISO 639-1; a language no model serves when the text is clearly in one (then 422 on "
-        '/translate with source_lang "auto"), else the most likely served one.'
+        '/translate with source_lang "auto"), else the most likely served one; "und" (undetermined, '
+        "confidence 0) for a text without letters."
     )
     confidence: float = Field(ge=0.0, le=1.0)
     candidates: list[DetectedLanguage] | None = None
