@@ -49,6 +49,15 @@ def _model_name(name: str) -> str:
     return _unicode(name)
 
 
+def _integral(value: object) -> object:
+    """A JSON number with no fraction is an integer (JSON Schema's "integer" takes 2.0): 2.0 is 2, in a list
+    too; a bool or a string stays what it is, for strict validation to refuse. A field_validator, as a
+    BeforeValidator in the type would lose the schema's minimum and maximum (pydantic writes "ge", "le")."""
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 Str = Annotated[str, AfterValidator(_unicode)]
 # minLength and pattern: the schema refuses what _not_blank refuses ("", whitespace only), as far as a
 # pattern can say it (characters the models ignore are still refused only by the server)
@@ -74,7 +83,8 @@ Matrix4 = list[list[list[list[float]]]]  # [layer][head][query][key]
 
 
 class _Request(BaseModel):
-    # strict: a JSON true is not the integer 1, "3" not 3, 2.0 not 2 (an integer field takes JSON integers)
+    # strict: a JSON true is not the integer 1, "3" not 3, 2.5 not 2 (an integer field takes JSON integers,
+    # and numbers without a fraction: _integral)
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
@@ -171,6 +181,8 @@ class TranslateRequest(_TextsRequest):
         None, description="Model name; default: the model covering the language pair."
     )
 
+    _integers = field_validator("beam_size", "max_length", "num_hypotheses", mode="before")(_integral)
+
     @field_validator("length_penalty")
     @classmethod
     def _on_grid(cls, v: float) -> float:
@@ -237,6 +249,8 @@ class AttentionRequest(_Request):
         None, min_length=1, max_length=MAX_SELECTED, description="Default: all."
     )
     format: Literal["json", "png"] = Field("json", description="png: a heatmap grid (also ?format=png).")
+
+    _integers = field_validator("layers", "heads", mode="before")(_integral)
 
 
 class SentimentResult(BaseModel):
