@@ -20,6 +20,7 @@ from app.batching.wait import Disconnected
 from app.core.errors import NotFound, ServiceError
 from app.schemas import AUTO, MAX_TEXTS, Str, TranslateRequest, TranslateResponse, TranslationResult
 from app.service import Service
+from app.text.blank import is_blank
 
 # n-best = 1 + alternatives, within TranslateRequest's num_hypotheses limit
 MAX_ALTERNATIVES = (
@@ -141,7 +142,7 @@ async def translate(service: Service, p: TranslateParams, disconnected: Disconne
                 400, f"Invalid request: q has {len(sources)} HTML text blocks, more than {MAX_TEXTS}"
             )
     else:
-        origin = [i for i, t in enumerate(texts) if t.strip()]
+        origin = [i for i, t in enumerate(texts) if not is_blank(t)]  # as whitespace, what no model reads
         sources = [texts[i] for i in origin]
     # source language -> indices into sources. "auto": the service detects each text; an HTML document is
     # detected here as a whole (its blocks alone are too short to tell)
