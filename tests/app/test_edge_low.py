@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from app.core.settings import Settings
+from app.text.blank import READ_PATTERN
 from tests.app.conftest import serve
 from tests.app.test_connections import Server, read_until_closed, run_server
 
@@ -67,7 +68,8 @@ async def test_openapi_refuses_what_the_server_refuses_and_lists_401_and_413(
     schemas = spec["components"]["schemas"]
     for name in ("SentimentRequest", "TranslateRequest", "DetectRequest"):
         text = next(t for t in schemas[name]["properties"]["text"]["anyOf"] if t.get("type") == "string")
-        assert (text["minLength"], text["pattern"]) == (1, r"\S"), name  # {"text": ""} is refused
+        # {"text": ""} is refused, and a text of characters no model reads
+        assert (text["minLength"], text["pattern"]) == (1, READ_PATTERN), name
         assert [b["required"] for b in schemas[name]["oneOf"]] == [["text"], ["texts"]], name
     paths = spec["paths"]
     assert "401" in paths["/models"]["get"]["responses"]
