@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from starlette.routing import Mount, Route
 
 from app import __version__
+from app.api import openapi
 from app.api.libretranslate import routes as libretranslate
 from app.api.routes import attention, demo, detect, sentiment, system, translate
 from app.core.errors import install_error_handlers
@@ -74,6 +75,7 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
     for router in routers:
         app.include_router(router)
     demo.install(app)  # GET / and /static, public: the page is where the API key is entered
+    openapi.install(app, settings)  # the schema states APP_MAX_TEXTS and APP_MAX_CHARS as they are set
     # every route (newer FastAPI lists an included router in app.routes as one entry, not its routes)
     every = (*app.routes, *(r for router in (*routers, demo.router) for r in router.routes))
     routes = [r for r in every if isinstance(r, Route | Mount)]

@@ -1,4 +1,5 @@
-"""Request and response bodies. Static limits live here; limits from settings are checked by the service."""
+"""Request and response bodies. Static limits live here; limits from settings are checked by the service, and
+marked here (LIMITED) for the OpenAPI document, which states them with the running app's values."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from app.text.blank import is_blank
+from app.text.blank import READ_PATTERN, is_blank
 from app.text.langid import Detection
 from app.text.passthrough import PASSTHROUGH
 
@@ -49,10 +50,26 @@ def _model_name(name: str) -> str:
     return _unicode(name)
 
 
+def _integral(value: object) -> object:
+    """A JSON number with no fraction is an integer (JSON Schema's "integer" takes 2.0): 2.0 is 2, in a list
+    too; a bool or a string stays what it is, for strict validation to refuse. A field_validator, as a
+    BeforeValidator in the type would lose the schema's minimum and maximum (pydantic writes "ge", "le")."""
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# OpenAPI: {keyword: setting} on a field whose limit a setting sets; app/api/openapi.py writes in the running
+# app's value, e.g. {"maxItems": "max_texts"} -> "maxItems": 64 (APP_MAX_TEXTS)
+LIMITED = "x-limit"
 Str = Annotated[str, AfterValidator(_unicode)]
-# minLength and pattern: the schema refuses what _not_blank refuses ("", whitespace only), as far as a
-# pattern can say it (characters the models ignore are still refused only by the server)
-Text = Annotated[str, AfterValidator(_not_blank), Field(json_schema_extra={"minLength": 1, "pattern": r"\S"})]
+# minLength and pattern: the schema refuses what _not_blank refuses ("", nothing a model reads), as far as a
+# pattern can say it (a text of astral characters the models ignore only is refused by the server alone)
+Text = Annotated[
+    str,
+    AfterValidator(_not_blank),
+    Field(json_schema_extra={"minLength": 1, "pattern": READ_PATTERN, LIMITED: {"maxLength": "max_chars"}}),
+]
 ModelName = Annotated[
     str, AfterValidator(_model_name), Field(json_schema_extra={"maxLength": MAX_MODEL_NAME})
 ]
@@ -63,25 +80,41 @@ EXACTLY_ONE_TEXT: dict[str, Any] = {
         {"required": ["texts"], "properties": {"texts": {"type": "array"}}},
     ]
 }
+MAX_BEAM, DEFAULT_BEAM = 16, 4  # beam_size; num_hypotheses is at most beam_size
+# OpenAPI for TranslateRequest._within_beam: JSON Schema cannot compare two fields, but both are small
+# integers: num_hypotheses <= beam_size holds when some k has num_hypotheses <= k <= beam_size (an absent
+# beam_size is DEFAULT_BEAM, an absent num_hypotheses 1)
+N_BEST_WITHIN_BEAM: dict[str, Any] = {
+    "anyOf": [
+        {"properties": {"num_hypotheses": {"maximum": k}, "beam_size": {"minimum": k}}}
+        | ({"required": ["beam_size"]} if k > DEFAULT_BEAM else {})
+        for k in range(1, MAX_BEAM + 1)
+    ]
+}
 DEFAULT_LENGTH_PENALTY = 0.6
 LENGTH_PENALTY_STEP = 0.05  # length_penalty is a multiple of this: each value makes a decoding queue
 AUTO = "auto"  # source_lang: detect each text's language (app.text.langid)
-# the most APP_MAX_TEXTS may be: a longer list fails at the schema with one error (the 4,097th item stops it)
+UNDETERMINED = "und"  # /detect's language for a text without letters (BCP 47's and ISO 639-2's code)
+# the most APP_MAX_TEXTS may be: a longer list fails at the schema with one error (the 4,097th item stops it);
+# the OpenAPI document states APP_MAX_TEXTS itself
 MAX_TEXTS = 4096
+Texts = Annotated[
+    list[Text],
+    Field(min_length=1, max_length=MAX_TEXTS, json_schema_extra={LIMITED: {"maxItems": "max_texts"}}),
+]
 MAX_SELECTED = 256  # attention layers/heads listed in one request
 Matrix4 = list[list[list[list[float]]]]  # [layer][head][query][key]
 
 
 class _Request(BaseModel):
-    # strict: a JSON true is not the integer 1, "3" not 3, 2.0 not 2 (an integer field takes JSON integers)
+    # strict: a JSON true is not the integer 1, "3" not 3, 2.5 not 2 (an integer field takes JSON integers,
+    # and numbers without a fraction: _integral)
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class _TextsRequest(_Request):
     text: Text | None = Field(None, description="One text (give `text` or `texts`, not both).")
-    texts: list[Text] | None = Field(
-        None, min_length=1, max_length=MAX_TEXTS, description="Several texts, answered in order."
-    )
+    texts: Texts | None = Field(None, description="Several texts, answered in order.")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> _TextsRequest:
@@ -131,6 +164,7 @@ class TranslateRequest(_TextsRequest):
                 {"texts": ["Le chat dort.", "¿Dónde está la estación?"], "source_lang": "auto"},
             ],
             **EXACTLY_ONE_TEXT,
+            **N_BEST_WITHIN_BEAM,
         }
     )
 
@@ -140,7 +174,7 @@ class TranslateRequest(_TextsRequest):
         description='Source language code, e.g. fr; "auto" detects each text\'s language (mixed batches too).',
     )
     target_lang: Str = Field("en", min_length=2, max_length=12, description="Target language code.")
-    beam_size: int = Field(4, ge=1, le=16, description="1 = greedy search.")
+    beam_size: int = Field(DEFAULT_BEAM, ge=1, le=MAX_BEAM, description="1 = greedy search.")
     max_length: int | None = Field(
         None,
         ge=1,
@@ -152,10 +186,14 @@ class TranslateRequest(_TextsRequest):
         ge=0.0,
         le=2.0,
         allow_inf_nan=False,
+        json_schema_extra={"multipleOf": LENGTH_PENALTY_STEP},  # checked by _on_grid, with a float tolerance
         description=f"GNMT alpha, a multiple of {LENGTH_PENALTY_STEP}; 0 = plain log-probability.",
     )
     num_hypotheses: int = Field(
-        1, ge=1, le=16, description="n-best list size, at most beam_size (fewer when fewer distinct exist)."
+        1,
+        ge=1,
+        le=MAX_BEAM,
+        description="n-best list size, at most beam_size (fewer when fewer distinct exist).",
     )
     return_scores: bool = Field(
         False, description="Add each translation's length-normalised log-probability."
@@ -169,6 +207,8 @@ class TranslateRequest(_TextsRequest):
     model: ModelName | None = Field(
         None, description="Model name; default: the model covering the language pair."
     )
+
+    _integers = field_validator("beam_size", "max_length", "num_hypotheses", mode="before")(_integral)
 
     @field_validator("length_penalty")
     @classmethod
@@ -237,6 +277,8 @@ class AttentionRequest(_Request):
     )
     format: Literal["json", "png"] = Field("json", description="png: a heatmap grid (also ?format=png).")
 
+    _integers = field_validator("layers", "heads", mode="before")(_integral)
+
 
 class SentimentResult(BaseModel):
     model: str
@@ -285,7 +327,8 @@ class DetectedLanguage(BaseModel):
 class DetectResult(BaseModel):
     language: str = Field(
         description="ISO 639-1; a language no model serves when the text is clearly in one (then 422 on "
-        '/translate with source_lang "auto"), else the most likely served one.'
+        '/translate with source_lang "auto"), else the most likely served one; "und" (undetermined, '
+        "confidence 0) for a text without letters."
     )
     confidence: float = Field(ge=0.0, le=1.0)
     candidates: list[DetectedLanguage] | None = None

@@ -1,13 +1,14 @@
 """The one outer layer: every HTTP request crosses it exactly once, on its way to FastAPI's routing.
 
-From the outside in: the request id (X-Request-ID on every answer, app/core/request_id.py), request metrics and
-the access line (every answer counted and timed, labelled by route template), CORS (APP_CORS_ORIGINS; the
-LibreTranslate API's prefix: open, app/edge/open_cors.py; so that the answers given here carry its headers too), then the checks that must come before the body is read: a declared
-Content-Length over APP_MAX_BODY_BYTES is a 413 (413/415/501 as {"error": ...} under the LibreTranslate API's
-prefix), a request for a route that declares API_KEY without the key a 401 (GET /metrics also takes
-APP_METRICS_API_KEY, or no key with APP_METRICS_PUBLIC). A chunked body is counted as it streams (BodyTooLarge
-once past the limit). An unexpected error becomes a JSON 500 inside CORS (Starlette's own 500 handler runs
-outside every middleware: a browser page would see a network error instead).
+From the outside in: the request id (X-Request-ID on every answer, app/core/request_id.py), request metrics
+and the access line (every answer counted and timed, labelled by route template), CORS (APP_CORS_ORIGINS; the
+LibreTranslate API's prefix: open, app/edge/open_cors.py; so that the answers given here carry its headers
+too), then the checks that must come before the body is read: two Host headers are a 400 (app/edge/hosts.py),
+a declared Content-Length over APP_MAX_BODY_BYTES is a 413 (413/415/501 as {"error": ...} under the
+LibreTranslate API's prefix), a request for a route that declares API_KEY without the key a 401 (GET /metrics
+also takes APP_METRICS_API_KEY, or no key with APP_METRICS_PUBLIC). A chunked body is counted as it streams
+(BodyTooLarge once past the limit). An unexpected error becomes a JSON 500 inside CORS (Starlette's own 500
+handler runs outside every middleware: a browser page would see a network error instead).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from app.core.request_id import CURRENT, HEADER, RequestInfo, incoming_id
 from app.core.settings import Settings
 from app.edge.api_key import authorized, needs_key
 from app.edge.body_limit import BodyTooLarge, coded_body, declared_length, limited
+from app.edge.hosts import two_hosts
 from app.edge.open_cors import OpenCors
 
 
@@ -92,6 +94,9 @@ class Gate:
             CURRENT.reset(token)
 
     async def _checked(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (refused := two_hosts(scope)) is not None:  # first: which host the request is for is unclear
+            await self._refuse(refused, scope)(scope, receive, send)
+            return
         if (size := declared_length(scope)) is not None and size > self.max_body_bytes:
             await self._refuse(BodyTooLarge(self.max_body_bytes, size), scope)(scope, receive, send)
             return

@@ -570,10 +570,10 @@ CASES = [
     ("/attention", {"model": "sentiment-en", "text": "a", "format": "gif"}, ["body", "format"], "format: Input should be 'json' or 'png'"),
     ("/attention", {"model": "sentiment-en", "text": LONG}, ["body", "text"], "text: at most 2000 characters per text (got 2001)"),
     ("/attention", {"model": "translate-fr-en", "text": "a", "target": LONG}, ["body", "target"], "target: at most 2000 characters per text (got 2001)"),
-    # strict types: a JSON true is not 1, "3" not 3, 2.0 not 2
+    # strict types: a JSON true is not 1, "3" not 3, 2.5 not an integer (2.0 is 2: JSON Schema's "integer")
     ("/translate", {"text": "a", "source_lang": "fr", "beam_size": True}, ["body", "beam_size"], "beam_size: Input should be a valid integer"),
     ("/translate", {"text": "a", "source_lang": "fr", "beam_size": "3"}, ["body", "beam_size"], "beam_size: Input should be a valid integer"),
-    ("/translate", {"text": "a", "source_lang": "fr", "beam_size": 2.0}, ["body", "beam_size"], "beam_size: Input should be a valid integer"),
+    ("/translate", {"text": "a", "source_lang": "fr", "beam_size": 2.5}, ["body", "beam_size"], "beam_size: Input should be a valid integer"),
     ("/translate", {"text": "a", "source_lang": "fr", "return_scores": 1}, ["body", "return_scores"], "return_scores: Input should be a valid boolean"),
     ("/attention", {"model": "sentiment-en", "text": "a", "layers": [True]}, ["body", "layers", 0], "layers[0]: Input should be a valid integer"),
     # a list past the schema's hard cap stops at one error (not one per item)

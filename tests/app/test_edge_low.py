@@ -1,6 +1,6 @@
 """Issue 29's low items: a half-closed client still gets its answer (a real `python -m app`), trailing-slash
 requests are not redirected to their Host, APP_ALLOWED_HOSTS, and an OpenAPI schema that refuses what the
-server refuses and documents its 401 and 413 answers."""
+server refuses and documents its 401 and 413 answers. Issue 33's: two Host headers are a 400."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from app.core.settings import Settings
+from app.text.blank import READ_PATTERN
 from tests.app.conftest import serve
 from tests.app.test_connections import Server, read_until_closed, run_server
 
@@ -67,7 +68,8 @@ async def test_openapi_refuses_what_the_server_refuses_and_lists_401_and_413(
     schemas = spec["components"]["schemas"]
     for name in ("SentimentRequest", "TranslateRequest", "DetectRequest"):
         text = next(t for t in schemas[name]["properties"]["text"]["anyOf"] if t.get("type") == "string")
-        assert (text["minLength"], text["pattern"]) == (1, r"\S"), name  # {"text": ""} is refused
+        # {"text": ""} is refused, and a text of characters no model reads
+        assert (text["minLength"], text["pattern"]) == (1, READ_PATTERN), name
         assert [b["required"] for b in schemas[name]["oneOf"]] == [["text"], ["texts"]], name
     paths = spec["paths"]
     assert "401" in paths["/models"]["get"]["responses"]
@@ -75,3 +77,41 @@ async def test_openapi_refuses_what_the_server_refuses_and_lists_401_and_413(
     for route in ("translate", "detect"):
         assert "413" in paths[f"/libretranslate/{route}"]["post"]["responses"]
     assert (await client.post("/sentiment", json={"text": ""})).status_code == 422
+
+
+def test_two_host_headers_are_a_400_over_tcp(server: Server) -> None:
+    """Issue 33: a request with two Host headers is refused (RFC 9112 3.2: a request-smuggling signal), with
+    no APP_ALLOWED_HOSTS; one Host, any name, is served."""
+    body = b'{"text": "a good film"}'
+    cases = [
+        (b"Host: a\r\n", b"200"),
+        (b"Host: a\r\nHost: b\r\n", b"400"),
+        (b"Host: a\r\nhost: a\r\n", b"400"),
+    ]
+    for hosts, status in cases:
+        with server.connect() as sock:
+            sock.sendall(
+                b"POST /sentiment HTTP/1.1\r\n%sContent-Type: application/json\r\nConnection: close\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (hosts, len(body), body)
+            )
+            data, _ = read_until_closed(sock)
+        assert data.startswith(b"HTTP/1.1 %s " % status), (hosts, data)
+        if status == b"400":
+            assert b"Host" in data.split(b"\r\n\r\n", 1)[1], data
+
+
+@pytest.mark.anyio
+async def test_two_host_headers_are_a_400_in_process(client: httpx.AsyncClient) -> None:
+    """The same in-process, on every path (the probes too), in the LibreTranslate API's error shape under its
+    prefix; the connection is closed (the body is never read)."""
+    two = [("host", "api.example.com"), ("host", "evil.example")]
+    r = await client.post("/sentiment", json={"text": "good"}, headers=two)
+    assert (r.status_code, r.headers["connection"]) == (400, "close")
+    assert r.json() == {"detail": "more than one Host header: send exactly one (RFC 9112)"}
+    assert (await client.get("/health", headers=two)).status_code == 400
+    r = await client.post(
+        "/libretranslate/translate", json={"q": "Bonjour", "source": "fr", "target": "en"}, headers=two
+    )
+    assert r.status_code == 400
+    assert r.json() == {"error": "more than one Host header: send exactly one (RFC 9112)"}
+    assert (await client.post("/sentiment", json={"text": "good"}, headers=two[:1])).status_code == 200

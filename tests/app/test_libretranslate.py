@@ -57,14 +57,15 @@ def _multipart(fields: dict[str, str]) -> bytes:
 
 
 async def test_translate_a_list_with_blank_texts_and_alternatives(client: httpx.AsyncClient) -> None:
-    q = ["Le chat dort.", "  ", "Il fait beau. Je lis."]
+    # blank: whitespace, or characters no model reads (a zero-width space, a C1 control)
+    q = ["Le chat dort.", "  ", "Il fait beau. Je lis.", "\u200b\x95"]
     r = await client.post(f"{LT}/translate", json={"q": q, "source": "fr", "target": "en", "alternatives": 2})
     assert r.status_code == 200, r.text
     got = r.json()
     expected = await native(client, [q[0], q[2]], beam_size=4, num_hypotheses=3)
-    assert got["translatedText"] == [expected[0]["translation"], "", expected[1]["translation"]]
+    assert got["translatedText"] == [expected[0]["translation"], "", expected[1]["translation"], ""]
     alts = [[h["translation"] for h in e["hypotheses"][1:]] for e in expected]
-    assert got["alternatives"] == [alts[0], [], alts[1]]
+    assert got["alternatives"] == [alts[0], [], alts[1], []]
     assert set(got) == {"translatedText", "alternatives"}  # no detectedLanguage without "auto"
     # a form repeats q for a list; "alternatives" is a string there
     r = await client.post(

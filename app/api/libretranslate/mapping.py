@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -18,8 +18,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from app.api.libretranslate.html_text import HtmlDocument
 from app.batching.wait import Disconnected
 from app.core.errors import NotFound, ServiceError
-from app.schemas import AUTO, MAX_TEXTS, Str, TranslateRequest, TranslateResponse, TranslationResult
+from app.schemas import (
+    AUTO,
+    LIMITED,
+    MAX_TEXTS,
+    Str,
+    TranslateRequest,
+    TranslateResponse,
+    TranslationResult,
+)
 from app.service import Service
+from app.text.blank import is_blank
 
 # n-best = 1 + alternatives, within TranslateRequest's num_hypotheses limit
 MAX_ALTERNATIVES = (
@@ -38,6 +47,15 @@ LANGUAGE_NAMES = {
     "sl": "Slovenian", "sv": "Swedish", "th": "Thai", "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese",
     "zh": "Chinese",
 }  # fmt: skip
+# q as the OpenAPI document states it (_given and _check_limits check it): a text, or a list of texts (blank
+# ones answered blank), within APP_MAX_CHARS and APP_MAX_TEXTS
+_LtText = Annotated[Str, Field(json_schema_extra={LIMITED: {"maxLength": "max_chars"}})]
+_Q = (
+    Annotated[_LtText, Field(json_schema_extra={"minLength": 1})]
+    | Annotated[list[_LtText], Field(json_schema_extra={"minItems": 1, LIMITED: {"maxItems": "max_texts"}})]
+)
+# a character str.strip() keeps (ECMA-262's \s lacks \x1c-\x1f and \x85): a code that strips to "" is missing
+_NOT_BLANK = r"[^\s\x1c-\x1f\x85]"
 _FIELDS = {"texts": "q", "text": "q", "source_lang": "source", "target_lang": "target"}  # ours -> theirs
 
 
@@ -53,7 +71,7 @@ class _Params(BaseModel):
     # lax: form fields are strings ("alternatives": "3"); unknown fields are ignored, as LibreTranslate does
     model_config = ConfigDict(extra="ignore")
 
-    q: Str | list[Str] = Field(description="Text, or a list of texts (a form repeats the field).")
+    q: _Q = Field(description="Text, or a list of texts (a form repeats the field).")
     api_key: str | None = Field(None, description="Or Authorization: Bearer / X-API-Key, as on every route.")
 
     @field_validator("q")
@@ -69,11 +87,17 @@ class _Params(BaseModel):
 
 
 class TranslateParams(_Params):
-    source: str = Field(min_length=1, description='Language code (any case), or "auto" to detect it.')
-    target: str = Field(min_length=1)
+    source: str = Field(
+        min_length=1,
+        description='Language code (any case), or "auto" to detect it.',
+        json_schema_extra={"pattern": _NOT_BLANK},
+    )
+    target: str = Field(min_length=1, json_schema_extra={"pattern": _NOT_BLANK})
     format: Literal["text", "html"] = Field("text", description="html: markup kept, text by sentence.")
     alternatives: int = Field(
-        0, description=f"More translations from the n-best: below 0 is 0, at most {MAX_ALTERNATIVES}."
+        0,
+        description=f"More translations from the n-best: below 0 is 0, at most {MAX_ALTERNATIVES}.",
+        json_schema_extra={"maximum": MAX_ALTERNATIVES},  # checked by _clamped, LibreTranslate's way
     )
 
     @field_validator("source", "target", mode="before")
@@ -141,7 +165,7 @@ async def translate(service: Service, p: TranslateParams, disconnected: Disconne
                 400, f"Invalid request: q has {len(sources)} HTML text blocks, more than {MAX_TEXTS}"
             )
     else:
-        origin = [i for i, t in enumerate(texts) if t.strip()]
+        origin = [i for i, t in enumerate(texts) if not is_blank(t)]  # as whitespace, what no model reads
         sources = [texts[i] for i in origin]
     # source language -> indices into sources. "auto": the service detects each text; an HTML document is
     # detected here as a whole (its blocks alone are too short to tell)

@@ -1,5 +1,6 @@
 """The LibreTranslate API under APP_LIBRETRANSLATE_PREFIX: POST translate and detect, GET languages,
-frontend/settings, health and spec (suggest and translate_file answer 403, as LibreTranslate with them off).
+frontend/settings, health and spec (suggest and translate_file answer 403, download_file 400, as LibreTranslate
+with them off; not in the OpenAPI documents, as they take no request).
 Bodies are JSON or forms (urlencoded or multipart), with the API key in the body or in the headers; every
 error is {"error": message}. The mapping onto the service: app/api/libretranslate/mapping.py.
 
@@ -9,6 +10,7 @@ are open, as in LibreTranslate (clients read them to learn whether a key is need
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import logging
@@ -27,6 +29,7 @@ from starlette.requests import ClientDisconnect
 from app import __version__
 from app.api.deps import DisconnectDep, ServiceDep
 from app.api.libretranslate import mapping as lt
+from app.api.openapi import with_limits
 from app.core.errors import ClientDisconnected, ServiceError, unparsable
 from app.core.settings import Settings
 from app.edge.api_key import authorized, matches
@@ -41,10 +44,15 @@ class LtErrorBody(BaseModel):
 
 
 def _doc(model: type[BaseModel]) -> dict[str, Any]:
-    """OpenAPI: the body's fields, as JSON or as a form."""
+    """OpenAPI: the body's fields, as JSON or as a form (where each q is a non-empty text: a list of one
+    empty q is sent as one empty field, which is a missing q)."""
     schema = model.model_json_schema()
-    media = ("application/json", *FORMS)
-    return {"requestBody": {"required": True, "content": {m: {"schema": schema} for m in media}}}
+    form = copy.deepcopy(schema)
+    for branch in form["properties"]["q"]["anyOf"]:
+        if branch.get("type") == "array":
+            branch["items"]["minLength"] = 1
+    content = {"application/json": {"schema": schema}} | {m: {"schema": form} for m in FORMS}
+    return {"requestBody": {"required": True, "content": content}}
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -99,22 +107,24 @@ def router(prefix: str) -> APIRouter:
         return JSONResponse({"status": "ok"})
 
     @r.get("/spec")
-    async def spec() -> JSONResponse:
+    async def spec(service: ServiceDep) -> JSONResponse:
         """This API's OpenAPI document (LibreTranslate serves its Swagger document here)."""
-        return JSONResponse(get_openapi(title="LibreTranslate", version=__version__, routes=r.routes))
+        document = get_openapi(title="LibreTranslate", version=__version__, routes=r.routes)
+        return JSONResponse(with_limits(document, service.settings))
 
-    # what LibreTranslate answers with suggestions and file translation off (frontend/settings says so)
-    @r.post("/suggest", responses={403: ERRORS[403]})
+    # what LibreTranslate answers with suggestions and file translation off (frontend/settings says so): out
+    # of the OpenAPI documents, which would call some request valid (every one is refused)
+    @r.post("/suggest", include_in_schema=False)
     async def suggest() -> JSONResponse:
         """Not served: 403, as LibreTranslate without --suggestions."""
         return _error(lt.LtError(403, "Suggestions are disabled on this server."))
 
-    @r.post("/translate_file", responses={403: ERRORS[403]})
+    @r.post("/translate_file", include_in_schema=False)
     async def translate_file() -> JSONResponse:
         """Not served: 403, as LibreTranslate with --disable-files-translation."""
         return _error(lt.LtError(403, "Files translation are disabled on this server."))
 
-    @r.get("/download_file/{filename}", responses={400: ERRORS[400]})
+    @r.get("/download_file/{filename}", include_in_schema=False)
     async def download_file(filename: str) -> JSONResponse:
         """Not served: 400, as LibreTranslate with --disable-files-translation."""
         return _error(lt.LtError(400, "Files translation are disabled on this server."))

@@ -6,9 +6,8 @@ from fastapi import APIRouter
 
 from app.api.deps import ServiceDep
 from app.api.routes.common import ERRORS
-from app.core.errors import invalid
 from app.edge.api_key import API_KEY
-from app.schemas import DetectedLanguage, DetectRequest, DetectResponse, DetectResult
+from app.schemas import UNDETERMINED, DetectedLanguage, DetectRequest, DetectResponse, DetectResult
 from app.text.langid import Detection
 
 router = APIRouter(tags=["language"], dependencies=API_KEY)
@@ -19,14 +18,14 @@ async def detect(body: DetectRequest, service: ServiceDep) -> DetectResponse:
     """Each text's language among the served ones (translator sources, sentiment languages)."""
     found = await service.detect(body.items, body.field)
     served = service.detector.languages if service.detector else frozenset()
-    return DetectResponse(results=[_result(body, i, f, served) for i, f in enumerate(found)])
+    return DetectResponse(results=[_result(body, f, served) for f in found])
 
 
-def _result(body: DetectRequest, i: int, found: list[Detection], served: frozenset[str]) -> DetectResult:
-    """The best detection, and every served one when asked; 422 for a text without letters."""
+def _result(body: DetectRequest, found: list[Detection], served: frozenset[str]) -> DetectResult:
+    """The best detection, and every served one when asked; "und" (undetermined) with confidence 0 for a
+    text without letters (digits, emoji, punctuation: /translate passes such a text through)."""
     if not found:
-        loc = (body.field,) if body.field == "text" else (body.field, i)
-        raise invalid(loc, "no letters in this text: there is no language to detect")
+        return DetectResult(language=UNDETERMINED, confidence=0.0, candidates=[] if body.candidates else None)
     candidates = [
         DetectedLanguage(language=d.language, confidence=d.confidence) for d in found if d.language in served
     ]
