@@ -5,6 +5,10 @@ both are pure text work, and /detect and the LibreTranslate API read them. Every
 a queue or a limit (classify, translate, attention) is one call to the model process, so the admission and
 queue limits are those of one server whatever the number of HTTP processes. Readiness and the model list are
 pushed by the model process when they change (the routes read them without waiting).
+
+The deadline holds here too: the model process answers 504 at APP_REQUEST_TIMEOUT_S; if it has not answered
+DEADLINE_MARGIN_S later (stopped, deadlocked, stuck in a driver call), this process answers 504 itself and
+cancels the call, so the model process drops the work when it runs again.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 from prometheus_client.metrics_core import Metric
 
 from app.batching.wait import Disconnected
-from app.core.errors import Unavailable
+from app.core.errors import DeadlineExceeded, Unavailable
 from app.core.metrics import Metrics
 from app.core.settings import Settings
 from app.parallel.channel import Channel, ChannelClosed
@@ -38,6 +42,7 @@ from app.text.langid import LanguageDetector
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 60.0  # the model process listens within a second or two of its start; this is a bound
+DEADLINE_MARGIN_S = 0.5  # past APP_REQUEST_TIMEOUT_S: the model process's own 504 comes first when it runs
 
 
 class RemoteService(Service):
@@ -78,18 +83,18 @@ class RemoteService(Service):
     # --- what the routes call ------------------------------------------------------------------------
 
     async def classify(self, req: SentimentRequest, disconnected: Disconnected = None) -> SentimentResponse:
-        return await self._call("classify", req, disconnected=disconnected)  # type: ignore[no-any-return]
+        return await self._work("classify", req, disconnected=disconnected)  # type: ignore[no-any-return]
 
     async def translate(
         self, req: TranslateRequest, disconnected: Disconnected = None, *, max_texts: int | None = None
     ) -> TranslateResponse:
-        answer = await self._call("translate", req, disconnected=disconnected, max_texts=max_texts)
+        answer = await self._work("translate", req, disconnected=disconnected, max_texts=max_texts)
         return answer  # type: ignore[no-any-return]
 
     async def attention(
         self, req: AttentionRequest, png: bool, disconnected: Disconnected = None
     ) -> tuple[bytes, str]:
-        return await self._call("attention", req, png, disconnected=disconnected)  # type: ignore[no-any-return]
+        return await self._work("attention", req, png, disconnected=disconnected)  # type: ignore[no-any-return]
 
     async def metrics_text(self) -> bytes:
         """Every process's metrics, summed (the model process asks each HTTP process for its own)."""
@@ -102,6 +107,19 @@ class RemoteService(Service):
         return list(self._models)
 
     # --- the channel ---------------------------------------------------------------------------------
+
+    async def _work(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A model call, answered 504 here DEADLINE_MARGIN_S past the deadline whatever the model process does
+        (the cancelled call sends CANCEL: its task there is cancelled, its queued items dropped)."""
+        timeout_s = self.settings.request_timeout_s
+        limit = asyncio.timeout(timeout_s + DEADLINE_MARGIN_S)
+        try:
+            async with limit:
+                return await self._call(method, *args, **kwargs)
+        except TimeoutError:
+            if not limit.expired():  # raised by the model process's code, not our limit
+                raise
+            raise DeadlineExceeded.after(timeout_s) from None
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self.channel is None:

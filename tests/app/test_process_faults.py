@@ -1,0 +1,82 @@
+"""python -m app with APP_HTTP_WORKERS=2 under real faults (issue 33): a stopped model process (SIGSTOP), a
+killed HTTP process (SIGKILL), a drain (SIGTERM, or the model process's death) while clients reconnect.
+Every test leaves no child stopped: SIGCONT in a finally, and each server is stopped at its end."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.parallel.remote import DEADLINE_MARGIN_S
+from tests.app.test_parallel import Server, serve
+
+TIMEOUT_S = 1.0  # APP_REQUEST_TIMEOUT_S of these servers: the deadline tests wait for it
+SENTIMENT_200 = 'transformer_serving_http_requests_total{method="POST",route="/sentiment",status="200"}'
+
+
+@pytest.fixture(scope="module")
+def server(sentiment_only_dir: Path) -> Iterator[Server]:
+    """One server for the tests that leave it as they found it (every process up, none stopped)."""
+    with serve(sentiment_only_dir, APP_HTTP_WORKERS="2", APP_REQUEST_TIMEOUT_S=str(TIMEOUT_S)) as s:
+        yield s
+
+
+@contextlib.contextmanager
+def stopped(pid: int) -> Iterator[None]:
+    """`pid` stopped (SIGSTOP) inside the block, running again (SIGCONT) after it, whatever happens."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def sample(text: str, series: str) -> float:
+    """The value of one series (its full name and labels) in a /metrics text; 0 when absent."""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def metrics(server: Server, timeout: float = 10.0) -> str:
+    r = httpx.get(f"{server.url}/metrics", timeout=timeout)
+    assert r.status_code == 200, r.text
+    return r.text
+
+
+def ready(server: Server) -> tuple[int, dict[str, Any]]:
+    r = httpx.get(f"{server.url}/ready", timeout=5)
+    return r.status_code, r.json()
+
+
+def classify(server: Server, text: str = "a good film", timeout: float = 10.0) -> httpx.Response:
+    return httpx.post(f"{server.url}/sentiment", json={"text": text}, timeout=timeout)
+
+
+# --- 1. the HTTP side enforces the deadline -------------------------------------------------------------
+
+
+def test_a_stopped_model_process_gets_504_at_the_deadline_and_drops_the_work(server: Server) -> None:
+    [engine] = server.pids("engine")
+    items = 'transformer_serving_batch_size_sum{model="sentiment-en"}'
+    before = sample(metrics(server), items)
+    with stopped(engine):
+        start = time.monotonic()
+        r = classify(server, timeout=TIMEOUT_S + 5)
+        took = time.monotonic() - start
+    assert r.status_code == 504, r.text
+    assert r.json()["detail"] == f"request timed out after {TIMEOUT_S:g} s (APP_REQUEST_TIMEOUT_S)"
+    assert TIMEOUT_S <= took < TIMEOUT_S + DEADLINE_MARGIN_S + 1.5, took
+    # running again, the model process drops the cancelled call: the next batch holds the next request only
+    assert classify(server).status_code == 200
+    assert sample(metrics(server), items) == before + 1
