@@ -1,7 +1,7 @@
 """The model process: the one Service (models, batchers, inference workers, admission limits, one CUDA
 context), answering the HTTP processes over a Unix socket.
 
-python -m app.parallel.engine SOCKET_PATH HTTP_WORKERS   (started by app.parallel.supervisor)
+python -m app.parallel.engine SOCKET_PATH HTTP_WORKERS HEARTBEAT_FD   (started by app.parallel.supervisor)
 """
 
 from __future__ import annotations
@@ -18,21 +18,21 @@ from app.core.logs import configure_logging
 from app.core.metrics import Metrics
 from app.core.settings import load_settings
 from app.parallel.channel import Channel, Handler
+from app.parallel.heartbeat import HEARTBEAT_S, Beat
 from app.parallel.lifeline import die_with_parent
-from app.parallel.merge import count_process, merge, render
+from app.parallel.merge import METRICS_TIMEOUT_S, count_process, merge, render
 from app.schemas import ModelInfo, Readiness
 from app.service import Service
 
 log = logging.getLogger("app.parallel.engine")  # run as __main__
 STATE_POLL_S = 0.05  # how often readiness is compared with what the HTTP processes were last told
-METRICS_TIMEOUT_S = 2.0  # an HTTP process that does not send its metrics within this is left out of a scrape
 
 
 class Engine:
     """Serves `service` to the HTTP processes; `http_workers` of them must say hello before it is ready."""
 
-    def __init__(self, service: Service, http_workers: int) -> None:
-        self.service, self.http_workers = service, http_workers
+    def __init__(self, service: Service, http_workers: int, beat: Beat | None = None) -> None:
+        self.service, self.http_workers, self.beat = service, http_workers, beat
         count_process(service.metrics.registry, "model")
         self.channels: dict[Channel, int | None] = {}  # -> the pid of its HTTP process once it said hello
         self._told: tuple[Readiness, list[ModelInfo]] | None = None
@@ -100,12 +100,23 @@ class Engine:
         return ready
 
     async def _push_state(self) -> None:
+        """The state to the HTTP processes when it changes, and a heartbeat every HEARTBEAT_S to them and
+        to the supervisor (app/parallel/heartbeat.py), from this event loop: it stops when the loop does."""
+        clock = asyncio.get_running_loop().time
+        last_beat = clock() - HEARTBEAT_S
         while True:
             if self._told is None or self.readiness() != self._told[0]:
                 self._told = state = self.state()  # the model list changes with the readiness
                 for channel, pid in self.channels.items():
                     if pid is not None:
                         channel.note("state", *state)
+            if clock() - last_beat >= HEARTBEAT_S:
+                last_beat = clock()
+                if self.beat is not None:
+                    self.beat.beat()
+                for channel, pid in self.channels.items():
+                    if pid is not None:
+                        channel.note("alive")
             await asyncio.sleep(STATE_POLL_S)
 
     async def _metrics(self) -> bytes:
@@ -128,23 +139,23 @@ def _logged(name: str, method: Any) -> Handler:
     return run
 
 
-async def _main(path: str, http_workers: int) -> None:
+async def _main(path: str, http_workers: int, heartbeat_fd: int) -> None:
     settings = load_settings()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    engine = Engine(Service(settings, Metrics()), http_workers)
+    engine = Engine(Service(settings, Metrics()), http_workers, Beat(heartbeat_fd))
     await engine.serve(path, stop)
 
 
 def main(argv: list[str]) -> int:
-    path, http_workers = argv[0], int(argv[1])
+    path, http_workers, heartbeat_fd = argv[0], int(argv[1]), int(argv[2])
     settings = load_settings()
     configure_logging(settings.log_format, settings.log_level)
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor orders the shutdown
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_main(path, http_workers))
+        asyncio.run(_main(path, http_workers, heartbeat_fd))
     return 0
 
 

@@ -15,10 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
-from app.parallel.remote import DEADLINE_MARGIN_S
-from tests.app.test_parallel import Server, serve
+from app.parallel.heartbeat import DEADLINE_MARGIN_S, STALL_S, wedged_after
+from app.parallel.remote import METRICS_WAIT_S
+from tests.app.test_parallel import Server, eventually, serve
 
-TIMEOUT_S = 1.0  # APP_REQUEST_TIMEOUT_S of these servers: the deadline tests wait for it
+TIMEOUT_S = 2.0  # APP_REQUEST_TIMEOUT_S of these servers: the deadline tests wait for it
 SENTIMENT_200 = 'transformer_serving_http_requests_total{method="POST",route="/sentiment",status="200"}'
 
 
@@ -80,3 +81,25 @@ def test_a_stopped_model_process_gets_504_at_the_deadline_and_drops_the_work(ser
     # running again, the model process drops the cancelled call: the next batch holds the next request only
     assert classify(server).status_code == 200
     assert sample(metrics(server), items) == before + 1
+
+
+# --- 2. a model process that stops answering is seen ----------------------------------------------------
+
+
+def test_a_model_process_that_stops_answering_is_seen_and_stops_the_server(sentiment_only_dir: Path) -> None:
+    with serve(sentiment_only_dir, APP_HTTP_WORKERS="2", APP_REQUEST_TIMEOUT_S=str(TIMEOUT_S)) as server:
+        [engine] = server.pids("engine")
+        with stopped(engine):
+            # within a few seconds /ready is 503 and says why (the heartbeat stopped arriving)
+            _, state = eventually(lambda: (s := ready(server))[0] == 503 and s, timeout=STALL_S + 2)
+            assert state["status"] == "failed", state
+            assert state["reason"].startswith("the model process has not answered for "), state
+            # /metrics answers, with what this HTTP process has (its own metrics only)
+            text = metrics(server, timeout=METRICS_WAIT_S + 1)
+            assert sample(text, 'transformer_serving_processes{role="http"}') == 1
+            assert sample(text, 'transformer_serving_processes{role="model"}') == 0
+            # then the supervisor kills it and stops the server, as for a death
+            assert server.proc.wait(timeout=wedged_after(TIMEOUT_S) + 5) == 1
+        log = server.output()
+        assert "the model process has not answered for" in log
+        assert "killed, stopping the server" in log
