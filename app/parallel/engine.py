@@ -1,7 +1,7 @@
 """The model process: the one Service (models, batchers, inference workers, admission limits, one CUDA
 context), answering the HTTP processes over a Unix socket.
 
-python -m app.parallel.engine SOCKET_PATH HTTP_WORKERS HEARTBEAT_FD   (started by app.parallel.supervisor)
+python -m app.parallel.engine SOCKET_PATH HTTP_WORKERS HEARTBEAT_FD METRICS_DIR   (started by the supervisor)
 """
 
 from __future__ import annotations
@@ -14,10 +14,13 @@ import sys
 from functools import partial
 from typing import Any
 
+from prometheus_client.metrics_core import Metric
+
 from app.core.logs import configure_logging
 from app.core.metrics import Metrics
 from app.core.settings import load_settings
 from app.parallel.channel import Channel, Handler
+from app.parallel.departed import Departed
 from app.parallel.heartbeat import HEARTBEAT_S, Beat
 from app.parallel.lifeline import die_with_parent
 from app.parallel.merge import METRICS_TIMEOUT_S, count_process, merge, render
@@ -31,10 +34,14 @@ STATE_POLL_S = 0.05  # how often readiness is compared with what the HTTP proces
 class Engine:
     """Serves `service` to the HTTP processes; `http_workers` of them must say hello before it is ready."""
 
-    def __init__(self, service: Service, http_workers: int, beat: Beat | None = None) -> None:
-        self.service, self.http_workers, self.beat = service, http_workers, beat
+    def __init__(
+        self, service: Service, http_workers: int, beat: Beat | None = None, departed: Departed | None = None
+    ) -> None:
+        self.service, self.http_workers, self.beat, self.departed = service, http_workers, beat, departed
         count_process(service.metrics.registry, "model")
         self.channels: dict[Channel, int | None] = {}  # -> the pid of its HTTP process once it said hello
+        self.pids: dict[Channel, int] = {}  # the same, kept after a bye: its metrics stay counted
+        self.scraped: dict[Channel, list[Metric]] = {}  # each HTTP process's families when last asked
         self._told: tuple[Readiness, list[ModelInfo]] | None = None
         self.draining = False  # an HTTP process said bye: the server is shutting down
 
@@ -70,10 +77,13 @@ class Engine:
             pid = self.channels.pop(channel, None)
             if pid is not None and not self.draining:
                 log.warning("HTTP process %d has gone", pid)
+            if (hello := self.pids.pop(channel, None)) is not None and self.departed is not None:
+                self.departed.add(hello, self.scraped.get(channel))  # its counters stay in the sums
+            self.scraped.pop(channel, None)
             self._told = None  # tell the others: one fewer is up
 
     async def _hello(self, channel: Channel, pid: int) -> tuple[Readiness, list[ModelInfo]]:
-        self.channels[channel] = pid
+        self.channels[channel] = self.pids[channel] = pid
         self._told = None
         return self.state()
 
@@ -120,12 +130,18 @@ class Engine:
             await asyncio.sleep(STATE_POLL_S)
 
     async def _metrics(self) -> bytes:
-        """This process's metric families and every HTTP process's, summed."""
+        """This process's metric families, every HTTP process's and those of the HTTP processes that have
+        gone (app/parallel/departed.py), summed: counters never go backwards."""
         up = [c for c, pid in self.channels.items() if pid is not None]
         asks = (asyncio.wait_for(c.call("families"), METRICS_TIMEOUT_S) for c in up)
-        theirs = await asyncio.gather(*asks, return_exceptions=True)  # a stuck process: left out
+        for channel, answer in zip(up, await asyncio.gather(*asks, return_exceptions=True), strict=True):
+            if isinstance(answer, list) and channel in self.pids:  # still connected
+                self.scraped[channel] = answer
+        # from here on nothing awaits: a process that went during the gather is in departed, not here too
         families = [list(self.service.metrics.registry.collect())]
-        families += [f for f in theirs if isinstance(f, list)]
+        families += self.scraped.values()  # a process that did not answer in time: its last answer
+        if self.departed is not None:
+            families.append(self.departed.families())
         return render(merge(families))
 
 
@@ -139,23 +155,24 @@ def _logged(name: str, method: Any) -> Handler:
     return run
 
 
-async def _main(path: str, http_workers: int, heartbeat_fd: int) -> None:
+async def _main(path: str, http_workers: int, heartbeat_fd: int, metrics_dir: str) -> None:
     settings = load_settings()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    engine = Engine(Service(settings, Metrics()), http_workers, Beat(heartbeat_fd))
+    service = Service(settings, Metrics())
+    engine = Engine(service, http_workers, Beat(heartbeat_fd), Departed(metrics_dir))
     await engine.serve(path, stop)
 
 
 def main(argv: list[str]) -> int:
-    path, http_workers, heartbeat_fd = argv[0], int(argv[1]), int(argv[2])
+    path, http_workers, heartbeat_fd, metrics_dir = argv[0], int(argv[1]), int(argv[2]), argv[3]
     settings = load_settings()
     configure_logging(settings.log_format, settings.log_level)
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor orders the shutdown
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_main(path, http_workers, heartbeat_fd))
+        asyncio.run(_main(path, http_workers, heartbeat_fd, metrics_dir))
     return 0
 
 

@@ -21,6 +21,7 @@ from app.core.settings import Settings
 from app.parallel.heartbeat import STALL_S, Listen, wedged_after
 
 log = logging.getLogger("app.parallel")
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # read by prometheus_client at import (departed.py)
 POLL_S = 0.05
 MAX_RESTARTS = 5  # HTTP process deaths within RESTART_WINDOW_S before the server stops: a crash loop
 RESTART_WINDOW_S = 60.0
@@ -52,8 +53,12 @@ class Supervisor:
         with listener, tempfile.TemporaryDirectory(prefix="app-") as tmp:
             self.path = os.path.join(tmp, "model.sock")
             self.fd = listener.fileno()
+            self.metrics_dir = os.path.join(tmp, "metrics")  # the HTTP processes' counters (departed.py)
+            os.mkdir(self.metrics_dir)
             heart, beats = os.pipe()
-            self.engine = self._spawn("engine", self.path, str(self.http_workers), str(beats), fds=(beats,))
+            args = (self.path, str(self.http_workers), str(beats), self.metrics_dir)
+            model_env = {k: v for k, v in os.environ.items() if k != MULTIPROC_ENV}  # its gauges read live
+            self.engine = self._spawn("engine", *args, fds=(beats,), env=model_env)
             os.close(beats)  # the model process holds the write end: a death reads as an end of file
             self.heartbeat = Listen(heart)
             self.http = [self._spawn_http() for _ in range(self.http_workers)]
@@ -68,16 +73,21 @@ class Supervisor:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
 
-    def _spawn(self, role: str, *args: str, fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, role: str, *args: str, fds: tuple[int, ...] = (), env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         # a session of its own: a terminal's Ctrl-C reaches the supervisor only, which orders the shutdown
         return subprocess.Popen(
             [sys.executable, "-m", f"app.parallel.{role}", *args],
             pass_fds=(self.fd, *fds),
             start_new_session=True,
+            env=env,
         )
 
     def _spawn_http(self) -> subprocess.Popen[bytes]:
-        return self._spawn("http", str(self.fd), self.path, str(self.http_workers))
+        # prometheus-client's multiprocess mode: its counters outlive it (app/parallel/departed.py)
+        env = os.environ | {MULTIPROC_ENV: self.metrics_dir}
+        return self._spawn("http", str(self.fd), self.path, str(self.http_workers), env=env)
 
     def _watch(self) -> int:
         """Until a signal (0) or a failure (1): restart HTTP processes that die."""

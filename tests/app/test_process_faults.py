@@ -5,10 +5,12 @@ Every test leaves no child stopped: SIGCONT in a finally, and each server is sto
 from __future__ import annotations
 
 import contextlib
+import http.client
+import json
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +105,56 @@ def test_a_model_process_that_stops_answering_is_seen_and_stops_the_server(senti
         log = server.output()
         assert "the model process has not answered for" in log
         assert "killed, stopping the server" in log
+
+
+# --- 3. counters are monotonic across HTTP process restarts --------------------------------------------
+
+
+def serving(server: Server, conn: http.client.HTTPConnection) -> int:
+    """The pid of the HTTP process holding the server's end of `conn` (/proc/net/tcp, then its fds)."""
+    assert conn.sock is not None
+    ours = conn.sock.getsockname()[1]
+    theirs = int(server.url.rsplit(":", 1)[1])
+    ends = (f"0100007F:{theirs:04X}", f"0100007F:{ours:04X}")  # 127.0.0.1, little-endian, ports in hex
+    [inode] = [
+        f[9]
+        for f in (ln.split() for ln in Path("/proc/net/tcp").read_text().splitlines()[1:])
+        if (f[1], f[2]) == ends
+    ]
+    for pid in server.pids("http"):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) == f"socket:[{inode}]":
+                    return pid
+    raise AssertionError(f"no HTTP process holds socket {inode}")
+
+
+def http_processes_up(server: Server, n: int) -> Callable[[], bool]:
+    """Whether the model process counts `n` HTTP processes up (the scrape covers them)."""
+    return lambda: sample(metrics(server), 'transformer_serving_processes{role="http"}') == n
+
+
+def test_counters_keep_the_counts_of_a_killed_http_process(server: Server) -> None:
+    before = sample(metrics(server), SENTIMENT_200)
+    n = 10
+    conn = http.client.HTTPConnection("127.0.0.1", int(server.url.rsplit(":", 1)[1]), timeout=10)
+    for _ in range(n):  # one connection: one HTTP process answers them all
+        conn.request(
+            "POST", "/sentiment", json.dumps({"text": "a good film"}), {"Content-Type": "application/json"}
+        )
+        answer = conn.getresponse()
+        answer.read()
+        assert answer.status == 200
+    victim = serving(server, conn)
+    assert sample(metrics(server), SENTIMENT_200) == before + n
+    os.kill(victim, signal.SIGKILL)
+    conn.close()
+
+    def replaced() -> bool:  # every scrape, while it restarts too: nothing lost, nothing counted twice
+        assert sample(metrics(server), SENTIMENT_200) == before + n
+        pids = server.pids("http")
+        return len(pids) == 2 and victim not in pids and http_processes_up(server, 2)()
+
+    eventually(replaced)
+    assert classify(server).status_code == 200
+    assert sample(metrics(server), SENTIMENT_200) == before + n + 1
