@@ -2,7 +2,8 @@
 HTTP processes (each accepts from the shared socket), restart an HTTP process that dies, stop loudly when the
 model process dies, stops answering (its heartbeat, app/parallel/heartbeat.py) or HTTP processes keep dying,
 and on SIGTERM or SIGINT drain in order: the HTTP processes finish their requests (they still need the model
-process), then the model process stops."""
+process), then the model process stops. Either way the listening socket closes first (the supervisor's copy,
+then the HTTP processes'): a client that connects during a drain is refused, never accepted and reset."""
 
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ class Supervisor:
             heart, beats = os.pipe()
             args = (self.path, str(self.http_workers), str(beats), self.metrics_dir)
             model_env = {k: v for k, v in os.environ.items() if k != MULTIPROC_ENV}  # its gauges read live
+            # not the listening socket: it would keep it open, and a drain would accept and reset
             self.engine = self._spawn("engine", *args, fds=(beats,), env=model_env)
             os.close(beats)  # the model process holds the write end: a death reads as an end of file
             self.heartbeat = Listen(heart)
@@ -68,6 +70,7 @@ class Supervisor:
                 s.host, s.port, self.http_workers, pids, self.engine.pid,
             )  # fmt: skip
             status = self._watch()
+            listener.close()  # the HTTP processes close theirs on SIGTERM: new connections are refused
             return self._shutdown() or status
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -79,7 +82,7 @@ class Supervisor:
         # a session of its own: a terminal's Ctrl-C reaches the supervisor only, which orders the shutdown
         return subprocess.Popen(
             [sys.executable, "-m", f"app.parallel.{role}", *args],
-            pass_fds=(self.fd, *fds),
+            pass_fds=fds,
             start_new_session=True,
             env=env,
         )
@@ -87,7 +90,7 @@ class Supervisor:
     def _spawn_http(self) -> subprocess.Popen[bytes]:
         # prometheus-client's multiprocess mode: its counters outlive it (app/parallel/departed.py)
         env = os.environ | {MULTIPROC_ENV: self.metrics_dir}
-        return self._spawn("http", str(self.fd), self.path, str(self.http_workers), env=env)
+        return self._spawn("http", str(self.fd), self.path, str(self.http_workers), fds=(self.fd,), env=env)
 
     def _watch(self) -> int:
         """Until a signal (0) or a failure (1): restart HTTP processes that die."""

@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -158,3 +159,40 @@ def test_counters_keep_the_counts_of_a_killed_http_process(server: Server) -> No
     eventually(replaced)
     assert classify(server).status_code == 200
     assert sample(metrics(server), SENTIMENT_200) == before + n + 1
+
+
+# --- 4. the drain closes the listener first --------------------------------------------------------------
+
+
+def refused(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return False
+    except ConnectionRefusedError:
+        return True
+
+
+@pytest.mark.parametrize("fault", ["SIGTERM", "a dead model process"])
+def test_a_drain_refuses_new_connections(sentiment_only_dir: Path, fault: str) -> None:
+    env = {"APP_HTTP_WORKERS": "2", "APP_MIN_BODY_RATE": "0", "APP_SHUTDOWN_TIMEOUT_S": "10"}
+    with serve(sentiment_only_dir, **env) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        body = json.dumps({"text": "a good film"}).encode()
+        head = (
+            f"POST /sentiment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Expect: 100-continue\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as held:
+            held.sendall(head.encode())
+            # its HTTP process is reading the body: the drain waits for this request
+            assert held.recv(1024).startswith(b"HTTP/1.1 100 Continue")
+            if fault == "SIGTERM":
+                server.proc.send_signal(signal.SIGTERM)
+            else:
+                os.kill(server.pids("engine")[0], signal.SIGKILL)
+            eventually(lambda: refused(port), timeout=5)
+            assert server.proc.poll() is None  # refused while the server still drains
+            held.sendall(body)
+            answer = held.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200" if fault == "SIGTERM" else b"HTTP/1.1 503"), answer
+        assert server.proc.wait(timeout=30) == (0 if fault == "SIGTERM" else 1)
