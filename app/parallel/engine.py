@@ -32,7 +32,8 @@ STATE_POLL_S = 0.05  # how often readiness is compared with what the HTTP proces
 
 
 class Engine:
-    """Serves `service` to the HTTP processes; `http_workers` of them must say hello before it is ready."""
+    """Serves `service` to the HTTP processes; `http_workers` of them must say hello before it is first
+    ready; after that it stays ready while at least one is up (one restarting: the others serve)."""
 
     def __init__(
         self, service: Service, http_workers: int, beat: Beat | None = None, departed: Departed | None = None
@@ -44,6 +45,7 @@ class Engine:
         self.scraped: dict[Channel, list[Metric]] = {}  # each HTTP process's families when last asked
         self._told: tuple[Readiness, list[ModelInfo]] | None = None
         self.draining = False  # an HTTP process said bye: the server is shutting down
+        self.all_up_once = False  # every HTTP process has said hello at least once
 
     async def serve(self, path: str, stop: asyncio.Event) -> None:
         """Start the service, listen on `path` until `stop`, then drain the service (SIGTERM comes after
@@ -84,6 +86,7 @@ class Engine:
 
     async def _hello(self, channel: Channel, pid: int) -> tuple[Readiness, list[ModelInfo]]:
         self.channels[channel] = self.pids[channel] = pid
+        self.all_up_once |= self._up() == self.http_workers
         self._told = None
         return self.state()
 
@@ -97,17 +100,22 @@ class Engine:
         return self.readiness(), self.service.models() if self.service.registry is not None else []
 
     def readiness(self) -> Readiness:
-        """The service's, not ready while an HTTP process is missing, shutting down once one said bye."""
+        """The service's; not ready until every HTTP process has come up once, ready with a reason while
+        one is missing after that (it is being restarted: the others serve, and a probe that failed would
+        take the whole replica out of rotation); shutting down once one said bye."""
         ready = self.service.readiness()
         if self.draining:
             ready = Readiness(
                 status="shutting_down", reason="the server is shutting down", models=ready.models
             )
-        up = sum(pid is not None for pid in self.channels.values())
-        if ready.status == "ready" and up < self.http_workers:
+        if ready.status == "ready" and (up := self._up()) < self.http_workers:
             reason = f"{up} of {self.http_workers} HTTP processes up"
-            ready = Readiness(status="loading", reason=reason, models=ready.models)
+            status = "ready" if self.all_up_once and up else "loading"
+            ready = Readiness(status=status, reason=reason, models=ready.models)
         return ready
+
+    def _up(self) -> int:
+        return sum(pid is not None for pid in self.channels.values())
 
     async def _push_state(self) -> None:
         """The state to the HTTP processes when it changes, and a heartbeat every HEARTBEAT_S to them and

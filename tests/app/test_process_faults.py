@@ -196,3 +196,17 @@ def test_a_drain_refuses_new_connections(sentiment_only_dir: Path, fault: str) -
             answer = held.recv(65536)
         assert answer.startswith(b"HTTP/1.1 200" if fault == "SIGTERM" else b"HTTP/1.1 503"), answer
         assert server.proc.wait(timeout=30) == (0 if fault == "SIGTERM" else 1)
+
+
+# --- 5. one HTTP process restarting leaves the replica ready ----------------------------------------------
+
+
+def test_ready_stays_200_while_one_http_process_restarts(server: Server) -> None:
+    eventually(http_processes_up(server, 2))  # a process a test before this one killed: back
+    victim = server.pids("http")[0]
+    os.kill(victim, signal.SIGKILL)
+    eventually(http_processes_up(server, 1))  # the model process has seen it go; it restarts
+    status, state = ready(server)
+    assert (status, state["status"]) == (200, "ready"), state
+    assert state["reason"] == "1 of 2 HTTP processes up"  # the survivor answers, and serves:
+    assert classify(server).status_code == 200
