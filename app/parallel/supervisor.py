@@ -71,6 +71,7 @@ class Supervisor:
             )  # fmt: skip
             status = self._watch()
             listener.close()  # the HTTP processes close theirs on SIGTERM: new connections are refused
+            self.heartbeat.close()
             return self._shutdown() or status
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
