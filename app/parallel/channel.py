@@ -45,6 +45,7 @@ class Channel:
         self._waiting: dict[int, asyncio.Future[tuple[bool, Any, Any]]] = {}  # our calls
         self._running: dict[int, tuple[asyncio.Task[Any], asyncio.Event]] = {}  # their calls
         self.closed = asyncio.get_running_loop().create_future()  # set to None once closed
+        self.last_heard = asyncio.get_running_loop().time()  # when the last frame arrived (loop.time())
         self._out: list[bytes] = []  # frames waiting for this loop pass's write
 
     # --- our calls --------------------------------------------------------------------------------------
@@ -76,6 +77,10 @@ class Channel:
             raise rebuild(*value)
         return value
 
+    def silent_for(self) -> float:
+        """Seconds since the other end last sent anything."""
+        return asyncio.get_running_loop().time() - self.last_heard
+
     def note(self, method: str, *args: Any) -> None:
         """A one-way call (no answer; errors are logged at the other end)."""
         self._send((NOTE, -1, method, args, {}, None, False))
@@ -84,6 +89,7 @@ class Channel:
 
     async def serve(self) -> None:
         """Read and dispatch frames until the other end closes; then fail our calls and stop theirs."""
+        clock = asyncio.get_running_loop().time
         try:
             while True:
                 try:
@@ -91,6 +97,7 @@ class Channel:
                     frame = pickle.loads(await self.reader.readexactly(HEADER.unpack(head)[0]))
                 except (asyncio.IncompleteReadError, ConnectionError):
                     break
+                self.last_heard = clock()
                 self._dispatch(frame)
         finally:
             self.close()

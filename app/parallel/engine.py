@@ -1,7 +1,7 @@
 """The model process: the one Service (models, batchers, inference workers, admission limits, one CUDA
 context), answering the HTTP processes over a Unix socket.
 
-python -m app.parallel.engine SOCKET_PATH HTTP_WORKERS   (started by app.parallel.supervisor)
+python -m app.parallel.engine SOCKET_PATH HTTP_WORKERS HEARTBEAT_FD METRICS_DIR   (started by the supervisor)
 """
 
 from __future__ import annotations
@@ -14,29 +14,38 @@ import sys
 from functools import partial
 from typing import Any
 
+from prometheus_client.metrics_core import Metric
+
 from app.core.logs import configure_logging
 from app.core.metrics import Metrics
 from app.core.settings import load_settings
 from app.parallel.channel import Channel, Handler
+from app.parallel.departed import Departed
+from app.parallel.heartbeat import HEARTBEAT_S, Beat
 from app.parallel.lifeline import die_with_parent
-from app.parallel.merge import count_process, merge, render
+from app.parallel.merge import METRICS_TIMEOUT_S, count_process, merge, render
 from app.schemas import ModelInfo, Readiness
 from app.service import Service
 
 log = logging.getLogger("app.parallel.engine")  # run as __main__
 STATE_POLL_S = 0.05  # how often readiness is compared with what the HTTP processes were last told
-METRICS_TIMEOUT_S = 2.0  # an HTTP process that does not send its metrics within this is left out of a scrape
 
 
 class Engine:
-    """Serves `service` to the HTTP processes; `http_workers` of them must say hello before it is ready."""
+    """Serves `service` to the HTTP processes; `http_workers` of them must say hello before it is first
+    ready; after that it stays ready while at least one is up (one restarting: the others serve)."""
 
-    def __init__(self, service: Service, http_workers: int) -> None:
-        self.service, self.http_workers = service, http_workers
+    def __init__(
+        self, service: Service, http_workers: int, beat: Beat | None = None, departed: Departed | None = None
+    ) -> None:
+        self.service, self.http_workers, self.beat, self.departed = service, http_workers, beat, departed
         count_process(service.metrics.registry, "model")
         self.channels: dict[Channel, int | None] = {}  # -> the pid of its HTTP process once it said hello
+        self.pids: dict[Channel, int] = {}  # the same, kept after a bye: its metrics stay counted
+        self.scraped: dict[Channel, list[Metric]] = {}  # each HTTP process's families when last asked
         self._told: tuple[Readiness, list[ModelInfo]] | None = None
         self.draining = False  # an HTTP process said bye: the server is shutting down
+        self.all_up_once = False  # every HTTP process has said hello at least once
 
     async def serve(self, path: str, stop: asyncio.Event) -> None:
         """Start the service, listen on `path` until `stop`, then drain the service (SIGTERM comes after
@@ -70,10 +79,14 @@ class Engine:
             pid = self.channels.pop(channel, None)
             if pid is not None and not self.draining:
                 log.warning("HTTP process %d has gone", pid)
+            if (hello := self.pids.pop(channel, None)) is not None and self.departed is not None:
+                self.departed.add(hello, self.scraped.get(channel))  # its counters stay in the sums
+            self.scraped.pop(channel, None)
             self._told = None  # tell the others: one fewer is up
 
     async def _hello(self, channel: Channel, pid: int) -> tuple[Readiness, list[ModelInfo]]:
-        self.channels[channel] = pid
+        self.channels[channel] = self.pids[channel] = pid
+        self.all_up_once |= self._up() == self.http_workers
         self._told = None
         return self.state()
 
@@ -87,34 +100,56 @@ class Engine:
         return self.readiness(), self.service.models() if self.service.registry is not None else []
 
     def readiness(self) -> Readiness:
-        """The service's, not ready while an HTTP process is missing, shutting down once one said bye."""
+        """The service's; not ready until every HTTP process has come up once, ready with a reason while
+        one is missing after that (it is being restarted: the others serve, and a probe that failed would
+        take the whole replica out of rotation); shutting down once one said bye."""
         ready = self.service.readiness()
         if self.draining:
             ready = Readiness(
                 status="shutting_down", reason="the server is shutting down", models=ready.models
             )
-        up = sum(pid is not None for pid in self.channels.values())
-        if ready.status == "ready" and up < self.http_workers:
+        if ready.status == "ready" and (up := self._up()) < self.http_workers:
             reason = f"{up} of {self.http_workers} HTTP processes up"
-            ready = Readiness(status="loading", reason=reason, models=ready.models)
+            status = "ready" if self.all_up_once and up else "loading"
+            ready = Readiness(status=status, reason=reason, models=ready.models)
         return ready
 
+    def _up(self) -> int:
+        return sum(pid is not None for pid in self.channels.values())
+
     async def _push_state(self) -> None:
+        """The state to the HTTP processes when it changes, and a heartbeat every HEARTBEAT_S to them and
+        to the supervisor (app/parallel/heartbeat.py), from this event loop: it stops when the loop does."""
+        clock = asyncio.get_running_loop().time
+        last_beat = clock() - HEARTBEAT_S
         while True:
             if self._told is None or self.readiness() != self._told[0]:
                 self._told = state = self.state()  # the model list changes with the readiness
                 for channel, pid in self.channels.items():
                     if pid is not None:
                         channel.note("state", *state)
+            if clock() - last_beat >= HEARTBEAT_S:
+                last_beat = clock()
+                if self.beat is not None:
+                    self.beat.beat()
+                for channel, pid in self.channels.items():
+                    if pid is not None:
+                        channel.note("alive")
             await asyncio.sleep(STATE_POLL_S)
 
     async def _metrics(self) -> bytes:
-        """This process's metric families and every HTTP process's, summed."""
+        """This process's metric families, every HTTP process's and those of the HTTP processes that have
+        gone (app/parallel/departed.py), summed: counters never go backwards."""
         up = [c for c, pid in self.channels.items() if pid is not None]
         asks = (asyncio.wait_for(c.call("families"), METRICS_TIMEOUT_S) for c in up)
-        theirs = await asyncio.gather(*asks, return_exceptions=True)  # a stuck process: left out
+        for channel, answer in zip(up, await asyncio.gather(*asks, return_exceptions=True), strict=True):
+            if isinstance(answer, list) and channel in self.pids:  # still connected
+                self.scraped[channel] = answer
+        # from here on nothing awaits: a process that went during the gather is in departed, not here too
         families = [list(self.service.metrics.registry.collect())]
-        families += [f for f in theirs if isinstance(f, list)]
+        families += self.scraped.values()  # a process that did not answer in time: its last answer
+        if self.departed is not None:
+            families.append(self.departed.families())
         return render(merge(families))
 
 
@@ -128,23 +163,24 @@ def _logged(name: str, method: Any) -> Handler:
     return run
 
 
-async def _main(path: str, http_workers: int) -> None:
+async def _main(path: str, http_workers: int, heartbeat_fd: int, metrics_dir: str) -> None:
     settings = load_settings()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    engine = Engine(Service(settings, Metrics()), http_workers)
+    service = Service(settings, Metrics())
+    engine = Engine(service, http_workers, Beat(heartbeat_fd), Departed(metrics_dir))
     await engine.serve(path, stop)
 
 
 def main(argv: list[str]) -> int:
-    path, http_workers = argv[0], int(argv[1])
+    path, http_workers, heartbeat_fd, metrics_dir = argv[0], int(argv[1]), int(argv[2]), argv[3]
     settings = load_settings()
     configure_logging(settings.log_format, settings.log_level)
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor orders the shutdown
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_main(path, http_workers))
+        asyncio.run(_main(path, http_workers, heartbeat_fd, metrics_dir))
     return 0
 
 

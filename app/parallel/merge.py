@@ -15,6 +15,7 @@ from prometheus_client.samples import Sample
 
 from app.core.metrics import NAMESPACE
 
+METRICS_TIMEOUT_S = 2.0  # the model process's wait for an HTTP process's families, in a scrape
 EARLIEST = ("process_start_time_seconds",)
 LARGEST = ("process_max_fds", "python_info")
 

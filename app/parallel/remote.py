@@ -5,6 +5,11 @@ both are pure text work, and /detect and the LibreTranslate API read them. Every
 a queue or a limit (classify, translate, attention) is one call to the model process, so the admission and
 queue limits are those of one server whatever the number of HTTP processes. Readiness and the model list are
 pushed by the model process when they change (the routes read them without waiting).
+
+The deadline holds here too: the model process answers 504 at APP_REQUEST_TIMEOUT_S; if it has not answered
+DEADLINE_MARGIN_S later (stopped, deadlocked, stuck in a driver call), this process answers 504 itself and
+cancels the call, so the model process drops the work when it runs again. A model process silent for STALL_S
+(no heartbeat, app/parallel/heartbeat.py) makes /ready 503, and /metrics answers with this process's own.
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ from typing import Any
 from prometheus_client.metrics_core import Metric
 
 from app.batching.wait import Disconnected
-from app.core.errors import Unavailable
+from app.core.errors import DeadlineExceeded, Unavailable
 from app.core.metrics import Metrics
 from app.core.settings import Settings
 from app.parallel.channel import Channel, ChannelClosed
-from app.parallel.merge import count_process
+from app.parallel.heartbeat import DEADLINE_MARGIN_S, STALL_S
+from app.parallel.merge import METRICS_TIMEOUT_S, count_process, render
 from app.registry import Registry
 from app.schemas import (
     AttentionRequest,
@@ -38,6 +44,7 @@ from app.text.langid import LanguageDetector
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 60.0  # the model process listens within a second or two of its start; this is a bound
+METRICS_WAIT_S = METRICS_TIMEOUT_S + 1.0  # the model process waits METRICS_TIMEOUT_S for each HTTP process
 
 
 class RemoteService(Service):
@@ -61,7 +68,8 @@ class RemoteService(Service):
         )
         self.detector = await asyncio.to_thread(LanguageDetector, self.registry.languages)
         reader, writer = await _connect(self.socket_path)
-        self.channel = Channel(reader, writer, {"state": self._on_state, "families": self._families})
+        handlers = {"state": self._on_state, "families": self._families, "alive": self._alive}
+        self.channel = Channel(reader, writer, handlers)
         self._reader = asyncio.create_task(self.channel.serve(), name="model-process")
         self._reader.add_done_callback(self._on_closed)
         await self._on_state(*await self.channel.call("hello", os.getpid()))
@@ -78,30 +86,55 @@ class RemoteService(Service):
     # --- what the routes call ------------------------------------------------------------------------
 
     async def classify(self, req: SentimentRequest, disconnected: Disconnected = None) -> SentimentResponse:
-        return await self._call("classify", req, disconnected=disconnected)  # type: ignore[no-any-return]
+        return await self._work("classify", req, disconnected=disconnected)  # type: ignore[no-any-return]
 
     async def translate(
         self, req: TranslateRequest, disconnected: Disconnected = None, *, max_texts: int | None = None
     ) -> TranslateResponse:
-        answer = await self._call("translate", req, disconnected=disconnected, max_texts=max_texts)
+        answer = await self._work("translate", req, disconnected=disconnected, max_texts=max_texts)
         return answer  # type: ignore[no-any-return]
 
     async def attention(
         self, req: AttentionRequest, png: bool, disconnected: Disconnected = None
     ) -> tuple[bytes, str]:
-        return await self._call("attention", req, png, disconnected=disconnected)  # type: ignore[no-any-return]
+        return await self._work("attention", req, png, disconnected=disconnected)  # type: ignore[no-any-return]
 
     async def metrics_text(self) -> bytes:
-        """Every process's metrics, summed (the model process asks each HTTP process for its own)."""
-        return await self._call("metrics")  # type: ignore[no-any-return]
+        """Every process's metrics, summed (the model process asks each HTTP process for its own); this
+        process's own when the model process is silent or does not answer within METRICS_WAIT_S."""
+        if self._silent_for() is None:
+            try:
+                async with asyncio.timeout(METRICS_WAIT_S):
+                    return await self._call("metrics")  # type: ignore[no-any-return]
+            except (TimeoutError, Unavailable):
+                pass
+        log.warning("/metrics: the model process did not answer; this HTTP process's metrics only")
+        return render(await self._families())
 
     def readiness(self) -> Readiness:
+        """The model process's last word; 503 ("failed") while it has been silent for STALL_S."""
+        if (silent := self._silent_for()) is not None and self._state.status == "ready":
+            reason = f"the model process has not answered for {silent:.1f} s"
+            return Readiness(status="failed", reason=reason, models=self._state.models)
         return self._state
 
     def models(self) -> list[ModelInfo]:
         return list(self._models)
 
     # --- the channel ---------------------------------------------------------------------------------
+
+    async def _work(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A model call, answered 504 here DEADLINE_MARGIN_S past the deadline whatever the model process does
+        (the cancelled call sends CANCEL: its task there is cancelled, its queued items dropped)."""
+        timeout_s = self.settings.request_timeout_s
+        limit = asyncio.timeout(timeout_s + DEADLINE_MARGIN_S)
+        try:
+            async with limit:
+                return await self._call(method, *args, **kwargs)
+        except TimeoutError:
+            if not limit.expired():  # raised by the model process's code, not our limit
+                raise
+            raise DeadlineExceeded.after(timeout_s) from None
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self.channel is None:
@@ -120,6 +153,16 @@ class RemoteService(Service):
 
     async def _families(self) -> list[Metric]:
         return list(self.metrics.registry.collect())
+
+    async def _alive(self) -> None:
+        """The model process's heartbeat: arriving is the message (Channel.last_heard)."""
+
+    def _silent_for(self) -> float | None:
+        """Seconds the model process has been silent, once past STALL_S; else None."""
+        if self.channel is None or self.channel.closed.done():
+            return None
+        silent = self.channel.silent_for()
+        return silent if silent > STALL_S else None
 
     def _on_closed(self, _: asyncio.Task[None]) -> None:
         if self.status != "shutting_down":

@@ -1,7 +1,9 @@
 """python -m app with APP_HTTP_WORKERS > 1: bind the listening socket once, start the model process and the
 HTTP processes (each accepts from the shared socket), restart an HTTP process that dies, stop loudly when the
-model process dies or HTTP processes keep dying, and on SIGTERM or SIGINT drain in order: the HTTP processes
-finish their requests (they still need the model process), then the model process stops."""
+model process dies, stops answering (its heartbeat, app/parallel/heartbeat.py) or HTTP processes keep dying,
+and on SIGTERM or SIGINT drain in order: the HTTP processes finish their requests (they still need the model
+process), then the model process stops. Either way the listening socket closes first (the supervisor's copy,
+then the HTTP processes'): a client that connects during a drain is refused, never accepted and reset."""
 
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ from collections import deque
 from types import FrameType
 
 from app.core.settings import Settings
+from app.parallel.heartbeat import STALL_S, Listen, wedged_after
 
 log = logging.getLogger("app.parallel")
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # read by prometheus_client at import (departed.py)
 POLL_S = 0.05
 MAX_RESTARTS = 5  # HTTP process deaths within RESTART_WINDOW_S before the server stops: a crash loop
 RESTART_WINDOW_S = 60.0
@@ -50,7 +54,15 @@ class Supervisor:
         with listener, tempfile.TemporaryDirectory(prefix="app-") as tmp:
             self.path = os.path.join(tmp, "model.sock")
             self.fd = listener.fileno()
-            self.engine = self._spawn("engine", self.path, str(self.http_workers))
+            self.metrics_dir = os.path.join(tmp, "metrics")  # the HTTP processes' counters (departed.py)
+            os.mkdir(self.metrics_dir)
+            heart, beats = os.pipe()
+            args = (self.path, str(self.http_workers), str(beats), self.metrics_dir)
+            model_env = {k: v for k, v in os.environ.items() if k != MULTIPROC_ENV}  # its gauges read live
+            # not the listening socket: it would keep it open, and a drain would accept and reset
+            self.engine = self._spawn("engine", *args, fds=(beats,), env=model_env)
+            os.close(beats)  # the model process holds the write end: a death reads as an end of file
+            self.heartbeat = Listen(heart)
             self.http = [self._spawn_http() for _ in range(self.http_workers)]
             pids = ", ".join(str(p.pid) for p in self.http)
             log.info(
@@ -58,27 +70,52 @@ class Supervisor:
                 s.host, s.port, self.http_workers, pids, self.engine.pid,
             )  # fmt: skip
             status = self._watch()
+            listener.close()  # the HTTP processes close theirs on SIGTERM: new connections are refused
+            self.heartbeat.close()
             return self._shutdown() or status
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
 
-    def _spawn(self, role: str, *args: str) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, role: str, *args: str, fds: tuple[int, ...] = (), env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         # a session of its own: a terminal's Ctrl-C reaches the supervisor only, which orders the shutdown
         return subprocess.Popen(
-            [sys.executable, "-m", f"app.parallel.{role}", *args], pass_fds=(self.fd,), start_new_session=True
+            [sys.executable, "-m", f"app.parallel.{role}", *args],
+            pass_fds=fds,
+            start_new_session=True,
+            env=env,
         )
 
     def _spawn_http(self) -> subprocess.Popen[bytes]:
-        return self._spawn("http", str(self.fd), self.path, str(self.http_workers))
+        # prometheus-client's multiprocess mode: its counters outlive it (app/parallel/departed.py)
+        env = os.environ | {MULTIPROC_ENV: self.metrics_dir}
+        return self._spawn("http", str(self.fd), self.path, str(self.http_workers), fds=(self.fd,), env=env)
 
     def _watch(self) -> int:
         """Until a signal (0) or a failure (1): restart HTTP processes that die."""
+        wedged_s, stalled = wedged_after(self.settings.request_timeout_s), False
         while not self.stopping:
             time.sleep(POLL_S)
             if (code := self.engine.poll()) is not None:
                 log.critical("the model process exited with %s: stopping the server", code)
                 return 1
+            silent = self.heartbeat.silent_for(time.monotonic())
+            if silent > wedged_s:
+                log.critical(
+                    "the model process has not answered for %.1f s (APP_REQUEST_TIMEOUT_S + %.1f s): killed, "
+                    "stopping the server", silent, wedged_s - self.settings.request_timeout_s,
+                )  # fmt: skip
+                self.engine.kill()  # SIGKILL: it may be stopped (SIGSTOP), and then SIGTERM waits
+                self.engine.wait()
+                return 1
+            if stalled != (silent > STALL_S):
+                stalled = not stalled
+                if stalled:
+                    log.error("the model process has not answered for %.1f s: not ready", silent)
+                else:
+                    log.warning("the model process answers again")
             for i, proc in enumerate(self.http):
                 if (code := proc.poll()) is None or self.stopping:
                     continue

@@ -1,0 +1,212 @@
+"""python -m app with APP_HTTP_WORKERS=2 under real faults (issue 33): a stopped model process (SIGSTOP), a
+killed HTTP process (SIGKILL), a drain (SIGTERM, or the model process's death) while clients reconnect.
+Every test leaves no child stopped: SIGCONT in a finally, and each server is stopped at its end."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.parallel.heartbeat import DEADLINE_MARGIN_S, STALL_S, wedged_after
+from app.parallel.remote import METRICS_WAIT_S
+from tests.app.test_parallel import Server, eventually, serve
+
+TIMEOUT_S = 2.0  # APP_REQUEST_TIMEOUT_S of these servers: the deadline tests wait for it
+SENTIMENT_200 = 'transformer_serving_http_requests_total{method="POST",route="/sentiment",status="200"}'
+
+
+@pytest.fixture(scope="module")
+def server(sentiment_only_dir: Path) -> Iterator[Server]:
+    """One server for the tests that leave it as they found it (every process up, none stopped)."""
+    with serve(sentiment_only_dir, APP_HTTP_WORKERS="2", APP_REQUEST_TIMEOUT_S=str(TIMEOUT_S)) as s:
+        yield s
+
+
+@contextlib.contextmanager
+def stopped(pid: int) -> Iterator[None]:
+    """`pid` stopped (SIGSTOP) inside the block, running again (SIGCONT) after it, whatever happens."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def sample(text: str, series: str) -> float:
+    """The value of one series (its full name and labels) in a /metrics text; 0 when absent."""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def metrics(server: Server, timeout: float = 10.0) -> str:
+    r = httpx.get(f"{server.url}/metrics", timeout=timeout)
+    assert r.status_code == 200, r.text
+    return r.text
+
+
+def ready(server: Server) -> tuple[int, dict[str, Any]]:
+    r = httpx.get(f"{server.url}/ready", timeout=5)
+    return r.status_code, r.json()
+
+
+def classify(server: Server, text: str = "a good film", timeout: float = 10.0) -> httpx.Response:
+    return httpx.post(f"{server.url}/sentiment", json={"text": text}, timeout=timeout)
+
+
+# --- 1. the HTTP side enforces the deadline -------------------------------------------------------------
+
+
+def test_a_stopped_model_process_gets_504_at_the_deadline_and_drops_the_work(server: Server) -> None:
+    [engine] = server.pids("engine")
+    items = 'transformer_serving_batch_size_sum{model="sentiment-en"}'
+    before = sample(metrics(server), items)
+    with stopped(engine):
+        start = time.monotonic()
+        r = classify(server, timeout=TIMEOUT_S + 5)
+        took = time.monotonic() - start
+    assert r.status_code == 504, r.text
+    assert r.json()["detail"] == f"request timed out after {TIMEOUT_S:g} s (APP_REQUEST_TIMEOUT_S)"
+    assert TIMEOUT_S <= took < TIMEOUT_S + DEADLINE_MARGIN_S + 1.5, took
+    # running again, the model process drops the cancelled call: the next batch holds the next request only
+    assert classify(server).status_code == 200
+    assert sample(metrics(server), items) == before + 1
+
+
+# --- 2. a model process that stops answering is seen ----------------------------------------------------
+
+
+def test_a_model_process_that_stops_answering_is_seen_and_stops_the_server(sentiment_only_dir: Path) -> None:
+    with serve(sentiment_only_dir, APP_HTTP_WORKERS="2", APP_REQUEST_TIMEOUT_S=str(TIMEOUT_S)) as server:
+        [engine] = server.pids("engine")
+        with stopped(engine):
+            # within a few seconds /ready is 503 and says why (the heartbeat stopped arriving)
+            _, state = eventually(lambda: (s := ready(server))[0] == 503 and s, timeout=STALL_S + 2)
+            assert state["status"] == "failed", state
+            assert state["reason"].startswith("the model process has not answered for "), state
+            # /metrics answers, with what this HTTP process has (its own metrics only)
+            text = metrics(server, timeout=METRICS_WAIT_S + 1)
+            assert sample(text, 'transformer_serving_processes{role="http"}') == 1
+            assert sample(text, 'transformer_serving_processes{role="model"}') == 0
+            # then the supervisor kills it and stops the server, as for a death
+            assert server.proc.wait(timeout=wedged_after(TIMEOUT_S) + 5) == 1
+        log = server.output()
+        assert "the model process has not answered for" in log
+        assert "killed, stopping the server" in log
+
+
+# --- 3. counters are monotonic across HTTP process restarts --------------------------------------------
+
+
+def serving(server: Server, conn: http.client.HTTPConnection) -> int:
+    """The pid of the HTTP process holding the server's end of `conn` (/proc/net/tcp, then its fds)."""
+    assert conn.sock is not None
+    ours = conn.sock.getsockname()[1]
+    theirs = int(server.url.rsplit(":", 1)[1])
+    ends = (f"0100007F:{theirs:04X}", f"0100007F:{ours:04X}")  # 127.0.0.1, little-endian, ports in hex
+    [inode] = [
+        f[9]
+        for f in (ln.split() for ln in Path("/proc/net/tcp").read_text().splitlines()[1:])
+        if (f[1], f[2]) == ends
+    ]
+    for pid in server.pids("http"):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) == f"socket:[{inode}]":
+                    return pid
+    raise AssertionError(f"no HTTP process holds socket {inode}")
+
+
+def http_processes_up(server: Server, n: int) -> Callable[[], bool]:
+    """Whether the model process counts `n` HTTP processes up (the scrape covers them)."""
+    return lambda: sample(metrics(server), 'transformer_serving_processes{role="http"}') == n
+
+
+def test_counters_keep_the_counts_of_a_killed_http_process(server: Server) -> None:
+    before = sample(metrics(server), SENTIMENT_200)
+    n = 10
+    conn = http.client.HTTPConnection("127.0.0.1", int(server.url.rsplit(":", 1)[1]), timeout=10)
+    for _ in range(n):  # one connection: one HTTP process answers them all
+        conn.request(
+            "POST", "/sentiment", json.dumps({"text": "a good film"}), {"Content-Type": "application/json"}
+        )
+        answer = conn.getresponse()
+        answer.read()
+        assert answer.status == 200
+    victim = serving(server, conn)
+    assert sample(metrics(server), SENTIMENT_200) == before + n
+    os.kill(victim, signal.SIGKILL)
+    conn.close()
+
+    def replaced() -> bool:  # every scrape, while it restarts too: nothing lost, nothing counted twice
+        assert sample(metrics(server), SENTIMENT_200) == before + n
+        pids = server.pids("http")
+        return len(pids) == 2 and victim not in pids and http_processes_up(server, 2)()
+
+    eventually(replaced)
+    assert classify(server).status_code == 200
+    assert sample(metrics(server), SENTIMENT_200) == before + n + 1
+
+
+# --- 4. the drain closes the listener first --------------------------------------------------------------
+
+
+def refused(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return False
+    except ConnectionRefusedError:
+        return True
+
+
+@pytest.mark.parametrize("fault", ["SIGTERM", "a dead model process"])
+def test_a_drain_refuses_new_connections(sentiment_only_dir: Path, fault: str) -> None:
+    env = {"APP_HTTP_WORKERS": "2", "APP_MIN_BODY_RATE": "0", "APP_SHUTDOWN_TIMEOUT_S": "10"}
+    with serve(sentiment_only_dir, **env) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        body = json.dumps({"text": "a good film"}).encode()
+        head = (
+            f"POST /sentiment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Expect: 100-continue\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as held:
+            held.sendall(head.encode())
+            # its HTTP process is reading the body: the drain waits for this request
+            assert held.recv(1024).startswith(b"HTTP/1.1 100 Continue")
+            if fault == "SIGTERM":
+                server.proc.send_signal(signal.SIGTERM)
+            else:
+                os.kill(server.pids("engine")[0], signal.SIGKILL)
+            eventually(lambda: refused(port), timeout=5)
+            assert server.proc.poll() is None  # refused while the server still drains
+            held.sendall(body)
+            answer = held.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200" if fault == "SIGTERM" else b"HTTP/1.1 503"), answer
+        assert server.proc.wait(timeout=30) == (0 if fault == "SIGTERM" else 1)
+
+
+# --- 5. one HTTP process restarting leaves the replica ready ----------------------------------------------
+
+
+def test_ready_stays_200_while_one_http_process_restarts(server: Server) -> None:
+    eventually(http_processes_up(server, 2))  # a process a test before this one killed: back
+    victim = server.pids("http")[0]
+    os.kill(victim, signal.SIGKILL)
+    eventually(http_processes_up(server, 1))  # the model process has seen it go; it restarts
+    status, state = ready(server)
+    assert (status, state["status"]) == (200, "ready"), state
+    assert state["reason"] == "1 of 2 HTTP processes up"  # the survivor answers, and serves:
+    assert classify(server).status_code == 200
