@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from app.batching.batcher import Batcher
-from app.batching.groups import group_by_model, scatter
+from app.tasks.groups import group_by_model, scatter
 from app.batching.wait import Disconnected, wait_all
 from app.core.errors import DeadlineExceeded, invalid
 from app.core.limits import Limits
