@@ -1,6 +1,7 @@
 """A new task type is one task object plus its schema, its route and its tests: a toy text-length
 "classifier" (token counts through each sentiment model's tokenizer, batched like any task) is registered
-here and served over HTTP beside the built-in tasks, with nothing of the shared machinery changed."""
+here and served over HTTP beside the built-in tasks, in one process and across the channel of the
+multi-process layout, with nothing of the shared machinery changed."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from app.api.deps import DisconnectDep, ServiceDep
 from app.core.metrics import Metrics
 from app.core.settings import Settings
 from app.main import create_app
+from app.parallel.engine import Engine
+from app.parallel.remote import RemoteService
 from app.registry import ModelEntry
 from app.service import Service
 from app.tasks.groups import group_by_model, scatter
@@ -156,3 +159,30 @@ async def test_the_toy_task_gets_the_shared_errors(served: tuple[FastAPI, httpx.
     assert (await client.post("/sentiment", json={"text": "a cat"})).status_code == 200
     models = (await client.get("/models")).json()["models"]
     assert {m["name"]: m["status"] for m in models}["sentiment-en"] == "ready"
+
+
+async def test_the_toy_task_through_the_model_process(sentiment_only_dir: Path, tmp_path: Path) -> None:
+    """The multi-process layout in one event loop: the model process's Engine (its Service with the toy
+    task) and an HTTP process's RemoteService over a Unix socket; the toy's answer crosses the channel as
+    the built-in tasks' do, the same as in one process."""
+    settings = Settings(checkpoint_dir=sentiment_only_dir)
+    engine = Engine(Service(settings, Metrics(), [*default_tasks(), LengthTask()]), http_workers=1)
+    stop, path = asyncio.Event(), str(tmp_path / "engine.sock")
+    serving = asyncio.create_task(engine.serve(path, stop))
+    remote = RemoteService(settings, Metrics(), path)
+    app = create_app(settings, remote, extra_routers=[router])
+    texts = ["a cat", "the movie was long and the acting was not very good at all"]
+    try:
+        async with (
+            LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager,
+            httpx.AsyncClient(transport=httpx.ASGITransport(manager.app), base_url="http://test") as client,
+        ):
+            await wait_ready(client)
+            r = await client.post("/length", json={"texts": texts})
+            assert r.status_code == 200, r.text
+            local = await engine.service.answer("length", LengthRequest(texts=texts))
+            assert r.json() == local.model_dump()
+            assert (await client.post("/length", json={"texts": ["a"], "model": "nope"})).status_code == 404
+    finally:
+        stop.set()
+        await serving
