@@ -166,7 +166,7 @@ class Lifecycle:
                     name=name,
                     task=cfg.task,
                     status=self.model_status.get(name, "loading"),
-                    source_langs=list(cfg.source_langs) if cfg.task == "translation" else e.languages,
+                    source_langs=e.languages,  # a translator's sources, or the languages a classifier reads
                     target_langs=list(cfg.target_langs),
                     labels=list(cfg.labels),
                     parameters=loaded.num_parameters if loaded else None,
