@@ -1,7 +1,7 @@
 """The service's life cycle: discovery at start, loading and warm-up in the background, readiness, shutdown.
 
-It holds what the request flows (app/service.py) run on: the registry, the inference workers, the batchers'
-queues, each model's handlers, the language detector and the PNG renderer.
+It holds what the tasks' flows (app/service.py, app/tasks/) run on: the registry, the inference workers, the
+batchers' queues, the language detector, and the tasks, into which it loads each model's handlers.
 """
 
 from __future__ import annotations
@@ -24,11 +24,7 @@ from app.core.settings import Settings
 from app.queues import Queues
 from app.registry import Registry
 from app.schemas import ModelInfo, Readiness
-from app.tasks.argos import ArgosTranslationHandler
-from app.tasks.attention_maps import AttentionHandler
-from app.tasks.attention_png import PngRenderer
-from app.tasks.ctranslate2 import CT2TranslationHandler
-from app.tasks.handlers import SentimentHandler, TranslationHandler
+from app.tasks.task import Task
 from app.text.langid import LanguageDetector
 
 log = logging.getLogger(__name__)
@@ -37,23 +33,17 @@ log = logging.getLogger(__name__)
 class Lifecycle:
     """status: loading -> ready (or failed) -> shutting_down; `reason` says why it is not ready."""
 
-    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+    def __init__(self, settings: Settings, metrics: Metrics, tasks: list[Task]) -> None:
         self.settings, self.metrics = settings, metrics
+        self.tasks = tasks  # each gets a handler of every model it serves
         self.registry: Registry | None = None
         self.workers: InferenceWorkers | None = None
         self.queues = Queues(settings, metrics)  # every model's batchers and admission limits
-        self.pool = self.queues.pool
-        self.png = PngRenderer()
-        self.sentiment: dict[str, SentimentHandler] = {}
-        self.translation: dict[str, TranslationHandler] = {}
-        self.attention_handlers: dict[str, AttentionHandler] = {}
         self.detector: LanguageDetector | None = None
         self.status: str = "loading"
         self.reason: str | None = "starting"
         self.model_status: dict[str, str] = {}
         self._loader: asyncio.Task[None] | None = None
-        self._ct2_kwargs: dict[str, Any] | None = None
-        self._argos_kwargs: dict[str, Any] | None = None
 
     async def start(self) -> None:
         """Validate settings and read every config now (fail fast); load and warm up in the background."""
@@ -64,15 +54,15 @@ class Lifecycle:
             log.warning(warning)
         quantize = s.quantize_mode(device, dtype)
         self.metrics.set_build_info(__version__, str(device), str(dtype).removeprefix("torch."), s.quantize)
-        self._ct2_kwargs = s.ctranslate2_kwargs(device, dtype)  # None: the torch engine
         self.registry = Registry.discover(
             s.check_checkpoint_dir(), device, dtype, quantize, s.origin_order, s.routes
         )
-        if any(e.package is not None for e in self.registry.entries.values()):  # Argos: CTranslate2 only
-            self._argos_kwargs = s.ctranslate2_kwargs(device, dtype, always=True)
+        entries = self.registry.entries.values()
+        for task in self.tasks:
+            task.prepare(s, self.registry)
         self.model_status = dict.fromkeys(self.registry.entries, "loading")
         self.detector = await asyncio.to_thread(LanguageDetector, self.registry.languages)  # loads its model
-        cheap = any(e.task == "sentiment" for e in self.registry.entries.values())
+        cheap = any(not t.expensive and t.serves(e) for t in self.tasks for e in entries)
         self.workers = InferenceWorkers(  # forward passes off the event loop
             s.inference_workers_count(),
             s.inference_threads(),
@@ -110,33 +100,22 @@ class Lifecycle:
         log.info("ready: %s", ", ".join(names))
 
     async def _load_one(self, name: str) -> None:
+        """The model's weights (none for e.g. an Argos package), then the handler of each task serving it,
+        then warm-up."""
         assert self.registry is not None
         assert self.workers is not None
-        run, torchscript = self.workers.run, self.settings.torchscript
-        handler: SentimentHandler | TranslationHandler
-        package = self.registry.entries[name].package
-        if package is not None:  # an Argos package: CTranslate2, no torch model, no attention handler
-            handler = self.translation[name] = await run(
-                ArgosTranslationHandler, name, package, self._argos_kwargs
-            )
-            return await self._ready(name, handler)
-        loaded = await run(self.registry.load, name)
-        if loaded.config.task == "sentiment":
-            handler = self.sentiment[name] = await run(SentimentHandler, loaded, torchscript)
-        elif self._ct2_kwargs is not None:
-            handler = await run(CT2TranslationHandler, loaded, torchscript, self._ct2_kwargs)
-            self.translation[name] = handler
-        else:
-            handler = self.translation[name] = await run(TranslationHandler, loaded, torchscript)
-        self.attention_handlers[name] = AttentionHandler(loaded)
-        await self._ready(name, handler)
-
-    async def _ready(self, name: str, handler: SentimentHandler | TranslationHandler) -> None:
-        """Warm the model up (if set), then count it ready."""
-        assert self.workers is not None
+        entry, run = self.registry.entries[name], self.workers.run
+        loaded = await run(self.registry.load, name) if entry.package is None else None
+        handlers = []
+        for task in self.tasks:
+            if task.serves(entry):
+                handler = task.handlers[name] = await run(task.load, entry, loaded)
+                handlers.append(handler)
         if self.settings.warmup:
             self.model_status[name] = "warming_up"
-            await self.workers.run(handler.warmup)
+            for handler in handlers:
+                if (warmup := getattr(handler, "warmup", None)) is not None:
+                    await run(warmup)
         self.model_status[name] = "ready"
         self.metrics.models_loaded.inc()
         self.metrics.watch_queues(name, partial(self.queues.depth, name))
@@ -148,8 +127,9 @@ class Lifecycle:
             self._loader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loader
-        await self.pool.close()
-        await asyncio.to_thread(self.png.shutdown)
+        await self.queues.pool.close()
+        for task in self.tasks:
+            await task.stop()
         if self.workers is not None:
             try:
                 await asyncio.to_thread(self.workers.shutdown)
@@ -186,7 +166,7 @@ class Lifecycle:
                     name=name,
                     task=cfg.task,
                     status=self.model_status.get(name, "loading"),
-                    source_langs=list(cfg.source_langs) if cfg.task == "translation" else e.languages,
+                    source_langs=e.languages,  # a translator's sources, or the languages a classifier reads
                     target_langs=list(cfg.target_langs),
                     labels=list(cfg.labels),
                     parameters=loaded.num_parameters if loaded else None,
@@ -197,9 +177,7 @@ class Lifecycle:
                     metrics=e.metrics,
                     model_card=e.has_card,
                     origin=e.origin,
-                    engine="ctranslate2"
-                    if e.package is not None or self._ct2_kwargs is not None
-                    else "torch",
+                    engine=next((x for t in self.tasks if (x := t.engine(e))), "torch"),
                     **_card(e.meta),
                 )
             )

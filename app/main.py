@@ -8,10 +8,10 @@ hold every descriptor. Tests and embedders call create_app().
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from starlette.routing import Mount, Route
 
 from app import __version__
@@ -24,7 +24,7 @@ from app.core.settings import Settings, load_settings
 from app.edge.fastpath import FastPath
 from app.edge.gate import Gate
 from app.edge.hosts import AllowedHosts
-from app.service import Service
+from app.service import Service, Serving
 
 DESCRIPTION = """From-scratch Transformers (sentiment, translation) with cross-request dynamic batching.
 
@@ -37,9 +37,12 @@ APP_LIBRETRANSLATE_PREFIX) also takes the key as LibreTranslate clients send it,
 """
 
 
-def create_app(settings: Settings | None = None, service: Service | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, service: Serving | None = None, extra_routers: Sequence[APIRouter] = ()
+) -> FastAPI:
     """An app serving every checkpoint under settings.checkpoint_dir (settings default: the environment).
-    service: the one the routes call (default: a Service here; app.parallel passes its RemoteService)."""
+    service: the one the routes call (default: a Service of the default tasks here; app.parallel passes its
+    RemoteService); extra_routers: those of tasks beyond the default ones (served as the built-in routes are)."""
     settings = settings if settings is not None else load_settings()
     service = service if service is not None else Service(settings, Metrics())
     metrics = service.metrics
@@ -69,6 +72,7 @@ def create_app(settings: Settings | None = None, service: Service | None = None)
         translate.router,
         detect.router,
         attention.router,
+        *extra_routers,
     )
     if settings.libretranslate_prefix:  # the LibreTranslate API, e.g. /libretranslate/translate
         routers += (libretranslate.router(settings.libretranslate_prefix),)

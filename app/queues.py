@@ -1,6 +1,6 @@
-"""The service's batchers: one per model and kind, and for translators per decoding mode (created on first
-use, retired when idle, at most APP_MAX_DECODE_QUEUES live); every batcher of a model is admitted against
-the model's one ModelQueue (app/batching/admission.py)."""
+"""The service's batchers: one per task, model and batch key (created on first use; those of dynamic keys,
+the decoding options, are retired when idle, at most APP_MAX_DECODE_QUEUES live); every batcher of a model is
+admitted against the model's one ModelQueue (app/batching/admission.py)."""
 
 from __future__ import annotations
 
@@ -14,38 +14,52 @@ from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers, OnIdl
 from app.core.errors import QueueFull
 from app.core.metrics import Metrics
 from app.core.settings import Settings
-from app.tasks.attention_maps import AttentionHandler
-from app.tasks.handlers import DecodeKey, SentimentHandler, TranslationHandler
+from app.tasks.task import Task
 
 IDLE_BATCHER_S = 300.0  # a decoding-option queue unused this long is retired
 
 
 class BatcherPool:
-    """Batchers by key, created on first use; dynamic keys (decoding options) retire when idle."""
+    """Batchers by key (task, model, batch key), created on first use; dynamic keys (decoding options)
+    retire when idle."""
 
     def __init__(self) -> None:
         self._batchers: dict[Hashable, Batcher[Any, Any]] = {}
+        self._dynamic: dict[Hashable, None] = {}  # an ordered set: the oldest retires first
 
-    def get(self, key: Hashable, create: Callable[[OnIdle], Batcher[Any, Any]]) -> Batcher[Any, Any]:
-        """The batcher of `key`; `create(on_idle)` makes it on first use (on_idle retires it from the pool)."""
-        batcher = self._batchers.get(key)
-        if batcher is None:
-            batcher = self._batchers[key] = create(lambda b: self._retire(key, b))
+    def get(self, key: Hashable) -> Batcher[Any, Any] | None:
+        return self._batchers.get(key)
+
+    def add(
+        self, key: Hashable, create: Callable[[OnIdle], Batcher[Any, Any]], dynamic: bool = False
+    ) -> Batcher[Any, Any]:
+        """`create(on_idle)`'s batcher for `key` (on_idle retires it from the pool)."""
+        batcher = self._batchers[key] = create(lambda b: self._retire(key, b))
+        if dynamic:
+            self._dynamic[key] = None
         return batcher
 
     def _retire(self, key: Hashable, batcher: Batcher[Any, Any]) -> None:
         if self._batchers.get(key) is batcher:
             del self._batchers[key]
+            self._dynamic.pop(key, None)
 
-    def count(self, kind: str) -> int:
-        """Live batchers whose key is a tuple starting with `kind` (e.g. "translation")."""
-        return sum(isinstance(k, tuple) and k[0] == kind for k in self._batchers)
+    def count(self, task: str) -> int:
+        """Live batchers of `task` (by its name)."""
+        return sum(isinstance(k, tuple) and k[0] == task for k in self._batchers)
 
-    def retire_idle(self, kind: str) -> bool:
-        """Retire one idle batcher of `kind` (nothing queued or running) now; False when all are busy."""
-        for key, batcher in self._batchers.items():
-            if isinstance(key, tuple) and key[0] == kind and batcher.idle:
+    @property
+    def dynamic(self) -> int:
+        """Live batchers of dynamic keys."""
+        return len(self._dynamic)
+
+    def retire_idle(self) -> bool:
+        """Retire one idle batcher of a dynamic key (nothing queued or running) now; False when all are busy."""
+        for key in self._dynamic:
+            batcher = self._batchers[key]
+            if batcher.idle:
                 del self._batchers[key]
+                self._dynamic.pop(key, None)
                 batcher.stop_soon()  # its loop ends at once: nothing to drain
                 return True
         return False
@@ -61,7 +75,7 @@ class BatcherPool:
 
     async def close(self) -> None:
         """Drain and stop every batcher (their queued items are still computed)."""
-        batchers, self._batchers = list(self._batchers.values()), {}
+        batchers, self._batchers, self._dynamic = list(self._batchers.values()), {}, {}
         await asyncio.gather(*(b.close() for b in batchers))
 
 
@@ -85,37 +99,44 @@ class Queues:
             queue = self.models[name] = ModelQueue(name, s.max_queue, s.max_queue_work)
         return queue
 
-    def sentiment(self, name: str, handler: SentimentHandler) -> Batcher[Any, Any]:
-        return self.pool.get(
-            ("sentiment", name), lambda _: self._new(name, handler.run, name, handler.cost, self._policy())
-        )
-
-    def attention(self, name: str, handler: AttentionHandler) -> Batcher[Any, Any]:
-        """Attention maps are rare and take the weights path: their own queue, one item per forward."""
-        label = f"{name}/attention"
-        policy = self._policy(expensive=True, max_batch_size=1)
-        return self.pool.get(
-            ("attention", name),
-            lambda _: self._new(label, handler.run, name, handler.cost, policy, label=label),
-        )
-
-    def translation(self, name: str, handler: TranslationHandler, key: DecodeKey) -> Batcher[Any, Any]:
-        """The queue of one model, target language and beam size (other options are per sentence). At most
-        APP_MAX_DECODE_QUEUES live at once: a new one retires an idle one, or gets 429."""
-        pool_key = ("translation", name, key)
+    def batcher(self, task: Task, model: str, key: Hashable) -> Batcher[Any, Any]:
+        """The batcher of `task`'s items for `model` under batch key `key` (task.batching says how it
+        batches). Dynamic keys (chosen by requests: decoding options) are at most APP_MAX_DECODE_QUEUES live
+        at once: a new one retires an idle one, or gets 429."""
+        pool_key = (task.name, model, key)
+        batcher = self.pool.get(pool_key)
+        if batcher is not None:
+            return batcher
+        spec = task.batching(model, key)
         limit = self.settings.max_decode_queues
-        full = pool_key not in self.pool and self.pool.count("translation") >= limit
-        if full and not self.pool.retire_idle("translation"):
+        if spec.dynamic and self.pool.dynamic >= limit and not self.pool.retire_idle():
             raise QueueFull(
                 f"{limit} distinct decoding queues (model, target_lang, beam_size) are in use, the limit "
                 "(APP_MAX_DECODE_QUEUES); retry later or use one of theirs",
                 1,
             )
-        run, cost = partial(handler.run, key=key), partial(handler.cost, key=key)
-        label = f"{name}:{key.target_lang}:beam{key.beam_size}"
-        policy = self._policy(expensive=True, stoppable=True, idle_timeout_s=IDLE_BATCHER_S)
-        return self.pool.get(
-            pool_key, lambda on_idle: self._new(label, run, name, cost, policy, on_idle=on_idle)
+        handler = task.handlers[model]
+        run, cost = (
+            (handler.run, handler.cost)
+            if key is None
+            else (partial(handler.run, key=key), partial(handler.cost, key=key))
+        )
+        policy = self._policy(
+            expensive=spec.expensive, stoppable=spec.stoppable, max_batch_size=spec.max_batch_size,
+            idle_timeout_s=IDLE_BATCHER_S if spec.dynamic else None,
+        )  # fmt: skip
+        return self.pool.add(
+            pool_key,
+            lambda on_idle: self._new(
+                spec.name,
+                run,
+                model,
+                cost,
+                policy,
+                label=spec.label,
+                on_idle=on_idle if spec.dynamic else None,
+            ),
+            dynamic=spec.dynamic,
         )
 
     def _policy(

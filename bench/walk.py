@@ -1,4 +1,4 @@
-"""Walk one POST /sentiment through the code: which files of app/ and model/ it passes, how often it changes
+"""Walk one POST /sentiment and one POST /translate through the code: which files of app/ and model/ it passes, how often it changes
 file, and how often it comes back to a file it had already left (what a reader following the request does).
 
   python bench/walk.py                      # this checkout
@@ -29,7 +29,10 @@ from types import FrameType
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-BODY = {"text": "the movie was good and the acting wonderful"}
+WALKS = {  # route -> the body of its one traced request (/translate: one sentence, greedy)
+    "/sentiment": {"text": "the movie was good and the acting wonderful"},
+    "/translate": {"text": "le chat dort sur le canapé", "source_lang": "fr", "target_lang": "en"},
+}
 
 
 class Walk:
@@ -90,16 +93,22 @@ class Walk:
         }
 
 
-async def walk(code: Path, checkpoints: Path) -> dict[str, Any]:
+async def walk(code: Path, checkpoints: Path) -> dict[str, dict[str, Any]]:
+    """Per route of WALKS, the summary of its traced request."""
     import httpx
     from asgi_lifespan import LifespanManager
 
     from app.core.settings import Settings
     from app.main import create_app
 
-    tracer = Walk(code)
-    sys.setprofile(tracer)
-    threading.setprofile(tracer)  # the inference workers start in the lifespan, after this
+    tracers = {route: Walk(code) for route in WALKS}
+    current: list[Walk] = [tracers["/sentiment"]]
+
+    def trace(frame: FrameType, event: str, arg: Any) -> None:
+        current[0](frame, event, arg)
+
+    sys.setprofile(trace)
+    threading.setprofile(trace)  # the inference workers start in the lifespan, after this
     try:
         app = create_app(Settings(checkpoint_dir=checkpoints))
         async with (
@@ -108,15 +117,17 @@ async def walk(code: Path, checkpoints: Path) -> dict[str, Any]:
         ):
             while (await client.get("/ready")).status_code != 200:
                 await asyncio.sleep(0.05)
-            assert (await client.post("/sentiment", json=BODY)).status_code == 200  # warm-up
-            tracer.active = True
-            r = await client.post("/sentiment", json=BODY)
-            tracer.active = False
-            assert r.status_code == 200, r.text
+            for route, body in WALKS.items():
+                current[0] = tracer = tracers[route]
+                assert (await client.post(route, json=body)).status_code == 200  # warm-up
+                tracer.active = True
+                r = await client.post(route, json=body)
+                tracer.active = False
+                assert r.status_code == 200, r.text
     finally:
         sys.setprofile(None)
         threading.setprofile(None)  # type: ignore[arg-type]
-    return tracer.summary()
+    return {route: tracer.summary() for route, tracer in tracers.items()}
 
 
 def main() -> int:
@@ -133,14 +144,16 @@ def main() -> int:
             checkpoints = Path(tmp) / "ckpt"
             tiny = [str(checkpoints), "--d-model", "16", "--layers", "1", "--heads", "1"]
             subprocess.run([sys.executable, str(HERE / "make_tiny_checkpoints.py"), *tiny], check=True)
-        s = asyncio.run(walk(code, checkpoints))
-    print(
-        f"POST /sentiment ({code}): {len(s['app_files'])} files of app/, {len(s['model_files'])} of model/, "
-        f"{s['changes']} file changes, {s['returns']} returns to a file already left ({s['threads']} threads)"
-    )
-    print("returns by file: " + ", ".join(f"{f} {n}" for f, n in s["returns_by_file"]))
-    if args.files:
-        print("\n".join(s["app_files"] + s["model_files"]))
+        walks = asyncio.run(walk(code, checkpoints))
+    for route, s in walks.items():
+        print(
+            f"POST {route} ({code}): {len(s['app_files'])} files of app/, {len(s['model_files'])} of model/, "
+            f"{s['changes']} file changes, {s['returns']} returns to a file already left "
+            f"({s['threads']} threads)"
+        )
+        print("returns by file: " + ", ".join(f"{f} {n}" for f, n in s["returns_by_file"]))
+        if args.files:
+            print("\n".join(s["app_files"] + s["model_files"]))
     return 0
 
 

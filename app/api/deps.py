@@ -11,14 +11,14 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from app.service import Service
+from app.service import Serving
 
 
-async def get_service(request: Request) -> Service:
+async def get_service(request: Request) -> Serving:
     return request.app.state.service  # type: ignore[no-any-return]
 
 
-ServiceDep = Annotated[Service, Depends(get_service)]
+ServiceDep = Annotated[Serving, Depends(get_service)]
 
 
 async def client_disconnect(request: Request) -> Callable[[], Coroutine[Any, Any, None]]:

@@ -9,7 +9,8 @@ thread (app/batching/workers.py: expensive batches leave a lane to cheap ones); 
 request. Items of requests that are already done (timed out, disconnected, failed elsewhere) are skipped at
 batch time, and a decoding batch whose requests have all gone stops between two steps. A failing batch
 fails only its requests. Admission is per model (app/batching/admission.py: ModelQueue). Clients share a
-queue fairly (app/batching/fair.py: by work units, per client address), not first come first served.
+queue fairly (app/batching/fair.py: by work units, per client address, and cut into batches there), not first
+come first served.
 """
 
 from __future__ import annotations
@@ -53,19 +54,12 @@ class _Pending(Generic[O]):
         return self.failed or self.future.done() or now >= self.deadline
 
 
-def _client(item: _Item) -> str:
-    """Who queued the item (fair sharing's unit): its request's client address."""
-    request = item.pending.request
-    return request.client if request is not None else ""
-
-
 @dataclass(eq=False, slots=True)
 class _Item:
     pending: _Pending[Any]
     index: int
     payload: Any
     queued_at: float
-    work: int = 1
 
 
 @dataclass(eq=False, slots=True)
@@ -127,8 +121,7 @@ class Batcher(Generic[I, O]):
         self.queue.batchers.add(self)
         self._run, self._worker, self._metrics, self._cost = run, workers, metrics, cost
         self._on_idle = on_idle
-        self._queue: FairQueue[_Item] = FairQueue(_client, lambda i: i.work)
-        self._queued_work = 0
+        self._queue: FairQueue[_Item] = FairQueue()  # fair turns and batch cuts (app/batching/fair.py)
         # this key's submitted, unfinished batches (running or waiting for a worker), oldest first
         self._submitted: dict[asyncio.Task[None], _Batch] = {}
         self._wakeup = asyncio.Event()
@@ -145,7 +138,7 @@ class Batcher(Generic[I, O]):
 
     def waiting(self) -> tuple[int, int]:
         """(items, work units) queued here or in submitted batches not started yet."""
-        items, work = len(self._queue), self._queued_work
+        items, work = len(self._queue), self._queue.work
         for batch in self._submitted.values():
             if not batch.started:
                 items, work = items + len(batch.items), work + batch.work
@@ -176,10 +169,8 @@ class Batcher(Generic[I, O]):
         )
         if not payloads:
             pending.future.set_result([])
-        self._queue.extend(
-            _Item(pending, i, p, now, w) for i, (p, w) in enumerate(zip(payloads, works, strict=True))
-        )
-        self._queued_work += sum(works)
+        items = [_Item(pending, i, p, now) for i, p in enumerate(payloads)]
+        self._queue.add(pending.request.client if pending.request is not None else "", items, works)
         self._wakeup.set()
         return pending.future
 
@@ -187,7 +178,6 @@ class Batcher(Generic[I, O]):
         """Drop the queued items of requests that are done (left, timed out): they would only be skipped."""
         if dropped := self._queue.keep(lambda i: not i.pending.future.done()):
             self.stats.skipped += dropped
-            self._queued_work = sum(i.work for i in self._queue)
 
     def drain_seconds(self) -> float:
         """Seconds to run what waits here at the recent batch rate (0 when nothing waits)."""
@@ -215,8 +205,7 @@ class Batcher(Generic[I, O]):
             self._wakeup.set()
 
         try:
-            while batch := await self._collect():
-                info = _Batch(batch, sum(i.work for i in batch))
+            while (info := await self._collect()) is not None:
                 task = asyncio.get_running_loop().create_task(self._execute_guarded(info))
                 self._submitted[task] = info
                 task.add_done_callback(done)
@@ -226,15 +215,8 @@ class Batcher(Generic[I, O]):
             self._closed = True
             self.queue.batchers.discard(self)
 
-    def _full(self) -> bool:
-        """The queue holds a whole batch (by items or by work units)."""
-        s = self.settings
-        if len(self._queue) >= s.max_batch_size:
-            return True
-        return s.max_batch_work is not None and self._queued_work >= s.max_batch_work
-
-    async def _collect(self) -> list[_Item]:
-        """The next batch ([] = stop): the queued items, as soon as one of these holds:
+    async def _collect(self) -> _Batch | None:
+        """The next batch (None: stop), as soon as one of these holds:
 
         - they fill a batch and at most `capacity` of this key's batches are submitted (capacity: the
           workers this kind of batch may hold): it goes to a free worker or is queued right behind a running
@@ -246,31 +228,30 @@ class Batcher(Generic[I, O]):
         """
         loop = asyncio.get_running_loop()
         running = self._submitted  # this key's batches on (or waiting for) a worker
+        s = self.settings
         while True:
             if not self._queue:
                 if self._closing:
-                    return []
+                    return None
                 self._wakeup.clear()
                 try:
-                    await asyncio.wait_for(
-                        self._wakeup.wait(), None if running else self.settings.idle_timeout_s
-                    )
+                    await asyncio.wait_for(self._wakeup.wait(), None if running else s.idle_timeout_s)
                 except TimeoutError:
                     if not self._queue and self._on_idle is not None:  # no await since the check: no race
                         self._closed = True
                         self._on_idle(self)
-                        return []
+                        return None
                 continue
             if self._closing:
                 break
             timer = None
-            if self._full():
-                if len(running) <= self._worker.capacity(self.settings.expensive):
+            if self._queue.full(s.max_batch_size, s.max_batch_work):
+                if len(running) <= self._worker.capacity(s.expensive):
                     break
             else:
-                free = self._worker.free_for(self.settings.expensive)
+                free = self._worker.free_for(s.expensive)
                 # the longest-waiting item's deadline: fair turns may put a newer one first
-                flush_at = self._queue.oldest().queued_at + self.settings.max_delay_s
+                flush_at = self._queue.oldest().queued_at + s.max_delay_s
                 if (free and not running) or (loop.time() >= flush_at and (free or not running)):
                     break
                 if loop.time() < flush_at:
@@ -280,15 +261,7 @@ class Batcher(Generic[I, O]):
             await self._wakeup.wait()  # a new item, the first item's deadline, a free worker, a batch done
             if timer is not None:
                 timer.cancel()
-        batch = [self._queue.popleft()]  # at least one item, whatever its work
-        work, s = batch[0].work, self.settings
-        while self._queue and len(batch) < s.max_batch_size:
-            if s.max_batch_work is not None and work + self._queue[0].work > s.max_batch_work:
-                break
-            batch.append(self._queue.popleft())
-            work += batch[-1].work
-        self._queued_work -= work
-        return batch
+        return _Batch(*self._queue.take(s.max_batch_size, s.max_batch_work))  # fair turns, cut to the limits
 
     async def _execute_guarded(self, batch: _Batch) -> None:
         serving(item.pending.request for item in batch.items)  # this task's (and its thread's) logs name them

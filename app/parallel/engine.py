@@ -63,12 +63,7 @@ class Engine:
                 channel.close()
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        handlers: dict[str, Handler] = {
-            "classify": _logged("classify", self.service.classify),
-            "translate": _logged("translate", self.service.translate),
-            "attention": _logged("attention", self.service.attention),
-            "metrics": self._metrics,
-        }
+        handlers: dict[str, Handler] = {"answer": _logged(self.service.answer), "metrics": self._metrics}
         channel = Channel(reader, writer, handlers)
         handlers["hello"] = partial(self._hello, channel)
         handlers["bye"] = partial(self._bye, channel)
@@ -153,12 +148,13 @@ class Engine:
         return render(merge(families))
 
 
-def _logged(name: str, method: Any) -> Handler:
-    """`method`, with a debug line under the request's id (this process's logs name the requests too)."""
+def _logged(answer: Any) -> Handler:
+    """Service.answer, with a debug line under the request's id (this process's logs name the requests
+    too)."""
 
-    async def run(*args: Any, **kwargs: Any) -> Any:
-        log.debug("%s from an HTTP process", name)
-        return await method(*args, **kwargs)
+    async def run(task: str, *args: Any, **kwargs: Any) -> Any:
+        log.debug("%s from an HTTP process", task)
+        return await answer(task, *args, **kwargs)
 
     return run
 

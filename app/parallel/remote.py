@@ -1,8 +1,9 @@
-"""The Service of an HTTP process: the same public methods, answered by the model process's one Service.
+"""The service of an HTTP process: what the routes call (app.service.Serving), answered by the model
+process's one Service.
 
 Routing metadata (the registry read from the configs, without weights) and language detection are local:
 both are pure text work, and /detect and the LibreTranslate API read them. Everything that touches a model,
-a queue or a limit (classify, translate, attention) is one call to the model process, so the admission and
+a queue or a limit (every task's `answer`) is one call to the model process, so the admission and
 queue limits are those of one server whatever the number of HTTP processes. Readiness and the model list are
 pushed by the model process when they change (the routes read them without waiting).
 
@@ -18,39 +19,37 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
 from app.batching.wait import Disconnected
 from app.core.errors import DeadlineExceeded, Unavailable
+from app.core.limits import Limits
 from app.core.metrics import Metrics
 from app.core.settings import Settings
 from app.parallel.channel import Channel, ChannelClosed
 from app.parallel.heartbeat import DEADLINE_MARGIN_S, STALL_S
 from app.parallel.merge import METRICS_TIMEOUT_S, count_process, render
 from app.registry import Registry
-from app.schemas import (
-    AttentionRequest,
-    ModelInfo,
-    Readiness,
-    SentimentRequest,
-    SentimentResponse,
-    TranslateRequest,
-    TranslateResponse,
-)
-from app.service import Service
-from app.text.langid import LanguageDetector
+from app.schemas import ModelInfo, Readiness
+from app.service import detect_texts
+from app.text.langid import Detection, LanguageDetector
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 60.0  # the model process listens within a second or two of its start; this is a bound
 METRICS_WAIT_S = METRICS_TIMEOUT_S + 1.0  # the model process waits METRICS_TIMEOUT_S for each HTTP process
 
 
-class RemoteService(Service):
+class RemoteService:
     def __init__(self, settings: Settings, metrics: Metrics, socket_path: str) -> None:
-        super().__init__(settings, metrics)
-        self.socket_path = socket_path
+        self.settings, self.metrics, self.socket_path = settings, metrics, socket_path
+        self.limits = Limits(settings)
+        self.registry: Registry | None = None
+        self.detector: LanguageDetector | None = None
+        self.status: str = "loading"
+        self.reason: str | None = "starting"
         count_process(metrics.registry, "http")
         self.channel: Channel | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -85,19 +84,16 @@ class RemoteService(Service):
 
     # --- what the routes call ------------------------------------------------------------------------
 
-    async def classify(self, req: SentimentRequest, disconnected: Disconnected = None) -> SentimentResponse:
-        return await self._work("classify", req, disconnected=disconnected)  # type: ignore[no-any-return]
+    async def answer(self, task: str, req: Any, disconnected: Disconnected = None, **options: Any) -> Any:
+        return await self._work("answer", task, req, disconnected=disconnected, **options)
 
-    async def translate(
-        self, req: TranslateRequest, disconnected: Disconnected = None, *, max_texts: int | None = None
-    ) -> TranslateResponse:
-        answer = await self._work("translate", req, disconnected=disconnected, max_texts=max_texts)
-        return answer  # type: ignore[no-any-return]
+    async def detect(self, texts: Sequence[str], field: str = "texts") -> list[list[Detection]]:
+        return await detect_texts(self.limits, self._ready_detector, texts, field)
 
-    async def attention(
-        self, req: AttentionRequest, png: bool, disconnected: Disconnected = None
-    ) -> tuple[bytes, str]:
-        return await self._work("attention", req, png, disconnected=disconnected)  # type: ignore[no-any-return]
+    def _ready_detector(self) -> LanguageDetector:
+        if self.detector is None:
+            raise Unavailable(f"not ready: {self.reason}", retry_after=1)
+        return self.detector
 
     async def metrics_text(self) -> bytes:
         """Every process's metrics, summed (the model process asks each HTTP process for its own); this

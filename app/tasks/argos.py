@@ -1,7 +1,7 @@
 """Argos Translate packages: /translate through CTranslate2 (engines/argos.py), with no torch model.
 
 The handler is a TranslationHandler whose `engine` is the package's CT2Decoder: sentences, joining,
-scores and warm-up are TranslationHandler's. /attention refuses these models (service.Service._attention):
+scores and warm-up are TranslationHandler's. /attention refuses these models (app.tasks.attention.AttentionTask):
 there are no torch weights to read attention maps from.
 """
 

@@ -1,4 +1,5 @@
-"""Per task, what the service does with a request around its batcher.
+"""The torch kinds of the sentiment and translation tasks (app/tasks/sentiment.py, translation.py): what a
+task object does with one model around its batcher.
 
 Each handler (and app.tasks.attention_maps.AttentionHandler) has `run(items) -> results`: the one call its
 Batcher makes, in an inference worker, on one dynamic batch (results in item order, one per item), and

@@ -267,10 +267,10 @@ async def test_pool_retires_idle_dynamic_batchers(executor: InferenceWorkers) ->
         settings = BatchSettings(max_batch_size=2, max_delay_s=0.0, idle_timeout_s=0.05)
         return Batcher("dyn", lambda xs: xs, executor, ModelQueue("dyn", 10), settings, on_idle=on_idle)
 
-    first = pool.get("k", create)
+    first = pool.add("k", create, dynamic=True)
     assert await first.enqueue([1], FAR) == [1]
     await eventually(lambda: len(pool) == 0)  # retired after 0.05 s without items
-    second = pool.get("k", create)
+    second = pool.add("k", create, dynamic=True)
     assert second is not first
     assert await second.enqueue([2], FAR) == [2]
     await pool.close()

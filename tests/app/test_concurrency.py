@@ -220,8 +220,9 @@ async def test_past_the_deadline_is_504_and_the_item_is_skipped(held: Held, sent
         assert "APP_REQUEST_TIMEOUT_S" in r.json()["detail"]
         assert (await blocker).status_code == 504  # the held one itself is past its 0.2 s
         held.release.set()
-        assert service.workers is not None
-        await eventually(lambda: service.workers.busy == 0)  # a running batch is not interrupted: it ends now
+        workers = service.life.workers
+        assert workers is not None
+        await eventually(lambda: workers.busy == 0)  # a running batch is not interrupted: it ends now
         assert (await client.post("/sentiment", json={"text": "fast"})).status_code == 200
         [batcher] = service.pool._batchers.values()
         assert batcher.stats.skipped >= 1  # the timed-out item was never computed
@@ -323,7 +324,7 @@ async def test_models_load_on_every_inference_worker_at_once(
 
 async def failed_reason(app: FastAPI, client: httpx.AsyncClient) -> str:
     """Wait until loading has failed -> its reason; model routes and /ready answer 503 then."""
-    await eventually(lambda: app.state.service.status == "failed")
+    await eventually(lambda: app.state.service.life.status == "failed")
     r = await client.get("/ready")
     assert (r.status_code, r.json()["status"]) == (503, "failed")
     assert (await client.post("/sentiment", json={"text": "a"})).status_code == 503
@@ -352,7 +353,7 @@ async def test_shutdown_finishes_queued_requests_then_refuses(held: Held, sentim
         ]
         await eventually(lambda: queued(app) == 5)
         stopping = asyncio.ensure_future(service.stop())  # what the lifespan exit does
-        await eventually(lambda: service.status == "shutting_down")
+        await eventually(lambda: service.life.status == "shutting_down")
         assert (await client.get("/ready")).json()["status"] == "shutting_down"
         assert (await client.get("/ready")).status_code == 503
         assert (await client.post("/sentiment", json={"text": "new"})).status_code == 503
@@ -383,7 +384,8 @@ async def test_a_disconnected_client_is_skipped_and_does_not_wedge_the_batcher(
         held.release.set()
         assert (await blocker).status_code == 200
         assert (await client.post("/sentiment", json={"text": "next"})).status_code == 200
-    leaving = SentimentHandler.tokenize(app.state.service.sentiment["sentiment-en"], "the client leaves")
+    handler = app.state.service.tasks["sentiment"].handlers["sentiment-en"]
+    leaving = SentimentHandler.tokenize(handler, "the client leaves")
     assert all(leaving not in batch for batch in held.seen)
 
 

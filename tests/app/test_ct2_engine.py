@@ -81,7 +81,7 @@ async def ct2_server(engine_checkpoint_dir: Path) -> AsyncIterator[tuple[Any, ht
 
 
 def _handler(app: Any, name: str) -> CT2TranslationHandler:
-    handler = app.state.service.translation[name]
+    handler = app.state.service.tasks["translation"].handlers[name]
     assert isinstance(handler, CT2TranslationHandler)
     return handler
 

@@ -19,28 +19,44 @@ FAR = 1e9
 
 
 def test_fair_queue_interleaves_clients_by_work_and_is_fifo_per_client() -> None:
-    q: FairQueue[tuple[str, int, int]] = FairQueue(lambda i: i[0], lambda i: i[2])  # (client, n, work)
-    q.extend(("heavy", n, 10) for n in range(5))
-    q.append(("light", 0, 10))
-    q.append(("light", 1, 10))
-    order = [q.popleft() for _ in range(len(q))]
-    assert [c for c, _, _ in order] == ["heavy", "light", "heavy", "light", "heavy", "heavy", "heavy"]
-    assert [n for c, n, _ in order if c == "heavy"] == list(range(5))
-    q.extend([("a", 0, 1), ("a", 1, 1)])  # alone: FIFO
-    assert [q.popleft()[1] for _ in range(2)] == [0, 1]
-    q.extend([("a", 0, 1), ("b", 0, 1)])
+    q: FairQueue[tuple[str, int]] = FairQueue()  # items: (client, n)
+    q.add("heavy", [("heavy", n) for n in range(5)], [10] * 5)
+    q.add("light", [("light", 0), ("light", 1)], [10, 10])
+    order, _ = q.take(len(q), None)
+    assert [c for c, _ in order] == ["heavy", "light", "heavy", "light", "heavy", "heavy", "heavy"]
+    assert [n for c, n in order if c == "heavy"] == list(range(5))
+    assert q.work == 0
+    q.add("a", [("a", 0), ("a", 1)], [1, 1])  # alone: FIFO
+    assert q.take(2, None) == ([("a", 0), ("a", 1)], 2)
+    q.add("a", [("a", 0)], [1])
+    q.add("b", [("b", 0)], [3])
     assert q.keep(lambda i: i[0] == "b") == 1
-    assert list(q) == [("b", 0, 1)]
+    assert (list(q), q.work) == ([("b", 0)], 3)
+
+
+def test_a_batch_is_cut_by_items_and_work_in_fair_order() -> None:
+    """take: the first turn whatever its work, then the next turns while they fit."""
+    q: FairQueue[str] = FairQueue()
+    q.add("heavy", ["h0", "h1", "h2"], [8, 8, 8])
+    q.add("light", ["l0"], [2])
+    assert not q.full(5, None)  # 4 items, 26 units
+    assert q.full(4, None)
+    assert q.full(5, 26)
+    assert q.take(4, 12) == (["h0", "l0"], 10)  # h1 would pass 12 units
+    assert q.take(1, None) == (["h1"], 8)
+    assert q.take(4, 4) == (["h2"], 8)  # alone over the limit: it still goes
+    assert (len(q), q.work) == (0, 0)
 
 
 def test_the_oldest_item_is_the_first_arrival_not_the_first_turn() -> None:
     """The batcher's flush deadline counts from the oldest item: a newcomer's turn comes first."""
-    q: FairQueue[tuple[str, int, int]] = FairQueue(lambda i: i[0], lambda i: i[2])
-    q.extend(("heavy", n, 10) for n in range(3))
-    q.popleft()
-    q.append(("light", 0, 10))
-    assert q[0] == ("light", 0, 10)  # its turn is next ...
-    assert q.oldest() == ("heavy", 1, 10)  # ... but the heavy client's item has waited longer
+    q: FairQueue[tuple[str, int]] = FairQueue()
+    q.add("heavy", [("heavy", n) for n in range(3)], [10] * 3)
+    q.take(1, None)
+    q.add("light", [("light", 0)], [10])
+    assert q.take(1, None) == ([("light", 0)], 10)  # its turn is next ...
+    q.add("light", [("light", 1)], [10])
+    assert q.oldest() == ("heavy", 1)  # ... but the heavy client's items have waited longer
 
 
 async def test_a_light_client_is_served_before_a_heavy_clients_backlog() -> None:

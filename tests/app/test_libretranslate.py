@@ -100,19 +100,19 @@ async def test_html_keeps_markup_and_sends_every_text_node_in_one_batch(
     assert texts == ["Le chat", "Le chat dort\xa0!", "Il lit."]  # by block: <b> is inside the sentence
     service = app.state.service
     calls: list[int] = []
-    translate = service.translate
+    answer = service.answer
 
-    async def counted(req: Any, *args: Any, **kw: Any) -> Any:
+    async def counted(task: str, req: Any, *args: Any, **kw: Any) -> Any:
         calls.append(len(req.items))
-        return await translate(req, *args, **kw)
+        return await answer(task, req, *args, **kw)
 
-    service.translate = counted
+    service.answer = counted
     try:
         r = await client.post(
             f"{LT}/translate", json={"q": [doc, second], "source": "fr", "target": "en", "format": "html"}
         )
     finally:
-        del service.translate
+        del service.answer
     assert calls == [3], "one service call with every block"
     assert r.status_code == 200, r.text
     t = [x["translation"] for x in await native(client, texts)]

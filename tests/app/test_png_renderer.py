@@ -32,7 +32,7 @@ async def test_pngs_in_flight_when_the_renderer_is_killed_are_drawn_by_a_new_one
 ) -> None:
     async with serve(Settings(checkpoint_dir=two_models_dir)) as (app, client):
         service: Service = app.state.service
-        pool = service.png.executor()
+        pool = service.tasks["attention"].png.executor()
         loop = asyncio.get_running_loop()
         pid = await loop.run_in_executor(pool, os.getpid)
         busy = loop.run_in_executor(pool, time.sleep, 30)  # the renderer is busy: the PNGs wait in its queue
@@ -41,7 +41,7 @@ async def test_pngs_in_flight_when_the_renderer_is_killed_are_drawn_by_a_new_one
         os.kill(pid, signal.SIGKILL)
         answers = [await r for r in requests]
         assert [(r.status_code, r.headers["content-type"]) for r in answers] == [(200, "image/png")] * 3
-        assert service.png.executor() is not pool
+        assert service.tasks["attention"].png.executor() is not pool
         with pytest.raises(attention_png.BrokenProcessPool):
             await busy
 

@@ -228,7 +228,7 @@ async def test_queue_depth_counts_a_batch_waiting_for_a_worker(
         await eventually(lambda: held.started == 1)
         sentiment = asyncio.ensure_future(client.post("/sentiment", json={"text": "good"}))
         service: Service = app.state.service
-        key = ("sentiment", "sentiment-en")
+        key = ("sentiment", "sentiment-en", None)
         await eventually(lambda: key in service.pool and dict(service.pool.items())[key]._submitted)
         assert not dict(service.pool.items())[key]._queue  # submitted to the workers: no longer queued
         text = (await client.get("/metrics")).text
@@ -275,7 +275,7 @@ async def test_sentiment_is_served_while_translations_hold_the_expensive_lane(
             asyncio.ensure_future(client.post("/translate", json={"text": "le chat", "beam_size": b} | FR))
             for b in (1, 2)  # two decoding modes: two batches, one of them waiting for the lane
         ]
-        workers = app.state.service.workers
+        workers = app.state.service.life.workers
         await eventually(lambda: held.started == 1 and workers.busy_expensive == 2)  # both submitted
         r = await client.post("/sentiment", json={"text": "good"})
         assert r.status_code == 200
@@ -368,8 +368,8 @@ async def test_a_batch_whose_requests_left_stops_decoding(
         assert r.status_code == 504
         held = steps.holding.is_set()  # else a loaded machine reached step 2 only after the deadline
         steps.release.set()
-        assert service.workers is not None
-        await eventually(lambda: service.workers.busy == 0)
+        assert service.life.workers is not None
+        await eventually(lambda: service.life.workers.busy == 0)
         [batcher] = [b for key, b in service.pool.items() if key[0] == "translation"]
         if held:
             assert steps.steps == 2  # not one step after the one in progress when the request left
@@ -439,10 +439,10 @@ async def test_png_rendering_has_a_process_of_its_own_and_a_bound(
 ) -> None:
     async with serve(Settings(checkpoint_dir=two_models_dir)) as (app, client):
         service: Service = app.state.service
-        service.png.limit = 2
+        service.tasks["attention"].png.limit = 2
         body = {"model": "sentiment-en", "text": "good", "format": "png"}
         first = [asyncio.ensure_future(client.post("/attention", json=body)) for _ in range(2)]
-        await eventually(lambda: service.png.active == 2)
+        await eventually(lambda: service.tasks["attention"].png.active == 2)
         r = await client.post("/attention", json=body)
         assert r.status_code == 429
         assert "PNG attention requests are in progress" in r.json()["detail"]
@@ -451,8 +451,8 @@ async def test_png_rendering_has_a_process_of_its_own_and_a_bound(
         assert json_body.status_code == 200  # JSON is not bounded by the PNG limit
         held_png.set()
         assert [(await f).headers["content-type"] for f in first] == ["image/png"] * 2
-        assert service.png.active == 0
+        assert service.tasks["attention"].png.active == 0
         loop = asyncio.get_running_loop()
-        executor = service.png.executor()
+        executor = service.tasks["attention"].png.executor()
         assert await loop.run_in_executor(executor, os.getpid) != os.getpid()  # drawn in another process
         assert await loop.run_in_executor(executor, os.nice, 0) >= min(19, os.nice(0) + NICE)  # below us

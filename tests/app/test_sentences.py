@@ -45,7 +45,7 @@ def test_a_language_without_its_own_rules_still_splits() -> None:
 @pytest.mark.anyio
 async def test_translate_items_follow_the_splitter(app: FastAPI) -> None:
     """One batch item per sentence; the layout puts each line back (TextLayout contract)."""
-    handler = app.state.service.translation["translate-fr-en"]
+    handler = app.state.service.tasks["translation"].handlers["translate-fr-en"]
     texts = ["M. Dupont est là. Il part.\nOui.", "Voir p. 12 pour les détails."]
     items, layouts = handler.sentences([split_sentences(t, "fr") for t in texts], "texts", 1)
     assert len(items) == 4

@@ -1,6 +1,6 @@
 """The LibreTranslate API mapped onto the service: its request fields and limits, its answers and errors.
 
-A translation is one Service.translate call (a TranslateRequest, like POST /translate), so LibreTranslate
+A translation is one call of the translation task (a TranslateRequest, like POST /translate), so LibreTranslate
 clients share the batchers with native clients and with each other. HTML: the text blocks of every document
 of a request go in that one call. Errors are LibreTranslate's: {"error": message} with 400 for bad input
 (what the native API answers 404/422), 403 for the key, 429 for a full queue.
@@ -27,7 +27,8 @@ from app.schemas import (
     TranslateResponse,
     TranslationResult,
 )
-from app.service import Service
+from app.service import Serving
+from app.tasks.translation import TranslationTask
 from app.text.blank import is_blank
 
 # n-best = 1 + alternatives, within TranslateRequest's num_hypotheses limit
@@ -149,7 +150,7 @@ def parse(model: type[P], fields: dict[str, Any]) -> P:
         raise LtError(400, f"Invalid request: {where}: {msg}") from None
 
 
-async def translate(service: Service, p: TranslateParams, disconnected: Disconnected) -> dict[str, Any]:
+async def translate(service: Serving, p: TranslateParams, disconnected: Disconnected) -> dict[str, Any]:
     """LibreTranslate's /translate answer for `p`: one service call (one per detected language for HTML
     documents in different languages)."""
     texts, settings, single = p.texts, service.settings, isinstance(p.q, str)
@@ -209,7 +210,7 @@ async def translate(service: Service, p: TranslateParams, disconnected: Disconne
 
 
 async def _detect_documents(
-    service: Service, docs: list[HtmlDocument], target: str, single: bool
+    service: Serving, docs: list[HtmlDocument], target: str, single: bool
 ) -> list[tuple[int, str, dict[str, Any]]]:
     """(q index, language, detectedLanguage) of each document with text; 400 for an unserved language."""
     with_text = [i for i, d in enumerate(docs) if d.texts]
@@ -231,7 +232,7 @@ async def _detect_documents(
     return out
 
 
-def _check_languages(service: Service, source: str, target: str) -> None:
+def _check_languages(service: Serving, source: str, target: str) -> None:
     """LibreTranslate's 400s: "zz is not supported" for a language no pair has, then the pair's own."""
     pairs = _pairs(service)
     served = {lang for pair in pairs for lang in pair}
@@ -251,7 +252,7 @@ def _detection(language: str, confidence: float) -> dict[str, Any]:
 
 
 async def _translate(
-    service: Service,
+    service: Serving,
     sources: list[str],
     origin: list[int],
     source: str,
@@ -260,7 +261,7 @@ async def _translate(
     disconnected: Disconnected,
     many: bool,
 ) -> list[TranslationResult]:
-    """Service.translate on `sources` (from q[origin[i]]); its 404/422 as LibreTranslate's 400 naming q."""
+    """The translation task on `sources` (from q[origin[i]]); its 404/422 as LibreTranslate's 400 naming q."""
     if not sources:
         return []
     try:
@@ -274,7 +275,9 @@ async def _translate(
         msg = str(err["msg"]).removeprefix("Value error, ")
         raise LtError(400, f"Invalid request: {_where(loc, origin, many)}: {msg}") from None
     try:
-        answer: TranslateResponse = await service.translate(req, disconnected, max_texts=len(sources))
+        answer: TranslateResponse = await service.answer(
+            TranslationTask.name, req, disconnected, max_texts=len(sources)
+        )
     except RequestValidationError as e:
         err = e.errors()[0]
         loc = [_FIELDS.get(str(part), part) for part in err["loc"][1:]]  # after "body"
@@ -311,7 +314,7 @@ def _check_limits(texts: list[str], max_texts: int, max_chars: int) -> None:
             )
 
 
-async def detect(service: Service, p: DetectParams) -> list[dict[str, Any]]:
+async def detect(service: Serving, p: DetectParams) -> list[dict[str, Any]]:
     """The languages of q among those /languages lists, best first; for a list, confidences averaged over
     its texts (as LibreTranslate)."""
     texts, settings = p.texts, service.settings
@@ -328,14 +331,14 @@ async def detect(service: Service, p: DetectParams) -> list[dict[str, Any]]:
     return [_detection(lang, confidence) for lang, confidence in ranked] or [dict(NOTHING_DETECTED)]
 
 
-def languages(service: Service) -> list[dict[str, Any]]:
+def languages(service: Serving) -> list[dict[str, Any]]:
     """Every language of a served pair, with the targets it translates into."""
     pairs = _pairs(service)
     codes = sorted({c for pair in pairs for c in pair})
     return [{"code": c, "name": name(c), "targets": sorted(t for s, t in pairs if s == c)} for c in codes]
 
 
-def frontend_settings(service: Service) -> dict[str, Any]:
+def frontend_settings(service: Serving) -> dict[str, Any]:
     """The settings LibreTranslate's page and clients read: limits, whether a key is needed, defaults."""
     settings, pairs = service.settings, _pairs(service)
     keyed = settings.api_key is not None
@@ -361,7 +364,7 @@ def name(code: str) -> str:
     return LANGUAGE_NAMES.get(code, code)
 
 
-def _pairs(service: Service) -> list[tuple[str, str]]:
+def _pairs(service: Serving) -> list[tuple[str, str]]:
     if service.registry is None:
         raise LtError(503, f"not ready: {service.reason}")
     return sorted(service.registry.pairs)

@@ -10,6 +10,7 @@ from app.api.deps import DisconnectDep, ServiceDep
 from app.api.routes.common import ERRORS
 from app.edge.api_key import API_KEY
 from app.schemas import AttentionRequest, AttentionResponse
+from app.tasks.attention import AttentionTask
 
 router = APIRouter(tags=["attention"], dependencies=API_KEY)
 PNG: dict[int | str, dict[str, Any]] = {
@@ -29,5 +30,6 @@ async def attention(
     ] = None,
 ) -> Response:
     """Encoder self-attention, plus decoder self- and cross-attention for translators ([layer][head][q][k])."""
-    content, media_type = await service.attention(body, (format or body.format) == "png", disconnected)
+    png = (format or body.format) == "png"
+    content, media_type = await service.answer(AttentionTask.name, body, disconnected, png=png)
     return Response(content, media_type=media_type)

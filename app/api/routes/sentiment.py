@@ -8,6 +8,7 @@ from app.api.deps import DisconnectDep, ServiceDep
 from app.api.routes.common import ERRORS
 from app.edge.api_key import API_KEY
 from app.schemas import SentimentRequest, SentimentResponse
+from app.tasks.sentiment import SentimentTask
 
 router = APIRouter(tags=["sentiment"], dependencies=API_KEY)
 
@@ -17,4 +18,4 @@ async def sentiment(
     body: SentimentRequest, service: ServiceDep, disconnected: DisconnectDep
 ) -> SentimentResponse:
     """Classify one text or a list; each text is routed by language unless `model` is given."""
-    return await service.classify(body, disconnected)
+    return await service.answer(SentimentTask.name, body, disconnected)  # type: ignore[no-any-return]

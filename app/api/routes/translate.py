@@ -8,6 +8,7 @@ from app.api.deps import DisconnectDep, ServiceDep
 from app.api.routes.common import ERRORS
 from app.edge.api_key import API_KEY
 from app.schemas import TranslateRequest, TranslateResponse
+from app.tasks.translation import TranslationTask
 
 router = APIRouter(tags=["translation"], dependencies=API_KEY)
 
@@ -19,4 +20,4 @@ async def translate(
     body: TranslateRequest, service: ServiceDep, disconnected: DisconnectDep
 ) -> TranslateResponse:
     """Translate texts (split into sentences, batched across requests) with greedy or beam search."""
-    return await service.translate(body, disconnected)
+    return await service.answer(TranslationTask.name, body, disconnected)  # type: ignore[no-any-return]

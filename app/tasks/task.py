@@ -1,0 +1,121 @@
+"""What a task is: one object per kind of request (sentiment, translation, attention), which the shared
+machinery (app/service.py, app/lifecycle.py, app/queues.py, app/parallel/) loops over without knowing it.
+
+A task says
+- which discovered models it serves (`serves`) and how it loads one of them into a *handler* (`load`: the
+  kind that runs it, e.g. torch, CTranslate2 or an Argos package), in an inference worker;
+- how a request becomes items and the items' answer (`answer`): validate, route, split, detect, tokenize, and
+  after the batches, detokenize and build the response; it submits its items as `Job`s through the `Context`
+  the service gives it and never touches a batcher;
+- how its items are batched (`batching`): per model and batch key (`Job.key`: what must be equal within a
+  batch, e.g. a translation's target language and beam size; None when nothing must), the batcher's name, lane
+  and limits.
+
+A handler (app/tasks/handlers.py, attention_maps.py, and the imported kinds ctranslate2.py, argos.py) runs one
+batch: `run(items[, key=...][, should_stop=...]) -> outputs` in item order, `cost(item[, key=...])` its work
+units, and optionally `warmup()`. The key is passed when it is not None.
+
+A new task type is one module with a Task subclass, plus its request and response schemas, its route (which
+calls `service.answer(task name, body, disconnected)`) and its tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar
+
+from app.core.limits import Limits
+from app.core.settings import Settings
+from app.text.langid import Detection
+
+if TYPE_CHECKING:
+    from app.registry import ModelEntry, Registry
+    from model import LoadedModel
+
+Disconnected = Any  # app.batching.wait.Disconnected: an awaitable factory that returns once the client left
+T = TypeVar("T", bound="Task")
+
+
+class Job(NamedTuple):
+    """One request's items for one batcher: those of `task`'s handler of `model`, under batch key `key`."""
+
+    task: Task
+    model: str
+    key: Hashable
+    items: list[Any]
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """How a task's items for one model and key are batched (app/queues.py makes the batcher).
+
+    name: the batcher's (its logs); label: its metrics' model label (None: the model's name); expensive: runs
+    in the workers' expensive lane, in batches of at most APP_MAX_BATCH_WORK units; stoppable: `run` takes
+    should_stop=; max_batch_size: a fixed size instead of APP_MAX_BATCH_SIZE (1: no waiting for more);
+    dynamic: one batcher per request-chosen key, retired when idle, at most APP_MAX_DECODE_QUEUES of them.
+    """
+
+    name: str
+    label: str | None = None
+    expensive: bool = False
+    stoppable: bool = False
+    max_batch_size: int | None = None
+    dynamic: bool = False
+
+
+class Context(Protocol):
+    """What a task's `answer` runs on: the service (app/service.py implements it)."""
+
+    settings: Settings
+    limits: Limits
+
+    def ready_registry(self) -> Registry: ...
+
+    def task(self, kind: type[T]) -> T: ...
+
+    def deadline(self) -> float: ...
+
+    async def detect(self, texts: Sequence[str], field: str = "texts") -> list[list[Detection]]: ...
+
+    async def submit(
+        self, jobs: list[Job], deadline: float, disconnected: Disconnected, field: str = "text"
+    ) -> list[list[Any]]: ...
+
+
+class Task:
+    """One kind of request. `name`: its key in the service (routes, the channel between processes, the
+    batchers' pool); `handlers`: its handler of each model it serves, filled by app/lifecycle.py."""
+
+    name: ClassVar[str]
+    expensive: ClassVar[bool] = False  # its batches are expensive (see BatchSpec); cheap ones keep a lane
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, Any] = {}
+        self.settings: Settings | None = None  # set by prepare
+
+    def serves(self, entry: ModelEntry) -> bool:
+        """Whether this task gets a handler of `entry`."""
+        raise NotImplementedError
+
+    def prepare(self, settings: Settings, registry: Registry) -> None:
+        """At start, once the registry is discovered: the settings the kinds load with (overrides call it)."""
+        self.settings = settings
+
+    def load(self, entry: ModelEntry, loaded: LoadedModel | None) -> Any:
+        """The handler of `entry` (in an inference worker); `loaded`: its torch weights (None: it has none)."""
+        raise NotImplementedError
+
+    def engine(self, entry: ModelEntry) -> str | None:
+        """What runs `entry` for this task (GET /models' "engine"), when not torch."""
+        return None
+
+    def batching(self, model: str, key: Hashable) -> BatchSpec:
+        return BatchSpec(name=model, expensive=self.expensive)
+
+    async def answer(self, ctx: Context, req: Any, disconnected: Disconnected = None, **options: Any) -> Any:
+        """The response to `req` (options: the route's, e.g. the PNG format)."""
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        """At shutdown, after the batchers have drained: release what the task holds."""

@@ -1,0 +1,129 @@
+"""POST /translate (and the LibreTranslate API) as a task: texts -> detected languages (source_lang auto) ->
+passed through or routed to a model -> sentences -> source ids, priced -> n-best hypotheses per sentence ->
+texts joined back. Its kinds: the torch TranslationHandler, CTranslate2 (APP_TRANSLATION_ENGINE) and Argos
+Translate packages, chosen per model at load."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any
+
+from app.core.settings import Settings
+from app.schemas import AUTO, DetectedLanguage, TranslateRequest, TranslateResponse, TranslationResult
+from app.tasks.argos import ArgosTranslationHandler
+from app.tasks.ctranslate2 import CT2TranslationHandler
+from app.tasks.handlers import DecodeKey, TranslationHandler
+from app.tasks.task import BatchSpec, Context, Disconnected, Job, Task
+from app.text.langid import Detection
+from app.text.passthrough import PASSTHROUGH, passed
+from app.text.sentences import split_sentences
+
+if TYPE_CHECKING:
+    from app.registry import ModelEntry, Registry
+    from model import LoadedModel
+
+
+class TranslationTask(Task):
+    name = "translation"
+    expensive = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ct2_kwargs: dict[str, Any] | None = None  # None: the torch engine
+        self._argos_kwargs: dict[str, Any] | None = None
+
+    def serves(self, entry: ModelEntry) -> bool:
+        return entry.task == "translation"
+
+    def prepare(self, settings: Settings, registry: Registry) -> None:
+        super().prepare(settings, registry)
+        device, dtype = registry.device, registry.dtype
+        self._ct2_kwargs = settings.ctranslate2_kwargs(device, dtype)
+        if any(e.package is not None for e in registry.entries.values()):  # Argos: CTranslate2 only
+            self._argos_kwargs = settings.ctranslate2_kwargs(device, dtype, always=True)
+
+    def load(self, entry: ModelEntry, loaded: LoadedModel | None) -> TranslationHandler:
+        assert self.settings is not None
+        if entry.package is not None:  # an Argos package: CTranslate2, no torch model
+            assert self._argos_kwargs is not None
+            return ArgosTranslationHandler(entry.name, entry.package, self._argos_kwargs)
+        assert loaded is not None
+        if self._ct2_kwargs is not None:
+            return CT2TranslationHandler(loaded, self.settings.torchscript, self._ct2_kwargs)
+        return TranslationHandler(loaded, self.settings.torchscript)
+
+    def engine(self, entry: ModelEntry) -> str | None:
+        return "ctranslate2" if entry.package is not None or self._ct2_kwargs is not None else None
+
+    def batching(self, model: str, key: Hashable) -> BatchSpec:
+        """One queue per model, target language and beam size (other options are per sentence)."""
+        assert isinstance(key, DecodeKey)
+        name = f"{model}:{key.target_lang}:beam{key.beam_size}"
+        return BatchSpec(name, expensive=True, stoppable=True, dynamic=True)
+
+    async def answer(
+        self,
+        ctx: Context,
+        req: TranslateRequest,
+        disconnected: Disconnected = None,
+        *,
+        max_texts: int | None = None,
+        **options: Any,
+    ) -> TranslateResponse:
+        """Texts grouped by model (one group unless source_lang is auto and the texts' languages differ).
+        max_texts: instead of APP_MAX_TEXTS (the LibreTranslate API sends the text nodes of HTML documents
+        whose count it has checked)."""
+        registry, texts, field = ctx.ready_registry(), req.items, req.field
+        ctx.limits.check_texts(texts, field, max_texts)
+        detected = await ctx.detect(texts, field) if req.source_lang == AUTO else None
+        # each text's language (None: no letters); texts answered as they came: app/text/passthrough.py
+        langs = (
+            [req.source_lang] * len(texts)
+            if detected is None
+            else [f[0].language if f else None for f in detected]
+        )
+        through = set(passed(texts, langs, req.target_lang))
+        groups = registry.route(req, detected, through)
+        key = DecodeKey(req.target_lang, req.beam_size)  # the queue; the other options go per sentence
+        split = [  # each text as lines of sentences, in its language: split once, priced, then tokenized
+            [] if i in through else split_sentences(text, langs[i] or req.source_lang)
+            for i, text in enumerate(texts)
+        ]
+        floor = 0  # far over budget is refused before tokenizing (a hostile loop costs the split only)
+        for name, idxs in groups.items():
+            sentences = sum(len(line) for i in idxs for line in split[i])
+            floor += sentences * self.handlers[name].least_cost(key, req.max_length)
+        ctx.limits.check_work(floor, field, "at least ")
+        jobs, layouts = [], []
+        for name, idxs in groups.items():
+            handler, rows = self.handlers[name], [split[i] for i in idxs]
+            options = (req.num_hypotheses, idxs, req.length_penalty, req.max_length, req.replace_unknowns)
+            items, lays = handler.sentences(rows, field, *options)
+            jobs.append(Job(self, name, key, items))
+            layouts.append(lays)
+        outputs = await ctx.submit(jobs, ctx.deadline(), disconnected, field) if jobs else []
+        return self._joined(req, detected, through, groups, [*zip(layouts, outputs, strict=True)])
+
+    def _joined(
+        self,
+        req: TranslateRequest,
+        detected: list[list[Detection]] | None,
+        through: set[int],
+        groups: dict[str, list[int]],
+        decoded: list[tuple[Any, Any]],
+    ) -> TranslateResponse:
+        """The response: texts passed through as they came, the others joined from their sentences' outputs
+        (`decoded`: per group, its texts' layouts and its batch output)."""
+        results: list[Any] = [None] * len(req.items)
+        for i in through:
+            found = None if detected is None else detected[i]
+            results[i] = TranslationResult.unchanged(
+                req.items[i], req, DetectedLanguage.of(found[0]) if found else None
+            )
+        for (name, idxs), (lays, out) in zip(groups.items(), decoded, strict=True):
+            for i, lay in zip(idxs, lays, strict=True):
+                results[i] = r = self.handlers[name].join(lay, out, req.num_hypotheses, req.return_scores)
+                if detected is not None:  # additive fields: only when the language was detected
+                    r.model, r.detected_language = name, DetectedLanguage.of(detected[i][0])
+        model = ",".join([*groups, *([PASSTHROUGH] if through else [])])
+        return TranslateResponse(model=model, results=results)
