@@ -97,15 +97,17 @@ class RemoteService:
 
     async def metrics_text(self) -> bytes:
         """Every process's metrics, summed (the model process asks each HTTP process for its own); this
-        process's own when the model process is silent or does not answer within METRICS_WAIT_S."""
+        process's own gauges only when the model process is silent or does not answer within METRICS_WAIT_S:
+        one process's counter is below the server's sum, and Prometheus would read the fall as a reset."""
         if self._silent_for() is None:
             try:
                 async with asyncio.timeout(METRICS_WAIT_S):
                     return await self._call("metrics")  # type: ignore[no-any-return]
             except (TimeoutError, Unavailable):
                 pass
-        log.warning("/metrics: the model process did not answer; this HTTP process's metrics only")
-        return render(await self._families())
+        log.warning("/metrics: the model process did not answer; this HTTP process's gauges only")
+        own = [family for family in await self._families() if family.type not in ("counter", "histogram")]
+        return render(own)
 
     def readiness(self) -> Readiness:
         """The model process's last word; 503 ("failed") while it has been silent for STALL_S."""

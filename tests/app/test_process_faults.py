@@ -97,10 +97,11 @@ def test_a_model_process_that_stops_answering_is_seen_and_stops_the_server(senti
             _, state = eventually(lambda: (s := ready(server))[0] == 503 and s, timeout=STALL_S + 2)
             assert state["status"] == "failed", state
             assert state["reason"].startswith("the model process has not answered for "), state
-            # /metrics answers, with what this HTTP process has (its own metrics only)
+            # /metrics answers, with what this HTTP process has: its gauges, no counter that would fall
             text = metrics(server, timeout=METRICS_WAIT_S + 1)
             assert sample(text, 'transformer_serving_processes{role="http"}') == 1
             assert sample(text, 'transformer_serving_processes{role="model"}') == 0
+            assert not [line for line in text.splitlines() if line.endswith((" counter", " histogram"))]
             # then the supervisor kills it and stops the server, as for a death
             assert server.proc.wait(timeout=wedged_after(TIMEOUT_S) + 5) == 1
         log = server.output()
