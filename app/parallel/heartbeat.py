@@ -1,5 +1,6 @@
-"""The model process's heartbeat: a model process that stops answering (SIGSTOP, a deadlock, a driver call that
-never returns) is seen, not just one that dies.
+"""The model process's heartbeat: a model process whose event loop stops (SIGSTOP, a deadlock, a call that never
+returns on the loop) is seen, not just one that dies. The beats come from the event loop, so a forward pass hung
+in an inference thread is not seen here (its requests still get 504 at the deadline).
 
 Every HEARTBEAT_S its event loop sends a note to each HTTP process and a byte down a pipe to the supervisor.
 An HTTP process that has heard nothing from it for STALL_S answers /ready 503 with the reason (and 200 again

@@ -102,6 +102,10 @@ def test_a_model_process_that_stops_answering_is_seen_and_stops_the_server(senti
             assert sample(text, 'transformer_serving_processes{role="http"}') == 1
             assert sample(text, 'transformer_serving_processes{role="model"}') == 0
             assert not [line for line in text.splitlines() if line.endswith((" counter", " histogram"))]
+            # a new model call is refused at once, not held until its deadline
+            r = classify(server, timeout=TIMEOUT_S)
+            assert r.status_code == 503, r.text
+            assert "has not answered" in r.json()["detail"] and "retry-after" in r.headers
             # then the supervisor kills it and stops the server, as for a death
             assert server.proc.wait(timeout=wedged_after(TIMEOUT_S) + 5) == 1
         log = server.output()
