@@ -74,7 +74,9 @@ class PairTokenizer:
         if missing:
             raise ValueError(f"vocabulary lacks the special pieces {missing}")
         self.pad_id, self.unk_id, self.eos_id = vocab["<pad>"], vocab["<unk>"], vocab["</s>"]
-        self.bos_id = vocab.get("<s>", self.pad_id)  # Marian has no BOS: its decoder starts from <pad>
+        # Marian has no BOS (its decoder starts from <pad>): a "<s>" in vocab.json (the tc-big releases) is an
+        # ordinary piece, as transformers' MarianTokenizer treats it
+        self.bos_id = self.pad_id
         self.special = {self.pad_id, self.unk_id, self.eos_id, self.bos_id}
         self.unk_surface: str = self.target_sp.decode_pieces(["<unk>"])  # what decode_marked writes (" ⁇ ")
 
