@@ -363,7 +363,12 @@ class Readiness(BaseModel):
 
     status: Literal["ready", "loading", "failed", "shutting_down"]
     reason: str | None = None
-    models: dict[str, str] = Field(default_factory=dict, description="name -> loading | warming_up | ready")
+    models: dict[str, str] = Field(
+        default_factory=dict, description="name -> loading | warming_up | ready | failed"
+    )
+    failed: dict[str, str] = Field(
+        default_factory=dict, description="name -> why it failed to load (no filesystem path)"
+    )
 
 
 class KnownLimit(BaseModel):
@@ -390,6 +395,7 @@ class ModelInfo(BaseModel):
     limits: list[KnownLimit] = Field(default_factory=list, description="Known limits, with examples.")
     origin: str = "trained"  # trained (here) | opus-mt (imported) | argos (an Argos Translate package)
     engine: Literal["torch", "ctranslate2"] = "torch"  # what decodes /translate
+    reason: str | None = Field(None, description="Why it failed to load (status failed).")
 
 
 class ModelsResponse(BaseModel):
