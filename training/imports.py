@@ -20,7 +20,7 @@ import torch
 
 from training.import_check import one_line, write_checked
 
-FAMILIES = ("marian",)
+FAMILIES = ("marian", "xlm-roberta")
 
 
 def parser() -> argparse.ArgumentParser:
