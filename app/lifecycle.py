@@ -186,8 +186,11 @@ class Lifecycle:
     def readiness(self) -> Readiness:
         failed = dict(self.registry.failed) if self.registry is not None else {}
         return Readiness(
-            status=self.status, reason=self.reason, models=dict(self.model_status), failed=failed
-        )  # type: ignore[arg-type]
+            status=self.status,  # type: ignore[arg-type]
+            reason=self.reason,
+            models=dict(self.model_status),
+            failed=failed or None,  # absent from /ready when none failed
+        )
 
     def ready_registry(self) -> Registry:
         """The registry once loading is over (a model that failed answers 503 itself: Registry.check_loaded);

@@ -199,13 +199,16 @@ class Registry:
             return
         alive = [e for e in self.entries.values() if e.name not in self.failed]
         routes = {pair: m for pair, m in self.routes.items() if m not in self.failed}
-        before = self.pairs
+        before, langs = self.pairs, self.sentiment_by_lang
         self.pairs = route_pairs(alive, self.origin_order, routes)
         self.sentiment_by_lang = sentiment_routes(alive)
         moved = [
             f"{s}-{t} -> {self.pairs.get((s, t), 'none')}"
             for (s, t), m in sorted(before.items())
             if m == name
+        ]
+        moved += [
+            f"{lang} -> {self.sentiment_by_lang.get(lang, 'none')}" for lang, m in langs.items() if m == name
         ]
         log.error(
             "model %s failed to load (%s); APP_STRICT_READINESS=false: the others serve%s",

@@ -366,8 +366,8 @@ class Readiness(BaseModel):
     models: dict[str, str] = Field(
         default_factory=dict, description="name -> loading | warming_up | ready | failed"
     )
-    failed: dict[str, str] = Field(
-        default_factory=dict, description="name -> why it failed to load (no filesystem path)"
+    failed: dict[str, str] | None = Field(
+        None, description="name -> why it failed to load (no filesystem path); absent when none failed"
     )
 
 
