@@ -111,3 +111,15 @@ def test_verify_compares_with_transformers(
     line = capsys.readouterr().out.splitlines()[-1]
     assert line.startswith("verify: 8 sentences -> en; source ids 8/8 equal; logits: largest difference ")
     assert line.endswith("greedy outputs 8/8 equal: OK")
+
+
+def test_verify_without_transformers_says_so(
+    tiny_sentiment_checkpoint: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from training.verify_import import verify
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ImportError
+    assert verify("marian", tiny_sentiment_checkpoint, tiny_sentiment_checkpoint, None)
+    assert "transformers is not installed (pip install transformers): not compared" in capsys.readouterr().out
