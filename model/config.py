@@ -58,6 +58,9 @@ class ModelConfig:
     target_lang_ids: dict[str, int] = field(default_factory=dict)
     target_lang_position: Literal["decoder", "source"] = "decoder"
     decoder_start_id: int | None = None  # the decoder's first token when not a target tag; None = bos_id
+    # "transformer": ours (model.classifier / model.translator); "xlm-roberta": an imported XLM-R classifier
+    # (model.xlmr: learned positions, embedding LayerNorm, dense-tanh head)
+    architecture: Literal["transformer", "xlm-roberta"] = "transformer"
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -70,6 +73,12 @@ class ModelConfig:
             raise ValueError(
                 f"target_lang_position must be 'decoder' or 'source', got {self.target_lang_position!r}"
             )
+        if self.architecture not in ("transformer", "xlm-roberta"):
+            raise ValueError(
+                f"architecture must be 'transformer' or 'xlm-roberta', got {self.architecture!r}"
+            )
+        if self.architecture == "xlm-roberta" and self.task != "sentiment":
+            raise ValueError("architecture 'xlm-roberta' is a sentiment classifier")
         if self.task not in ("sentiment", "translation"):
             raise ValueError(f"task must be 'sentiment' or 'translation', got {self.task!r}")
         if self.task == "sentiment" and len(self.labels) < 2:

@@ -10,6 +10,7 @@ python -m training card --checkpoint checkpoints/translate-fr-en
 python -m training download nsmc --data-dir DIR
 python -m training export --format ctranslate2 --checkpoint checkpoints/translate-fr-en --out DIR
 python -m training import marian DIR --name opus-mt-fr-en     # an OPUS-MT download (docs/pretrained.md)
+python -m training import xlm-roberta DIR --name sentiment-xlmr --lang en   # a sentiment classifier
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ COMMANDS: dict[str, str] = {
     "card": "training.ship:card_cli",
     "reproduce": "training.recipes:cli",
     "export": "training.export:cli",
-    "import": "training.import_marian:cli",
+    "import": "training.imports:cli",
 }
 
 
