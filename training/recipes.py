@@ -1,5 +1,5 @@
 """How each shipped checkpoint was made, as data: its training runs in order (every command that trained them),
-the n-gram head and ship. The one source of `python -m training reproduce NAME`, of the presets
+the n-gram head, a classifier's calibration and ship. The one source of `python -m training reproduce NAME`, of the presets
 (`--preset RUN`) and of the model cards' Reproduce section.
 
   python -m training reproduce sentiment-ko [--dry-run] [--runs-dir runs] [--data-dir DIR] [--dest DIR]
@@ -116,6 +116,7 @@ class Recipe:
     # (what kind of text, a source text, the shipped model's output for it with beam 4)
     domain: str = ""
     limits: tuple[tuple[str, str, str], ...] = ()
+    caveats: tuple[str, ...] = ()  # classifiers: the card's Limits, what remains wrong after calibration
 
     @property
     def name(self) -> str:
@@ -350,6 +351,8 @@ def commands(
     if recipe.head:
         spec = ["--spec", recipe.head, "--buckets", str(recipe.head_buckets)]
         chain.append(["ngram-head", "--run", shipped, *spec, *data])
+    if recipe.runs[-1].settings["task"] == "sentiment":  # the served scores' temperature, fitted on valid
+        chain.append(["calibrate", "--checkpoint", str(runs / recipe.name / "best"), *data])
     chain.append(
         ["ship", "--run", shipped, "--name", recipe.name, *data, *(["--dest", dest] if dest else [])]
     )
