@@ -49,6 +49,10 @@ class ModelConfig:
     # optional hashed n-gram head (model.ngram) whose logits add to the encoder's: spec "wWcC", "" = none
     ngram: str = ""
     ngram_buckets: int = 0
+    # the logits are divided by it before the softmax: 1.0 is the model as trained; `python -m training
+    # calibrate` fits it on the validation split so that a score of 0.8 is right about 80% of the time.
+    # It never changes a label
+    temperature: float = 1.0
     # translation
     source_langs: tuple[str, ...] = ()
     target_langs: tuple[str, ...] = ()
@@ -89,6 +93,10 @@ class ModelConfig:
             NgramSpec.parse(self.ngram)
             if self.ngram_buckets < 1:
                 raise ValueError(f"ngram={self.ngram!r} needs ngram_buckets >= 1, got {self.ngram_buckets}")
+        if not 0.0 < self.temperature < float("inf"):
+            raise ValueError(f"temperature must be a positive finite number, got {self.temperature!r}")
+        if self.task != "sentiment" and self.temperature != 1.0:
+            raise ValueError(f"a temperature is for sentiment models, not {self.task!r}")
         if self.pooling == "cls" and self.cls_id is None:
             raise ValueError("pooling='cls' needs cls_id")
         if self.task == "translation" and not (self.source_langs and self.target_langs):
