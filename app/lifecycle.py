@@ -22,7 +22,7 @@ from app.core.errors import Unavailable
 from app.core.metrics import Metrics
 from app.core.settings import Settings
 from app.queues import Queues
-from app.registry import Registry
+from app.registry import Registry, public_reason
 from app.schemas import ModelInfo, Readiness
 from app.tasks.task import Task
 from app.text.langid import LanguageDetector
@@ -43,6 +43,7 @@ class Lifecycle:
         self.status: str = "loading"
         self.reason: str | None = "starting"
         self.model_status: dict[str, str] = {}
+        self.serving = False  # loading is over: the models that loaded answer (ready, or failed beside them)
         self._loader: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -61,6 +62,8 @@ class Lifecycle:
         for task in self.tasks:
             task.prepare(s, self.registry)
         self.model_status = dict.fromkeys(self.registry.entries, "loading")
+        for name, reason in self.registry.failed.items():  # config.json unreadable: failed already
+            self._failed(name, reason)
         self.detector = await asyncio.to_thread(LanguageDetector, self.registry.languages)  # loads its model
         cheap = any(not t.expensive and t.serves(e) for t in self.tasks for e in entries)
         self.workers = InferenceWorkers(  # forward passes off the event loop
@@ -80,11 +83,11 @@ class Lifecycle:
         assert self.registry is not None
         names = list(self.registry.entries)
         self.reason = f"loading {len(names)} models"
-        tasks = [asyncio.create_task(self._load_one(name), name=f"load:{name}") for name in names]
+        tasks = [asyncio.create_task(self._load_or_fail(name), name=f"load:{name}") for name in names]
         try:
             for task in asyncio.as_completed(tasks):
                 await task
-                left = [n for n, s in self.model_status.items() if s != "ready"]
+                left = [n for n, s in self.model_status.items() if s not in ("ready", "failed")]
                 self.reason = f"loading {len(left)} of {len(names)} models: {', '.join(left)}"
         except Exception as e:
             log.exception("model loading failed; the service stays not ready")
@@ -94,10 +97,30 @@ class Lifecycle:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        self.status, self.reason = "ready", None
+        self.serving = True
+        if self.registry.failed and self.settings.strict_readiness:
+            failed = "; ".join(f"{n} ({r})" for n, r in self.registry.failed.items())
+            self.status, self.reason = "failed", f"failed to load: {failed}"
+        else:
+            self.status, self.reason = "ready", None
         gc.collect()
         gc.freeze()  # what loading left alive is permanent: full collections stop rescanning it (p99 spikes)
         log.info("ready: %s", ", ".join(names))
+
+    async def _load_or_fail(self, name: str) -> None:
+        """_load_one; an error fails this model only (its reason recorded, its path kept to the log)."""
+        assert self.registry is not None
+        try:
+            await self._load_one(name)
+        except Exception as e:  # noqa: BLE001 (any error of one model's load: the others go on)
+            log.error("model %s failed to load: %s", name, e)
+            self._failed(name, public_reason(self.registry.entries[name].path.parent, e))
+
+    def _failed(self, name: str, reason: str) -> None:
+        assert self.registry is not None
+        self.registry.fail(name, reason, reroute=not self.settings.strict_readiness)
+        self.model_status[name] = "failed"
+        self.metrics.models_failed.labels(name, reason).set(1)
 
     async def _load_one(self, name: str) -> None:
         """The model's weights (none for e.g. an Argos package), then the handler of each task serving it,
@@ -141,11 +164,18 @@ class Lifecycle:
         return generate_latest(self.metrics.registry)
 
     def readiness(self) -> Readiness:
-        return Readiness(status=self.status, reason=self.reason, models=dict(self.model_status))  # type: ignore[arg-type]
+        failed = dict(self.registry.failed) if self.registry is not None else {}
+        return Readiness(
+            status=self.status,  # type: ignore[arg-type]
+            reason=self.reason,
+            models=dict(self.model_status),
+            failed=failed or None,  # absent from /ready when none failed
+        )
 
     def ready_registry(self) -> Registry:
-        """The registry once ready; 503 with the reason before and during shutdown."""
-        if self.status != "ready" or self.registry is None:
+        """The registry once loading is over (a model that failed answers 503 itself: Registry.check_loaded);
+        503 with the reason before and during shutdown."""
+        if not self.serving or self.status == "shutting_down" or self.registry is None:
             raise Unavailable(f"not ready: {self.reason}", retry_after=None if self.status == "failed" else 1)
         return self.registry
 
@@ -178,6 +208,7 @@ class Lifecycle:
                     model_card=e.has_card,
                     origin=e.origin,
                     engine=next((x for t in self.tasks if (x := t.engine(e))), "torch"),
+                    reason=registry.failed.get(name),
                     **_card(e.meta),
                 )
             )

@@ -10,6 +10,11 @@ Routing (translation): each language pair goes to one model, the first by
   3. the canonical name translate-SRC-TGT;
   4. name order.
 A request's "model" overrides the route.
+
+A model that fails (an unreadable config.json at discovery, or any error while loading) is recorded with its
+reason (`fail`), the checkpoint's path taken out (it stays in the log). With APP_STRICT_READINESS (default)
+its pairs stay routed to it and answer 503 naming it and its reason; without, they go to the next model in
+the routing order, which the log says once, as an error.
 """
 
 from __future__ import annotations
@@ -145,6 +150,26 @@ def route_pairs(
     return pairs
 
 
+def sentiment_routes(entries: list[ModelEntry]) -> dict[str, str]:
+    """Text language -> the sentiment model for it: the canonical sentiment-LANG, else the first by name."""
+    by_lang: dict[str, str] = {}
+    for e in sorted(entries, key=lambda e: e.name):
+        if e.task == "sentiment":
+            for lang in e.languages:
+                if by_lang.get(lang) != f"sentiment-{lang}":
+                    by_lang[lang] = e.name
+    return by_lang
+
+
+def public_reason(root: Path, error: BaseException) -> str:
+    """An error's message as clients may read it: one line, paths under the checkpoint dir made relative
+    (sentiment-ko/tokenizer.model), so no filesystem path leaves the server."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    for base in {str(root.resolve()), str(root)}:
+        text = text.replace(base.rstrip("/") + "/", "")
+    return text
+
+
 class Registry:
     def __init__(
         self,
@@ -153,17 +178,50 @@ class Registry:
         device: torch.device,
         dtype: torch.dtype,
         quantize: str | None = None,
+        failed: dict[str, str] | None = None,
+        origin_order: Sequence[str] = ORIGINS,
+        routes: dict[str, str] | None = None,
     ) -> None:
-        """pairs: `route_pairs`' choice of translator per language pair."""
+        """pairs: `route_pairs`' choice of translator per language pair (for origin_order and routes);
+        failed: model -> reason, the models whose config.json could not be read."""
         self.entries = {e.name: e for e in entries}
         self.pairs = pairs
         self.device, self.dtype, self.quantize = device, dtype, quantize
-        self.sentiment_by_lang: dict[str, str] = {}
-        for e in sorted(entries, key=lambda e: e.name):
-            if e.task == "sentiment":
-                for lang in e.languages:
-                    if self.sentiment_by_lang.get(lang) != f"sentiment-{lang}":  # the canonical name wins
-                        self.sentiment_by_lang[lang] = e.name
+        self.failed: dict[str, str] = dict(failed or {})
+        self.origin_order, self.routes = origin_order, dict(routes or {})
+        self.sentiment_by_lang = sentiment_routes(entries)
+
+    def fail(self, name: str, reason: str, reroute: bool) -> None:
+        """Record that `name` failed to load. reroute: its pairs (and languages) go to the next model in the
+        routing order, logged once as an error; else they stay its own and answer 503 (`check_loaded`)."""
+        self.failed[name] = reason
+        if not reroute:
+            return
+        alive = [e for e in self.entries.values() if e.name not in self.failed]
+        routes = {pair: m for pair, m in self.routes.items() if m not in self.failed}
+        before, langs = self.pairs, self.sentiment_by_lang
+        self.pairs = route_pairs(alive, self.origin_order, routes)
+        self.sentiment_by_lang = sentiment_routes(alive)
+        moved = [
+            f"{s}-{t} -> {self.pairs.get((s, t), 'none')}"
+            for (s, t), m in sorted(before.items())
+            if m == name
+        ]
+        moved += [
+            f"{lang} -> {self.sentiment_by_lang.get(lang, 'none')}" for lang, m in langs.items() if m == name
+        ]
+        log.error(
+            "model %s failed to load (%s); APP_STRICT_READINESS=false: the others serve%s",
+            name,
+            reason,
+            f"; its pairs now go to: {', '.join(moved)}" if moved else "",
+        )
+
+    def check_loaded(self, name: str) -> str:
+        """`name`, or 503 naming it and why it failed to load."""
+        if name in self.failed:
+            raise Unavailable(f"model {name} failed to load: {self.failed[name]}", retry_after=None)
+        return name
 
     @classmethod
     def discover(
@@ -179,7 +237,7 @@ class Registry:
         fail start-up."""
         if not root.is_dir():
             raise SettingsError(f"{ENV_PREFIX}CHECKPOINT_DIR={root}: directory does not exist")
-        entries = []
+        entries, failed = [], {}
         for path in sorted(p for p in root.iterdir() if (p / CONFIG).is_file() or is_argos_package(p)):
             if len(path.name) > MAX_MODEL_NAME:  # a request could not name it
                 raise CheckpointError(
@@ -191,27 +249,38 @@ class Registry:
                 except NotTranslation as e:  # argospm's packages dir also holds e.g. sentence splitters
                     log.warning("skipped %s", e)
                     continue
-                except ArgosPackageError as e:
-                    raise CheckpointError(str(e)) from e
+                except ArgosPackageError as e:  # as for ours: the model fails, the others serve
+                    log.error("model %s failed: %s", path.name, e)
+                    failed[path.name] = public_reason(root, e)
+                    continue
                 meta = {"origin": "argos", "argos": package.metadata}
                 has_card = (path / "README.md").is_file()
                 entries.append(
                     ModelEntry(path.name, path, package.config, meta, {}, has_card, package=package)
                 )
                 continue
-            meta = read_config(path)
             try:
-                cfg = ModelConfig.from_dict(meta["model"])
-            except (TypeError, ValueError) as e:
-                raise CheckpointError(f"{path / CONFIG}: invalid 'model' section ({e})") from e
+                meta = read_config(path)
+                try:
+                    cfg = ModelConfig.from_dict(meta["model"])
+                except (TypeError, ValueError) as e:
+                    raise CheckpointError(f"{path / CONFIG}: invalid 'model' section ({e})") from e
+            except CheckpointError as e:  # one behaviour for every checkpoint error: the model fails
+                log.error("model %s failed: %s", path.name, e)
+                failed[path.name] = public_reason(root, e)
+                continue
             metrics = _read_json(path / "metrics.json")
             entries.append(ModelEntry(path.name, path, cfg, meta, metrics, (path / "README.md").is_file()))
+        if not entries and failed:  # nothing could ever serve: fail start-up, naming each
+            reasons = "; ".join(f"{n}: {r}" for n, r in failed.items())
+            raise SettingsError(f"{ENV_PREFIX}CHECKPOINT_DIR={root}: no model can be served ({reasons})")
         if not entries:
             raise SettingsError(
                 f"{ENV_PREFIX}CHECKPOINT_DIR={root}: no checkpoints (subdirectories holding a {CONFIG} "
                 "or an Argos Translate package)"
             )
-        return cls(entries, route_pairs(entries, origin_order, routes), device, dtype, quantize)
+        pairs = route_pairs(entries, origin_order, routes)
+        return cls(entries, pairs, device, dtype, quantize, failed, origin_order, routes)
 
     def load(self, name: str) -> LoadedModel:
         """Load one checkpoint's weights (blocking: run it in the inference thread); not for an Argos
@@ -253,12 +322,14 @@ class Registry:
         if entry is None or entry.task != task:
             loaded = ", ".join(self.names(task)) or "none"
             raise NotFound(f"model: no {task} model named {shown(name)} (loaded {task} models: {loaded})")
+        self.check_loaded(name)
         return entry
 
     def get_any(self, name: str) -> ModelEntry:
         entry = self.entries.get(name)
         if entry is None:
             raise NotFound(f"model: no model named {shown(name)} (loaded models: {', '.join(self.entries)})")
+        self.check_loaded(name)
         return entry
 
     def target_lang(self, name: str, requested: str | None) -> str:
@@ -284,7 +355,7 @@ class Registry:
                 f"model: no sentiment model for language {lang!r} (expected sentiment-{lang}); "
                 f'loaded sentiment models: {loaded}; pass "model" to choose one'
             )
-        return name
+        return self.check_loaded(name)
 
     def translator_for(self, source_lang: str, target_lang: str, requested: str | None) -> str:
         if requested is not None:
@@ -303,7 +374,7 @@ class Registry:
                 f"source_lang/target_lang: no model translates {source_lang} -> {target_lang} "
                 f"(available pairs: {available})"
             )
-        return name
+        return self.check_loaded(name)
 
     def auto_translator(
         self, detections: list[Detection], target_lang: str, requested: str | None, loc: Sequence[str | int]

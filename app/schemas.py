@@ -406,7 +406,12 @@ class Readiness(BaseModel):
 
     status: Literal["ready", "loading", "failed", "shutting_down"]
     reason: str | None = None
-    models: dict[str, str] = Field(default_factory=dict, description="name -> loading | warming_up | ready")
+    models: dict[str, str] = Field(
+        default_factory=dict, description="name -> loading | warming_up | ready | failed"
+    )
+    failed: dict[str, str] | None = Field(
+        None, description="name -> why it failed to load (no filesystem path); absent when none failed"
+    )
 
 
 class KnownLimit(BaseModel):
@@ -433,6 +438,7 @@ class ModelInfo(BaseModel):
     limits: list[KnownLimit] = Field(default_factory=list, description="Known limits, with examples.")
     origin: str = "trained"  # trained (here) | opus-mt (imported) | argos (an Argos Translate package)
     engine: Literal["torch", "ctranslate2"] = "torch"  # what decodes /translate
+    reason: str | None = Field(None, description="Why it failed to load (status failed).")
 
 
 class ModelsResponse(BaseModel):

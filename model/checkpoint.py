@@ -1,7 +1,8 @@
 """Checkpoint directory format: config.json + model.safetensors + sentencepiece model + README.md + metrics.json.
 
 An imported Marian model (training/import_marian.py) adds a target sentencepiece model and vocab.json
-(config.json "target_tokenizer", "vocab": model.tokenizer.PairTokenizer) and names its "origin".
+(config.json "target_tokenizer", "vocab": model.tokenizer.PairTokenizer) and names its "origin"; an
+imported XLM-R classifier (training/import_xlmr.py) has "tokenizer_ids": "fairseq" (FairseqTokenizer).
 
 Loading reads only JSON, safetensors and the sentencepiece protobuf: nothing is ever unpickled. Every file's
 size and sha256 are recorded in config.json, so a truncated or swapped file is named precisely at load.
@@ -24,8 +25,9 @@ from torch import nn
 from model.classifier import SentimentClassifier
 from model.config import ModelConfig
 from model.quantize import quantize as quantize_linears
-from model.tokenizer import PairTokenizer, Tokenizer
+from model.tokenizer import FairseqTokenizer, PairTokenizer, Tokenizer
 from model.translator import Translator
+from model.xlmr import XLMRClassifier
 
 FORMAT = "transformer-serving/1"
 CONFIG, WEIGHTS, TOKENIZER = "config.json", "model.safetensors", "tokenizer.model"
@@ -52,6 +54,8 @@ class LoadedModel:
 
 
 def build_model(cfg: ModelConfig, init: bool = True) -> SentimentClassifier | Translator:
+    if cfg.architecture == "xlm-roberta":
+        return XLMRClassifier(cfg, init)
     return SentimentClassifier(cfg, init) if cfg.task == "sentiment" else Translator(cfg, init)
 
 
@@ -83,10 +87,11 @@ def save_checkpoint(
     target_tokenizer_path: str | Path | None = None,
     vocab: dict[str, int] | None = None,
     origin: str | None = None,
+    tokenizer_ids: str | None = None,
 ) -> Path:
     """Write a checkpoint directory (weights cast to `dtype`); returns its path. target_tokenizer_path and
     vocab: a PairTokenizer's target model and shared vocabulary; origin: where the weights come from
-    ("trained" when None)."""
+    ("trained" when None); tokenizer_ids="fairseq": the sentencepiece ids shifted as XLM-R's (FairseqTokenizer)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {
@@ -114,6 +119,7 @@ def save_checkpoint(
         "tokenizer": TOKENIZER,
         **({"target_tokenizer": TARGET_TOKENIZER, "vocab": VOCAB} if len(names) > 2 else {}),
         **({"origin": origin} if origin else {}),
+        **({"tokenizer_ids": tokenizer_ids} if tokenizer_ids else {}),
         "files": files,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "training": training or {},
@@ -187,6 +193,8 @@ def load_checkpoint(
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise CheckpointError(f"{path / vocab}: not valid JSON ({e})") from e
             tokenizer = PairTokenizer(path / tok_name, path / target, pieces)
+        elif meta.get("tokenizer_ids") == "fairseq":  # an imported XLM-R classifier
+            tokenizer = FairseqTokenizer(path / tok_name)
         else:
             tokenizer = Tokenizer(path / tok_name)
     except ValueError as e:

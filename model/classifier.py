@@ -64,7 +64,8 @@ class SentimentClassifier(nn.Module):
 
     def encoder_only(self) -> SentimentClassifier:
         """The same classifier without its n-gram head (sharing the encoder's tensors), in eval mode."""
-        bare = SentimentClassifier(replace(self.cfg, ngram="", ngram_buckets=0), init=False)
+        # its logits differ from the whole model's, so the temperature fitted on those does not carry over
+        bare = SentimentClassifier(replace(self.cfg, ngram="", ngram_buckets=0, temperature=1.0), init=False)
         state = {k: v for k, v in self.state_dict().items() if not k.startswith("ngram.")}
         bare.load_state_dict(state, assign=True)  # the same tensors, in their dtype (not copied into fp32)
         weight = self.embed.token.weight  # non-persistent buffers (positions) follow the weights
@@ -72,5 +73,12 @@ class SentimentClassifier(nn.Module):
 
     @torch.inference_mode()
     def predict(self, ids: Tensor, ngrams: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        """ids (B, S) (and the texts' n-grams with an n-gram head) -> class probabilities (B, C) float32."""
-        return self.logits(ids, ngrams).softmax(-1)
+        """ids (B, S) (and the texts' n-grams with an n-gram head) -> class probabilities (B, C) float32,
+        calibrated: the logits divided by cfg.temperature."""
+        return calibrated(self.logits(ids, ngrams), self.cfg.temperature)
+
+
+def calibrated(logits: Tensor, temperature: float) -> Tensor:
+    """Logits (N, C) -> class probabilities (N, C): softmax(logits / temperature), temperature scaling
+    (Guo et al. 2017). The order of the classes, hence the label, is the same at every temperature."""
+    return (logits / temperature).softmax(-1)  # / 1.0 is exact: an uncalibrated model answers as before

@@ -49,6 +49,10 @@ class ModelConfig:
     # optional hashed n-gram head (model.ngram) whose logits add to the encoder's: spec "wWcC", "" = none
     ngram: str = ""
     ngram_buckets: int = 0
+    # the logits are divided by it before the softmax: 1.0 is the model as trained; `python -m training
+    # calibrate` fits it on the validation split so that a score of 0.8 is right about 80% of the time.
+    # It never changes a label
+    temperature: float = 1.0
     # translation
     source_langs: tuple[str, ...] = ()
     target_langs: tuple[str, ...] = ()
@@ -58,6 +62,9 @@ class ModelConfig:
     target_lang_ids: dict[str, int] = field(default_factory=dict)
     target_lang_position: Literal["decoder", "source"] = "decoder"
     decoder_start_id: int | None = None  # the decoder's first token when not a target tag; None = bos_id
+    # "transformer": ours (model.classifier / model.translator); "xlm-roberta": an imported XLM-R classifier
+    # (model.xlmr: learned positions, embedding LayerNorm, dense-tanh head)
+    architecture: Literal["transformer", "xlm-roberta"] = "transformer"
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -70,6 +77,12 @@ class ModelConfig:
             raise ValueError(
                 f"target_lang_position must be 'decoder' or 'source', got {self.target_lang_position!r}"
             )
+        if self.architecture not in ("transformer", "xlm-roberta"):
+            raise ValueError(
+                f"architecture must be 'transformer' or 'xlm-roberta', got {self.architecture!r}"
+            )
+        if self.architecture == "xlm-roberta" and self.task != "sentiment":
+            raise ValueError("architecture 'xlm-roberta' is a sentiment classifier")
         if self.task not in ("sentiment", "translation"):
             raise ValueError(f"task must be 'sentiment' or 'translation', got {self.task!r}")
         if self.task == "sentiment" and len(self.labels) < 2:
@@ -80,6 +93,10 @@ class ModelConfig:
             NgramSpec.parse(self.ngram)
             if self.ngram_buckets < 1:
                 raise ValueError(f"ngram={self.ngram!r} needs ngram_buckets >= 1, got {self.ngram_buckets}")
+        if not 0.0 < self.temperature < float("inf"):
+            raise ValueError(f"temperature must be a positive finite number, got {self.temperature!r}")
+        if self.task != "sentiment" and self.temperature != 1.0:
+            raise ValueError(f"a temperature is for sentiment models, not {self.task!r}")
         if self.pooling == "cls" and self.cls_id is None:
             raise ValueError("pooling='cls' needs cls_id")
         if self.task == "translation" and not (self.source_langs and self.target_langs):

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from model.classifier import SentimentClassifier
+from model.classifier import SentimentClassifier, calibrated
 from model.decoding import Decodable, DecodeOptions, Hypothesis, StopCheck, decode
 from model.ngram import CHUNK, text_units
 from model.preprocess import classifier_ids, pad_ids, source_ids
@@ -107,7 +107,8 @@ def classifier_logits(
     graph: ClassifierGraph | None = None,
     texts: Sequence[str] | None = None,
 ) -> torch.Tensor:
-    """Token id lists -> logits (N, C), float32 on CPU, in input order.
+    """Token id lists -> logits (N, C), float32 on CPU, in input order: as the model computes them, before
+    its temperature (classify_ids applies it).
 
     `graph`: the model's ClassifierGraph (e.g. model.jit.compile_classifier(model); default: the eager
     one). A model with an n-gram head also needs the `texts` the ids came from (the head hashes the whole
@@ -144,8 +145,9 @@ def classify_ids(
     graph: ClassifierGraph | None = None,  # as served: model.jit.compile_classifier(model); None: eager
     texts: Sequence[str] | None = None,
 ) -> torch.Tensor:
-    """Token id lists -> class probabilities (N, C), float32 on CPU, in input order (see classifier_logits)."""
-    return classifier_logits(model, seqs, batch_size, graph, texts).softmax(-1)
+    """Token id lists -> class probabilities (N, C), float32 on CPU, in input order (see classifier_logits):
+    the logits divided by the model's calibrated temperature, then softmax."""
+    return calibrated(classifier_logits(model, seqs, batch_size, graph, texts), model.cfg.temperature)
 
 
 def classify_texts(

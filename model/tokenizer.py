@@ -74,7 +74,9 @@ class PairTokenizer:
         if missing:
             raise ValueError(f"vocabulary lacks the special pieces {missing}")
         self.pad_id, self.unk_id, self.eos_id = vocab["<pad>"], vocab["<unk>"], vocab["</s>"]
-        self.bos_id = vocab.get("<s>", self.pad_id)  # Marian has no BOS: its decoder starts from <pad>
+        # Marian has no BOS (its decoder starts from <pad>): a "<s>" in vocab.json (the tc-big releases) is an
+        # ordinary piece, as transformers' MarianTokenizer treats it
+        self.bos_id = self.pad_id
         self.special = {self.pad_id, self.unk_id, self.eos_id, self.bos_id}
         self.unk_surface: str = self.target_sp.decode_pieces(["<unk>"])  # what decode_marked writes (" ⁇ ")
 
@@ -118,3 +120,66 @@ class PairTokenizer:
 
     def piece_to_id(self, piece: str) -> int:
         return self.vocab.get(piece, self.unk_id)
+
+
+class FairseqTokenizer(Tokenizer):
+    """XLM-R's sentencepiece model with fairseq's ids, as transformers' XLMRobertaTokenizer maps them: <s> 0,
+    <pad> 1, </s> 2, <unk> 3, sentencepiece piece i (i >= 3) -> i + 1, <mask> last. Same interface."""
+
+    OFFSET = 1  # fairseq put <pad> at 1, shifting every sentencepiece id by one
+    SPECIAL = ("<s>", "<pad>", "</s>", "<unk>")
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(path)
+        self.sp_unk = self.sp.unk_id()
+        self.bos_id, self.pad_id, self.eos_id, self.unk_id = 0, 1, 2, 3
+        self.mask_id = self.sp.get_piece_size() + self.OFFSET
+
+    @property
+    def vocab_size(self) -> int:
+        return self.mask_id + 1
+
+    def _ids(self, sp_ids: list[int]) -> list[int]:
+        return [self.unk_id if i == self.sp_unk else i + self.OFFSET for i in sp_ids]
+
+    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        ids = self._ids(self.sp.encode(text, out_type=int))
+        return ([self.bos_id] if add_bos else []) + ids + ([self.eos_id] if add_eos else [])
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        out = self.sp.encode(text, out_type="offset_mapping")
+        return self._ids(list(out["ids"])), [tuple(o) for o in out["offsets"]]
+
+    def encodes_unknown(self, text: str) -> bool:
+        return self.sp_unk in self.sp.encode(text, out_type=int)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self._ids(ids) for ids in self.sp.encode(texts, out_type=int)]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.sp.decode([i - self.OFFSET for i in ids if self.unk_id < i < self.mask_id])
+
+    def decode_marked(self, ids: list[int]) -> str:
+        return self.sp.decode(
+            [
+                self.sp_unk if i == self.unk_id else i - self.OFFSET
+                for i in ids
+                if i >= self.unk_id and i < self.mask_id
+            ]
+        )
+
+    def pieces(self, ids: list[int]) -> list[str]:
+        return [
+            self.SPECIAL[i]
+            if i < len(self.SPECIAL)
+            else "<mask>"
+            if i == self.mask_id
+            else self.sp.id_to_piece(i - self.OFFSET)
+            for i in ids
+        ]
+
+    def piece_to_id(self, piece: str) -> int:
+        if piece in self.SPECIAL:
+            return self.SPECIAL.index(piece)
+        i = self.sp.piece_to_id(piece)
+        return self.unk_id if i == self.sp_unk else i + self.OFFSET

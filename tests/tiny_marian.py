@@ -23,7 +23,14 @@ from model.preprocess import pad_ids
 D_MODEL, HEADS, LAYERS, FFN, MAX_POS = 32, 4, 2, 64, 128
 
 
+_SPM: dict[tuple[int, int], bytes] = {}  # (hash of the lines, size) -> model: trained once per process
+
+
 def _train_spm(lines: list[str], prefix: Path, size: int) -> Path:
+    key = (hash(tuple(lines)), size)
+    if key in _SPM:
+        prefix.with_suffix(".model").write_bytes(_SPM[key])
+        return prefix.with_suffix(".model")
     corpus = prefix.with_suffix(".txt")
     corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
     spm.SentencePieceTrainer.train(
@@ -36,6 +43,7 @@ def _train_spm(lines: list[str], prefix: Path, size: int) -> Path:
         num_threads=1,
         minloglevel=2,
     )
+    _SPM[key] = prefix.with_suffix(".model").read_bytes()
     return prefix.with_suffix(".model")
 
 
@@ -65,6 +73,18 @@ def _train(model: Any, pad: int, fr: list[list[int]], en: list[list[int]], steps
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     g = random.Random(1)
     model.train()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: more threads only contend (10x slower on a loaded machine)
+    try:
+        _steps(model, opt, g, pad, fr, en, steps)
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+
+
+def _steps(
+    model: Any, opt: Any, g: random.Random, pad: int, fr: list[list[int]], en: list[list[int]], steps: int
+) -> None:
     for _ in range(steps):
         rows = [g.randrange(len(fr)) for _ in range(32)]
         src = pad_ids([fr[i] for i in rows], pad)
@@ -74,7 +94,6 @@ def _train(model: Any, pad: int, fr: list[list[int]], en: list[list[int]], steps
         opt.zero_grad()
         loss.backward()
         opt.step()
-    model.eval()
 
 
 def build_marian(
@@ -84,8 +103,10 @@ def build_marian(
     seed: int = 0,
     activation: str = "swish",
     train_steps: int = 80,
+    bos_piece: bool = False,
 ) -> Path:
-    """Write a tiny OPUS-MT-like folder; `tags` (e.g. ("fra", "deu")) adds >>tag<< pieces (multilingual)."""
+    """Write a tiny OPUS-MT-like folder; `tags` (e.g. ("fra", "deu")) adds >>tag<< pieces (multilingual),
+    bos_piece a "<s>" piece mid-vocabulary as the tc-big releases have (no BOS: an ordinary piece)."""
     from transformers import MarianConfig, MarianMTModel
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -103,6 +124,8 @@ def build_marian(
             p = sp.id_to_piece(i)
             if not (sp.is_control(i) or sp.is_unknown(i)) and p not in pieces:
                 pieces.append(p)
+    if bos_piece:
+        pieces.insert(len(pieces) // 2, "<s>")
     pieces.append("<pad>")
     vocab = {p: i for i, p in enumerate(pieces)}
     (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))

@@ -4,12 +4,14 @@ python -m training reproduce sentiment-ko --dry-run       # a shipped model's re
 python -m training translate --preset translate-fr-en --epochs 20
 python -m training sentiment --dataset imdb --d-model 128 --dry-run
 python -m training ngram-head --run runs/sentiment-en --spec w3c4
+python -m training calibrate --checkpoint runs/sentiment-en/best
 python -m training evaluate --checkpoint DIR --data FILE --format tatoeba
 python -m training ship --run runs/translate-fr-en --name translate-fr-en
 python -m training card --checkpoint checkpoints/translate-fr-en
 python -m training download nsmc --data-dir DIR
 python -m training export --format ctranslate2 --checkpoint checkpoints/translate-fr-en --out DIR
 python -m training import marian DIR --name opus-mt-fr-en     # an OPUS-MT download (docs/pretrained.md)
+python -m training import xlm-roberta DIR --name sentiment-xlmr --lang en   # a sentiment classifier
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ COMMANDS: dict[str, str] = {
     "sentiment": "training.train:sentiment_cli",
     "translate": "training.train:translate_cli",
     "ngram-head": "training.ngram_head:cli",
+    "calibrate": "training.calibrate:cli",
     "evaluate": "training.evaluate:cli",
     "download": "training.download:cli",
     "ship": "training.ship:cli",
     "card": "training.ship:card_cli",
     "reproduce": "training.recipes:cli",
     "export": "training.export:cli",
-    "import": "training.import_marian:cli",
+    "import": "training.imports:cli",
 }
 
 

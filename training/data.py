@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import random
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO, TypeVar
@@ -122,6 +123,28 @@ def read_imdb(path: str | os.PathLike[str]) -> list[LabeledText]:
         LabeledText(_BR.sub(" ", text).strip(), _label(label, path, lineno))
         for lineno, (text, label) in _rows(path, ("text", "label"))
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeText:
+    text: str
+    label: int
+    kind: str  # what the text tests, e.g. "negation"
+
+
+def read_probe(path: str | os.PathLike[str], labels: Sequence[str]) -> list[ProbeText]:
+    """A hand-labelled probe set (training/probes/*.jsonl): one JSON object a line, with "text", "label" (one
+    of `labels`, the classifier's) and "kind"; the label becomes its index in `labels`."""
+    out = []
+    for lineno, line in _lines(path):
+        try:
+            row = json.loads(line)
+            out.append(ProbeText(row["text"], labels.index(row["label"]), row["kind"]))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise ValueError(
+                f"{path}:{lineno}: not a probe row (text, label in {list(labels)}, kind): {e}"
+            ) from e
+    return out
 
 
 def read_text_lines(path: str | os.PathLike[str]) -> list[str]:

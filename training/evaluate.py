@@ -4,7 +4,11 @@
       --data ../shared/data/tatoeba/fra-eng/test.tsv --format tatoeba [--beam-size 4] [--limit 500] \
       [--engine ctranslate2]
 
-The last line printed is one JSON object (accuracy / macro_f1 / n, or bleu / chrf / signatures / n / decoding).
+  python -m training evaluate --checkpoint checkpoints/sentiment-en --data training/probes/en.jsonl --format probe
+
+The last line printed is one JSON object (accuracy / macro_f1 / n / ece, or bleu / chrf / signatures / n /
+decoding). A classifier's ece is its served scores' expected calibration error (15 bins); with a temperature,
+ece_at_t1 is the same at T = 1, before calibration.
 """
 
 from __future__ import annotations
@@ -20,23 +24,75 @@ import torch
 
 from engines.ct2_decode import CT2Decoder, load_ct2_decoder
 from model import Decodable, DecodeOptions, LoadedModel, Translator, load_checkpoint
-from model.inference import classify_texts, translate_texts
+from model.classifier import calibrated
+from model.inference import classifier_logits, translate_texts
 from model.jit import trace_translator
-from model.preprocess import source_ids
+from model.preprocess import classifier_ids, source_ids
 from model.quantize import MODES
 from model.unknowns import encode_source, restore_text
-from training.data import read_imdb, read_nsmc, read_parallel, read_tsv_pairs
-from training.metrics import accuracy_f1, bleu_chrf
+from training.data import read_imdb, read_nsmc, read_parallel, read_probe, read_tsv_pairs
+from training.metrics import accuracy_f1, bleu_chrf, expected_calibration_error
 
 log = logging.getLogger(__name__)
-FORMATS = ("nsmc", "imdb", "tatoeba", "multi30k")
+FORMATS = ("nsmc", "imdb", "probe", "tatoeba", "multi30k")
+SENTIMENT_FORMATS = ("nsmc", "imdb", "probe")
+
+
+def sentiment_logits(loaded: LoadedModel, texts: list[str]) -> torch.Tensor:
+    """The classifier's logits (N, C) before its temperature, on the served code path (classify_ids)."""
+    ids = [classifier_ids(loaded.tokenizer, t, loaded.config) for t in texts]  # type: ignore[arg-type]
+    return classifier_logits(loaded.model, ids, texts=texts)  # type: ignore[arg-type]
+
+
+def calibration(logits: torch.Tensor, labels: torch.Tensor, temperature: float) -> dict[str, Any]:
+    """ECE of the served probabilities, and at T = 1 (before calibration) when the model has a temperature."""
+    res: dict[str, Any] = {"ece": expected_calibration_error(calibrated(logits, temperature), labels)}
+    if temperature != 1.0:
+        res |= {
+            "temperature": temperature,
+            "ece_at_t1": expected_calibration_error(logits.softmax(-1), labels),
+        }
+    return res
 
 
 def evaluate_sentiment(loaded: LoadedModel, data: Path, fmt: str, limit: int = 0) -> dict[str, Any]:
+    """Accuracy, macro-F1 and the expected calibration error (ECE_BINS bins) of the served scores."""
     rows = read_nsmc(data) if fmt == "nsmc" else read_imdb(data)
     rows = rows[:limit] if limit else rows
-    probs = classify_texts(loaded.model, loaded.tokenizer, [r.text for r in rows])  # type: ignore[arg-type]
-    return accuracy_f1(probs.argmax(-1).tolist(), [r.label for r in rows])
+    logits, labels = sentiment_logits(loaded, [r.text for r in rows]), torch.tensor([r.label for r in rows])
+    res: dict[str, Any] = accuracy_f1(logits.argmax(-1).tolist(), labels.tolist())
+    return res | calibration(logits, labels, loaded.config.temperature)
+
+
+def evaluate_probe(loaded: LoadedModel, data: Path, limit: int = 0) -> dict[str, Any]:
+    """A hand-labelled probe (JSONL of text, label name, kind; training/probes/README.md): accuracy overall
+    and per kind, and the mean top score of the wrong and of the right answers (and at T = 1)."""
+    rows = read_probe(data, loaded.config.labels)
+    rows = rows[:limit] if limit else rows
+    logits = sentiment_logits(loaded, [r.text for r in rows])
+    labels = torch.tensor([r.label for r in rows])
+    probs, right = calibrated(logits, loaded.config.temperature), logits.argmax(-1) == labels
+
+    def mean_top(p: torch.Tensor, mask: torch.Tensor) -> float | None:
+        """The mean top score of the rows in mask (N,); None for no rows."""
+        return round(p[mask].max(-1).values.mean().item(), 4) if mask.any() else None
+
+    kinds = sorted({r.kind for r in rows})
+    by_kind = {k: [i for i, r in enumerate(rows) if r.kind == k] for k in kinds}
+    res: dict[str, Any] = {
+        "accuracy": right.float().mean().item(),
+        "n": len(rows),
+        "mean_score_wrong": mean_top(probs, ~right),
+        "mean_score_right": mean_top(probs, right),
+        "accuracy_by_kind": {k: round(right[i].float().mean().item(), 4) for k, i in by_kind.items()},
+        "n_by_kind": {k: len(i) for k, i in by_kind.items()},
+    }
+    if loaded.config.temperature != 1.0:
+        res |= {
+            "temperature": loaded.config.temperature,
+            "mean_score_wrong_at_t1": mean_top(logits.softmax(-1), ~right),
+        }
+    return res | calibration(logits, labels, loaded.config.temperature)
 
 
 def read_pairs(
@@ -130,11 +186,14 @@ def run(
             raise SystemExit(
                 f"error: --engine {engine} decodes translators; {loaded.name} is a sentiment model"
             )
-        if fmt not in ("nsmc", "imdb"):
+        if fmt not in SENTIMENT_FORMATS:
             raise SystemExit(
                 f"error: --format {fmt} is a translation format; {loaded.name} is a sentiment model"
             )
-        res = evaluate_sentiment(loaded, data, fmt, limit)
+        if fmt == "probe":
+            res = evaluate_probe(loaded, data, limit)
+        else:
+            res = evaluate_sentiment(loaded, data, fmt, limit)
     else:
         if fmt not in ("tatoeba", "multi30k"):
             raise SystemExit(f"error: --format {fmt} is a sentiment format; {loaded.name} is a translator")

@@ -11,11 +11,15 @@ The output (served by our torch Translator, so /attention works; exportable to C
 choices as ModelConfig fields: post-norm, its activation (swish for OPUS-MT), embeddings times sqrt(d_model),
 sin|cos position table, final_logits_bias, decoding from <pad>, source.spm / target.spm over vocab.json's ids,
 and multilingual targets as a source-side tag (">>fra<<").
+
+Every published layout: opus-mt-SRC-TGT; opus-mt-tc-big-SRC-TGT (relu, a "<s>" piece in vocab.json that is
+no BOS); multilingual targets (opus-mt-en-ROMANCE, opus-mt-tc-big-en-zle: the >>xxx<< tokens); multilingual
+sources (opus-mt-mul-en: --source-lang names the languages to serve). Languages come from the flags, else the
+name, else (targets) the >>xxx<< tokens.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from pathlib import Path
@@ -29,19 +33,89 @@ from model.config import ModelConfig
 from model.layers import sinusoids
 from model.tokenizer import PairTokenizer
 from model.translator import Translator
+from training.import_check import ImportFailed
 
 ORIGIN = "opus-mt"
 LICENSE = "CC-BY-4.0"  # OPUS-MT models (Tiedemann & Thottingal, 2020); the model card of each says so
-NAME = re.compile(r"opus-mt-([A-Za-z_]+)-([A-Za-z_]+)")
+CODES = r"[A-Za-z]+(?:_[A-Za-z]+)*"  # "fr", "ROMANCE", "cat_oci_spa"
+# opus-mt-SRC-TGT and the Tatoeba-Challenge releases' opus-mt-tc-big-SRC-TGT (tc-base, ...): the name's end
+NAME = re.compile(rf"opus-mt-(?:tc-[a-z]+-)?({CODES})-({CODES})$")
 TAG = re.compile(r"^>>([A-Za-z_]+)<<$")  # a multilingual model's target-language token
-# ISO 639-3 (OPUS-MT's target tags) -> ISO 639-1 (our API's codes), for the tags that have one in common use
+# ISO 639-3 (OPUS-MT's tags and tc-big names) -> ISO 639-1 (our API's codes), for the common ones
 ISO3 = {
-    "ara": "ar", "cat": "ca", "ces": "cs", "dan": "da", "deu": "de", "ell": "el", "eng": "en", "fin": "fi",
-    "fra": "fr", "glg": "gl", "heb": "he", "hin": "hi", "hun": "hu", "ind": "id", "ita": "it", "jpn": "ja",
-    "kor": "ko", "lat": "la", "nld": "nl", "nob": "nb", "pol": "pl", "por": "pt", "ron": "ro", "rus": "ru",
-    "spa": "es", "swe": "sv", "tur": "tr", "ukr": "uk", "vie": "vi", "zho": "zh",
+    "afr": "af", "ara": "ar", "bel": "be", "ben": "bn", "bos": "bs", "bre": "br", "bul": "bg", "cat": "ca",
+    "ces": "cs", "cym": "cy", "dan": "da", "deu": "de", "ell": "el", "eng": "en", "epo": "eo", "est": "et",
+    "eus": "eu", "fas": "fa", "fin": "fi", "fra": "fr", "gle": "ga", "glg": "gl", "heb": "he", "hin": "hi",
+    "hrv": "hr", "hun": "hu", "hye": "hy", "ind": "id", "isl": "is", "ita": "it", "jpn": "ja", "kat": "ka",
+    "kor": "ko", "lat": "la", "lav": "lv", "lit": "lt", "ltz": "lb", "mkd": "mk", "msa": "ms", "nld": "nl",
+    "nno": "nn", "nob": "nb", "nor": "no", "oci": "oc", "pol": "pl", "por": "pt", "ron": "ro", "rus": "ru",
+    "slk": "sk", "slv": "sl", "spa": "es", "sqi": "sq", "srp": "sr", "swe": "sv", "tha": "th", "tur": "tr",
+    "ukr": "uk", "urd": "ur", "vie": "vi", "zho": "zh",
 }  # fmt: skip
+# ISO 639-5 language groups in OPUS-MT names (opus-mt-mul-en, opus-mt-tc-big-en-zle); upper case
+# (ROMANCE, SCANDINAVIA) is a group too. A group names no language we could serve by itself.
+GROUPS = frozenset(
+    [
+        "aav",
+        "afa",
+        "alv",
+        "art",
+        "ath",
+        "aus",
+        "bat",
+        "ber",
+        "bnt",
+        "cau",
+        "ccs",
+        "cdc",
+        "cel",
+        "cpf",
+        "cpp",
+        "crp",
+        "cus",
+        "dra",
+        "euq",
+        "fiu",
+        "gem",
+        "gmq",
+        "gmw",
+        "grk",
+        "hyx",
+        "iir",
+        "inc",
+        "ine",
+        "ira",
+        "iro",
+        "itc",
+        "jpx",
+        "kro",
+        "map",
+        "mkh",
+        "mul",
+        "nic",
+        "phi",
+        "poz",
+        "pqe",
+        "roa",
+        "sal",
+        "sem",
+        "sit",
+        "sla",
+        "smi",
+        "sqj",
+        "ssa",
+        "tai",
+        "trk",
+        "tut",
+        "urj",
+        "zhx",
+        "zle",
+        "zls",
+        "zlw",
+    ]  # noqa: SIM905 (56 quoted strings read worse)
+)
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
+NAME_HELP = "opus-mt-SRC-TGT or opus-mt-tc-big-SRC-TGT"
 
 
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -54,18 +128,60 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     raise FileNotFoundError(f"{folder}: neither model.safetensors nor pytorch_model.bin")
 
 
-def languages(folder: Path, hf: dict[str, Any]) -> tuple[str, str] | None:
-    """(source, target) from an opus-mt-SRC-TGT name in the path (or config.json's _name_or_path)."""
+def code(lang: str) -> str:
+    """A name's or tag's language code as the API writes it: ISO 639-3 -> 639-1 where common."""
+    return ISO3.get(lang, lang)
+
+
+def is_group(lang: str) -> bool:
+    return lang.isupper() or lang in GROUPS
+
+
+def name_languages(folder: Path, hf: dict[str, Any]) -> tuple[list[str], list[str]] | None:
+    """(sources, targets) from an opus-mt name: the folder's (or a parent's, as in a hub cache), else
+    config.json's _name_or_path; "fr_it" lists two languages; groups are kept as written."""
     for text in [*reversed(folder.resolve().parts), str(hf.get("_name_or_path", ""))]:
         if m := NAME.search(text):
-            return m.group(1), m.group(2)
+            return m.group(1).split("_"), m.group(2).split("_")
     return None
+
+
+def resolve_languages(
+    folder: Path,
+    hf: dict[str, Any],
+    vocab: dict[str, int],
+    source_langs: list[str] | None,
+    target_langs: list[str] | None,
+) -> tuple[list[str], list[str]]:
+    """(sources, targets) from the flags, else the name, else (targets) the >>xxx<< tokens; a group (mul,
+    zle, ROMANCE) as source needs --source-lang, as target the tokens. ImportFailed says what to pass."""
+    found = name_languages(folder, hf)
+    tags = sorted({code(m.group(1)) for p in vocab if (m := TAG.match(p))})
+    src = source_langs or (found[0] if found else None)
+    if src is None:
+        raise ImportFailed(
+            f"cannot read the languages from {folder.name!r} (expected {NAME_HELP}): give --source-lang"
+            + ("" if tags else " and --target-lang")
+        )
+    if not (sources := [code(s) for s in src if not is_group(s)]):
+        raise ImportFailed(
+            f"source {'_'.join(src)!r} is a language group: give --source-lang with the languages to serve "
+            "(e.g. --source-lang de fr)"
+        )
+    tgt = target_langs or (found[1] if found else None)
+    if tgt is None or not [t for t in tgt if not is_group(t)]:
+        if not tags:
+            shown = f"target {'_'.join(tgt)!r} is a language group" if tgt else "no target language"
+            raise ImportFailed(f"{shown} and vocab.json has no >>xxx<< tokens: give --target-lang")
+        return sources, tags  # a group, or no name: every target token
+    return sources, [code(t) for t in tgt if not is_group(t)]
 
 
 def marian_config(
     hf: dict[str, Any], vocab: dict[str, int], source_langs: list[str], target_langs: list[str]
 ) -> ModelConfig:
-    """Our ModelConfig for a transformers MarianConfig (config.json); ValueError on a choice we lack."""
+    """Our ModelConfig for a transformers MarianConfig (config.json) serving `source_langs` ->
+    `target_langs` (resolve_languages' codes); ValueError on a choice we lack."""
     act = ACTIVATIONS.get(hf.get("activation_function", "swish"))
     if act is None:
         raise ValueError(
@@ -83,19 +199,14 @@ def marian_config(
         )
     if hf["vocab_size"] != len(vocab):
         raise ValueError(f"config.json vocab_size={hf['vocab_size']}, vocab.json has {len(vocab)} pieces")
-    tags = {m.group(1): i for p, i in vocab.items() if (m := TAG.match(p))}
+    by_code = {code(m.group(1)): i for p, i in vocab.items() if (m := TAG.match(p))}
     target_lang_ids = {}
-    codes = [lang for lang in target_langs if not lang.isupper()]  # upper case: a group (ROMANCE)
-    if tags and (len(target_langs) > 1 or not codes):  # a multilingual target: our code -> its tag's id
-        by_code = {ISO3.get(t, t): i for t, i in tags.items()}
-        chosen = codes or sorted(by_code)  # a group name alone: every tag
-        missing = [lang for lang in chosen if lang not in by_code]
+    if by_code and (len(target_langs) > 1 or target_langs[0] in by_code):  # the tag picks the target
+        missing = [lang for lang in target_langs if lang not in by_code]
         if missing:
             raise ValueError(f"target languages {missing} have no >>tag<< in vocab.json ({sorted(by_code)})")
-        target_lang_ids = {lang: by_code[lang] for lang in chosen}
+        target_lang_ids = {lang: by_code[lang] for lang in target_langs}
         target_langs = sorted(target_lang_ids)
-    if not [lang for lang in source_langs if not lang.isupper()]:
-        raise ValueError(f"source {source_langs} names a group: give --source-lang with its language codes")
     pad = hf.get("pad_token_id", vocab["<pad>"])
     return ModelConfig(
         task="translation",
@@ -183,12 +294,7 @@ def import_marian(
     if hf.get("model_type", "marian") != "marian":
         raise ValueError(f"{folder / 'config.json'}: model_type={hf.get('model_type')!r}, not 'marian'")
     vocab = json.loads((folder / "vocab.json").read_text())
-    found = languages(folder, hf)
-    if not (source_langs and target_langs) and found is None:
-        raise ValueError(f"{folder}: no opus-mt-SRC-TGT in its path: give --source-lang and --target-lang")
-    src = source_langs or found[0].split("_")  # type: ignore[index]
-    tgt = target_langs or found[1].split("_")  # type: ignore[index]
-    cfg = marian_config(hf, vocab, src, tgt)
+    cfg = marian_config(hf, vocab, *resolve_languages(folder, hf, vocab, source_langs, target_langs))
     PairTokenizer(folder / "source.spm", folder / "target.spm", vocab)  # fails here, not at serving
     model = Translator(cfg, init=False)
     state = marian_state(read_weights(folder), cfg)
@@ -210,34 +316,3 @@ def import_marian(
         vocab=vocab,
         origin=ORIGIN,
     )
-
-
-def cli(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m training import",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("family", choices=["marian"], help="the model family (marian: OPUS-MT)")
-    p.add_argument(
-        "dir",
-        type=Path,
-        help="the downloaded model folder (model.safetensors, or pytorch_model.bin read with "
-        "torch.load(weights_only=True): never unpickled)",
-    )
-    p.add_argument("--name", required=True, help="the checkpoint (and served model) name")
-    p.add_argument("--out-dir", type=Path, default=Path("checkpoints"))
-    p.add_argument("--source-lang", nargs="+", help="default: SRC of an opus-mt-SRC-TGT folder name")
-    p.add_argument("--target-lang", nargs="+", help="default: TGT of an opus-mt-SRC-TGT folder name")
-    p.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="stored weights")
-    p.add_argument("--force", action="store_true", help="replace an existing checkpoint of that name")
-    args = p.parse_args(argv)
-    out = args.out_dir / args.name
-    if out.exists() and not args.force:
-        p.error(f"{out} already exists (--force replaces it)")
-    try:
-        path = import_marian(args.dir, out, args.source_lang, args.target_lang, getattr(torch, args.dtype))
-    except (OSError, ValueError, KeyError) as e:
-        p.error(str(e))
-    print(f"wrote {path}")  # noqa: T201
-    return 0

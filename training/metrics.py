@@ -1,4 +1,5 @@
-"""Evaluation metrics: accuracy and macro-F1 for sentiment, sacreBLEU BLEU and chrF for translation."""
+"""Evaluation metrics: accuracy, macro-F1 and calibration error for sentiment, sacreBLEU BLEU and chrF for
+translation."""
 
 from __future__ import annotations
 
@@ -6,6 +7,19 @@ from collections.abc import Sequence
 from typing import Any
 
 import sacrebleu
+import torch
+
+ECE_BINS = 15
+
+
+def expected_calibration_error(probs: torch.Tensor, labels: torch.Tensor, bins: int = ECE_BINS) -> float:
+    """ECE (Naeini et al. 2015; Guo et al. 2017): the top score of each row of probs (N, C) in `bins`
+    equal-width bins over (0, 1]; the mean over rows of |accuracy - mean top score| of the row's bin."""
+    conf, pred = probs.max(-1)
+    right = (pred == labels).float()
+    which = (conf * bins).ceil().clamp(1, bins).long() - 1  # (N,) bin i holds (i/bins, (i+1)/bins]
+    gap = torch.zeros(bins).index_add_(0, which, right - conf).abs()  # per bin: |sum(right - conf)|
+    return float(gap.sum() / max(1, len(labels)))
 
 
 def accuracy_f1(pred: Sequence[int], gold: Sequence[int]) -> dict[str, float]:

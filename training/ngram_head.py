@@ -126,6 +126,7 @@ def cli(argv: list[str] | None = None) -> int:
     training = loaded.meta.get("training", {}) | {
         "ngram_head": report | {"seconds": round(time.time() - start)}
     }
+    training.pop("calibration", None)  # new logits at T = 1: `python -m training calibrate` fits T again
     tmp, old = best.with_name("best.tmp"), best.with_name("best.old")
     shutil.rmtree(tmp, ignore_errors=True)
     save_checkpoint(tmp, model, best / loaded.meta.get("tokenizer", "tokenizer.model"), training=training)

@@ -2,6 +2,7 @@
 
   python -m training ship --run runs/translate-fr-en [--name translate-fr-en] [--dest checkpoints]
   python -m training card --checkpoint checkpoints/translate-fr-en   # rewrite the card from the files
+  python -m training card --checkpoint checkpoints/sentiment-en --measure  # measure test and probe again first
 
 Refuses to replace a shipped checkpoint unless the new validation metric is better (`--force` overrides);
 the test split is only measured, never used to choose. A name with a recipe (training/recipes.py) ships only
@@ -36,6 +37,8 @@ TEST_SETS: dict[str, tuple[str, str, str]] = {
     "multi30k-en-de": ("multi30k/test", "multi30k", "bleu"),
 }
 CARD_METRICS = ("accuracy", "macro_f1", "bleu", "chrf", "n")
+# a classifier's hand-labelled short-text probe, by source language (training/probes/README.md)
+PROBES = Path(__file__).resolve().parent / "probes"
 DATA_NOTES = {
     "nsmc": "NSMC (Naver Sentiment Movie Corpus v1.0, CC0): official 150K train (5% held out for validation) / 50K test",
     "imdb": "IMDb Large Movie Review Dataset (Maas et al. 2011): official 25K train (5% held out) / 20K of the official 25K test",
@@ -147,7 +150,91 @@ Measured with `{test.get("command", "")}` ({test.get("seconds", "?")} s on this 
 {signature}{decoding}
 
 Validation (best checkpoint): `{json.dumps({k: v for k, v in valid.items() if k != "n"})}`
+{_calibration(meta, test)}{_probe(metrics.get("probe"))}{_limits(name)}"""
+
+
+def _calibration(meta: dict[str, Any], test: dict[str, Any]) -> str:
+    """A calibrated classifier's card section: its temperature and the ECE before and after on valid and test."""
+    record = meta.get("training", {}).get("calibration")
+    if not record or "ece_at_t1" not in test:
+        return ""
+    t = record["temperature"]
+    return f"""
+## Calibration
+
+Scores are softmax(logits / T) with T = {t}, fitted on the validation split ({record["n"]:,} texts) by
+`python -m training calibrate` (temperature scaling: the T of least negative log-likelihood). A temperature
+changes how sure the model says it is, never a label. Expected calibration error (ECE, {record["bins"]}
+equal-width bins of the top score; 0 is a score that is right as often as it says):
+
+| split | ECE at T = 1 (as trained) | ECE at T = {t} (served) |
+|---|---:|---:|
+| valid | {record["ece_before"]} | {record["ece_after"]} |
+| test | {test["ece_at_t1"]} | {test["ece"]} |
 """
+
+
+def _probe(probe: dict[str, Any] | None) -> str:
+    """A classifier's card section: accuracy and scores on its language's hand-labelled short-text probe."""
+    if not probe:
+        return ""
+    rows = "\n".join(f"| {k} | {probe['n_by_kind'][k]} | {a} |" for k, a in probe["accuracy_by_kind"].items())
+    at_t1 = f" ({probe['mean_score_wrong_at_t1']} at T = 1)" if "mean_score_wrong_at_t1" in probe else ""
+    ece_t1 = f" ({probe['ece_at_t1']} at T = 1)" if "ece_at_t1" in probe else ""
+    return f"""
+## Short texts
+
+{probe["n"]} short texts written and labelled by hand (`training/probes/`, its README says how), never
+trained, selected or calibrated on; measured with `{probe["command"]}`:
+
+| kind | texts | accuracy |
+|---|---:|---:|
+{rows}
+| all | {probe["n"]} | {probe["accuracy"]} |
+
+Mean score of the wrong answers: {probe["mean_score_wrong"]}{at_t1}; of the right answers:
+{probe["mean_score_right"]}. ECE on these texts: {probe["ece"]}{ece_t1}.
+"""
+
+
+def _limits(name: str) -> str:
+    """The card's Limits section: the recipe's caveats, one bullet each."""
+    recipe = RECIPES.get(name)
+    if recipe is None or not recipe.caveats:
+        return ""
+    return "\n## Limits\n\n" + "".join(f"- {c}\n" for c in recipe.caveats)
+
+
+def measure(checkpoint: Path, name: str, dataset: str, data_dir: str | None = None) -> dict[str, Any]:
+    """metrics.json's measured sections: "test" (the dataset's test split) and, for a classifier with a probe
+    in its language, "probe"; each with the command that measures it again on the shipped checkpoint `name`."""
+    rel, fmt, _ = TEST_SETS[dataset]
+    test = evaluate_run(checkpoint, resolve_data_dir(data_dir) / rel, fmt, beam_size=4)
+    test["command"] = (
+        f"python -m training evaluate --checkpoint checkpoints/{name} --data ../shared/data/{rel} --format {fmt}"
+        + (" --beam-size 4" if fmt in ("tatoeba", "multi30k") else "")
+    )
+    out = {"test": test}
+    langs = read_config(checkpoint)["model"].get("source_langs", [])
+    if fmt in ("nsmc", "imdb") and langs and (probe := PROBES / f"{langs[0]}.jsonl").is_file():
+        out["probe"] = evaluate_run(checkpoint, probe, "probe")
+        out["probe"]["command"] = (
+            f"python -m training evaluate --checkpoint checkpoints/{name} --data training/probes/{probe.name}"
+            " --format probe"
+        )
+    for res in out.values():
+        res.pop("checkpoint", None)
+        res.pop("data", None)
+    return {k: _rounded(v) for k, v in out.items()}
+
+
+def remeasure(dest: Path, name: str, data_dir: str | None = None) -> None:
+    """Measure a shipped checkpoint's test split and probe again into its metrics.json (after `python -m
+    training calibrate` changed its scores), keeping its validation metrics and date."""
+    meta = read_config(dest)
+    metrics = json.loads((dest / "metrics.json").read_text())
+    metrics |= measure(dest, name, meta["training"]["config"]["dataset"], data_dir)
+    (dest / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n")
 
 
 def card_info(name: str) -> dict[str, Any] | None:
@@ -192,7 +279,17 @@ def card_cli(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training card", description=write_card.__doc__)
     p.add_argument("--checkpoint", type=Path, required=True, help="a shipped checkpoint directory")
     p.add_argument("--name", help="its name (default: the directory name), the recipe the card prints")
+    p.add_argument(
+        "--measure",
+        action="store_true",
+        help="measure the test split and the probe again first (metrics.json), as ship does",
+    )
+    p.add_argument(
+        "--data-dir", default=None, help="with --measure: default $TRAINING_DATA_DIR, else ../shared/data"
+    )
     args = p.parse_args(argv)
+    if args.measure:
+        remeasure(args.checkpoint, args.name or args.checkpoint.name, args.data_dir)
     print(write_card(args.checkpoint, args.name))
     return 0
 
@@ -217,7 +314,6 @@ def cli(argv: list[str] | None = None) -> int:
             f"error: the run is not recipe {name!r} (training/recipes.py), whose card would be wrong: {diff}"
         )
         return 2
-    rel, fmt, _ = TEST_SETS[dataset]
     valid = json.loads((best / "metrics.json").read_text()).get("valid", {})
     dest = args.dest / name
     if (dest / "metrics.json").exists() and not args.force:  # select on validation, never on test
@@ -227,22 +323,12 @@ def cli(argv: list[str] | None = None) -> int:
                 f"not shipping: validation metric {valid.get('metric')} does not improve on the shipped {old}"
             )
             return 1
-    data = resolve_data_dir(args.data_dir) / rel
-    test = evaluate_run(best, data, fmt, beam_size=4)
-    test["command"] = (
-        f"python -m training evaluate --checkpoint checkpoints/{name} --data ../shared/data/{rel} --format {fmt}"
-        + (" --beam-size 4" if fmt in ("tatoeba", "multi30k") else "")
-    )
-    test.pop("checkpoint", None)
-    test.pop("data", None)
+    measured = measure(best, name, dataset, args.data_dir)
+    test = measured["test"]
     tmp = args.dest / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(best, tmp)
-    shipped = {
-        "test": _rounded(test),
-        "valid": _rounded(valid),
-        "shipped": datetime.now(UTC).date().isoformat(),
-    }
+    shipped = {**measured, "valid": _rounded(valid), "shipped": datetime.now(UTC).date().isoformat()}
     (tmp / "metrics.json").write_text(json.dumps(shipped, indent=2, ensure_ascii=False) + "\n")
     if "seconds" not in meta["training"]:  # runs started before wall time was recorded: file times
         tok = args.run / "tokenizer.model"

@@ -68,6 +68,9 @@ class Metrics:
             **own,
         )
         self.models_loaded = Gauge("models_loaded", "Models loaded and warmed up", **own)
+        self.models_failed = Gauge(
+            "models_failed", "Models that failed to load (1), with the reason", ["model", "reason"], **own
+        )
         # work for nobody: computed for a request that had left, or a decoding stopped because all had left
         self.abandoned = Counter(
             "abandoned_items",

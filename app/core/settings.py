@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"  # json: one JSON object per line (app/core/logs.py)
     access_log: bool = False  # one log line per request (app.edge.gate.Gate), with its request id and latency
     warmup: bool = True  # one inference per model before /ready turns 200
+    # a model that fails to load (Triton's --strict-readiness): true, /ready stays 503 naming it and why while
+    # the others serve; false, /ready turns 200 and its pairs go to the next model in the routing order
+    strict_readiness: bool = True
     # forward passes that run at once, each in its own thread; 0 = auto: 2 on a CPU with 2+ cores (two
     # single-threaded batches side by side beat one batch on two threads), 1 on CUDA
     inference_workers: int = Field(default=0, ge=0, le=64)

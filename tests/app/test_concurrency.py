@@ -322,12 +322,12 @@ async def test_models_load_on_every_inference_worker_at_once(
     assert most == workers
 
 
-async def failed_reason(app: FastAPI, client: httpx.AsyncClient) -> str:
-    """Wait until loading has failed -> its reason; model routes and /ready answer 503 then."""
+async def failed_reason(app: FastAPI, client: httpx.AsyncClient, text: str = "a") -> str:
+    """Wait until loading has failed -> its reason; /ready and the failed model's texts answer 503 then."""
     await eventually(lambda: app.state.service.life.status == "failed")
     r = await client.get("/ready")
     assert (r.status_code, r.json()["status"]) == (503, "failed")
-    assert (await client.post("/sentiment", json={"text": "a"})).status_code == 503
+    assert (await client.post("/sentiment", json={"text": text})).status_code == 503
     return str(r.json()["reason"])
 
 
@@ -341,7 +341,8 @@ async def test_one_checkpoint_failing_to_load_fails_readiness_beside_a_good_one(
     shutil.copytree(tiny_sentiment_ko_checkpoint, broken)
     (broken / "tokenizer.model").write_bytes(b"not a sentencepiece model")
     async with serve(Settings(checkpoint_dir=tmp_path), ready=False) as (app, client):
-        assert "sentiment-ko/tokenizer.model" in await failed_reason(app, client)
+        assert "sentiment-ko/tokenizer.model" in await failed_reason(app, client, "정말 좋았어요")
+        assert (await client.post("/sentiment", json={"text": "a"})).status_code == 200  # the other serves
 
 
 async def test_shutdown_finishes_queued_requests_then_refuses(held: Held, sentiment_only_dir: Path) -> None:

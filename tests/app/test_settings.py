@@ -195,12 +195,26 @@ async def test_empty_checkpoint_dir_fails_start_up(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
-async def test_invalid_config_fails_start_up_naming_the_file(tmp_path: Path) -> None:
+async def test_invalid_config_fails_its_model_naming_the_file(
+    tmp_path: Path, tiny_sentiment_checkpoint: Path
+) -> None:
+    """As any checkpoint error (tests/app/test_failed_models.py): /ready 503 names the model and the file;
+    start-up fails only when no model is left to serve."""
+    from tests.app.conftest import eventually, serve
+
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text("{not json")
-    with pytest.raises(ValueError, match="broken/config.json: not valid JSON"):
+    with pytest.raises(
+        ValueError, match="no model can be served .broken: broken/config.json: not valid JSON"
+    ):
         async with LifespanManager(create_app(Settings(checkpoint_dir=tmp_path))):
             pass
+    (tmp_path / "sentiment-en").symlink_to(tiny_sentiment_checkpoint, target_is_directory=True)
+    async with serve(Settings(checkpoint_dir=tmp_path), ready=False) as (app, client):
+        await eventually(lambda: app.state.service.life.serving)
+        r = await client.get("/ready")
+        assert (r.status_code, r.json()["models"]) == (503, {"sentiment-en": "ready", "broken": "failed"})
+        assert r.json()["failed"]["broken"].startswith("broken/config.json: not valid JSON")
 
 
 @pytest.mark.parametrize(

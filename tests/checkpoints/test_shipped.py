@@ -12,7 +12,7 @@ from model import DecodeOptions, load_checkpoint
 from model.inference import classify_texts, translate_texts
 from training.data import resolve_data_dir
 from training.evaluate import run as evaluate
-from training.ship import TEST_SETS, card_info, model_card
+from training.ship import PROBES, TEST_SETS, card_info, model_card
 
 CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
 SHIPPED = sorted(p for p in CHECKPOINTS.glob("*") if (p / "config.json").is_file())
@@ -119,3 +119,30 @@ def test_scores_above_floor_on_test_slice(path: Path) -> None:
     assert res[metric] >= card - MARGIN[metric], (
         f"{path.name}: {metric} {res[metric]} on 500 test examples, card says {card}"
     )
+
+
+CLASSIFIERS = [p for p in SHIPPED if p.name.startswith("sentiment-")]
+
+
+@pytest.mark.parametrize("path", CLASSIFIERS, ids=_ids(CLASSIFIERS))
+def test_classifier_is_calibrated_as_its_card_says(path: Path) -> None:
+    """Its temperature is the one calibrate fitted; the card's ECE on test meets the target (<= 0.05) and
+    beats T = 1; on the short-text probe the wrong answers score below 0.9 on average."""
+    meta = json.loads((path / "config.json").read_text())
+    temperature = meta["model"]["temperature"]
+    assert temperature == meta["training"]["calibration"]["temperature"] > 1.0
+    metrics = json.loads((path / "metrics.json").read_text())
+    assert metrics["test"]["temperature"] == temperature
+    assert metrics["test"]["ece"] <= 0.05 < metrics["test"]["ece_at_t1"]
+    assert metrics["probe"]["mean_score_wrong"] < 0.9
+
+
+@pytest.mark.parametrize("path", CLASSIFIERS, ids=_ids(CLASSIFIERS))
+def test_probe_figures_are_what_the_classifier_answers(path: Path) -> None:
+    """The card's short-text probe figures, measured again (its texts are few and short)."""
+    card = json.loads((path / "metrics.json").read_text())["probe"]
+    lang = load_checkpoint(path).config.source_langs[0]
+    res = evaluate(path, PROBES / f"{lang}.jsonl", "probe")
+    for key in ("accuracy", "mean_score_wrong", "mean_score_right", "ece"):
+        assert round(res[key], 4) == pytest.approx(card[key], abs=1e-4), key
+    assert res["accuracy_by_kind"] == card["accuracy_by_kind"]

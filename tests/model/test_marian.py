@@ -23,6 +23,7 @@ from model.preprocess import pad_ids
 from model.translator import Translator
 from tests.tiny_marian import build_marian, load_reference
 from training import import_marian as importer
+from training import imports
 
 pytest.importorskip("transformers")
 
@@ -41,7 +42,7 @@ def marian_dir(tiny_marian_dir: Path) -> Path:
 @pytest.fixture(scope="module")
 def imported(marian_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
     out = tmp_path_factory.mktemp("ours") / "opus-mt-fr-en"
-    assert importer.cli(["marian", str(marian_dir), "--name", out.name, "--out-dir", str(out.parent)]) == 0
+    assert imports.cli(["marian", str(marian_dir), "--name", out.name, "--out-dir", str(out.parent)]) == 0
     return load_checkpoint(out)
 
 
@@ -243,7 +244,7 @@ def test_bin_weights_are_read_without_unpickling(marian_dir: Path, tmp_path: Pat
 
 def test_server_and_model_never_import_transformers() -> None:
     code = (
-        "import sys, app.main, app.service, model, engines.ct2_decode, training.import_marian\n"
+        "import sys, app.main, app.service, model, engines.ct2_decode, training.import_marian, training.imports, training.import_xlmr\n"
         "assert 'transformers' not in sys.modules, 'transformers imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])

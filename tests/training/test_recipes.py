@@ -46,7 +46,8 @@ def test_reproduce_runs_each_command_in_order_and_stops_at_a_failure(
     monkeypatch.setattr(subprocess, "run", run)
     assert main(["reproduce", "sentiment-en"]) == 3
     chain = commands(RECIPES["sentiment-en"])
-    assert ran == [[sys.executable, "-m", "training", *argv] for argv in chain[:-1]]  # no ship
+    stop = [argv[0] for argv in chain].index("ngram-head")
+    assert ran == [[sys.executable, "-m", "training", *argv] for argv in chain[: stop + 1]]  # none after it
     assert "error: exit status 3: python -m training ngram-head" in capsys.readouterr().err
 
 
@@ -97,7 +98,8 @@ def test_the_shipped_card_is_the_one_card_prints(name: str) -> None:
 def test_a_chain_runs_end_to_end_and_resumes(
     synthetic_data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A tiny recipe: a teacher, a student paused at step 2 then finished, its n-gram head, ship; run twice."""
+    """A tiny recipe: a teacher, a student paused at step 2 then finished, its n-gram head, its temperature,
+    ship; run twice."""
     tiny = {
         "task": "sentiment",
         "dataset": "nsmc",
@@ -151,9 +153,15 @@ def test_a_chain_runs_end_to_end_and_resumes(
         str(dest),
     ]
     assert main(argv) == 0
-    assert [c for c, _ in ran] == ["sentiment", "sentiment", "sentiment", "ngram-head", "ship"]
+    assert [c for c, _ in ran] == ["sentiment", "sentiment", "sentiment", "ngram-head", "calibrate", "ship"]
     student = load_checkpoint(dest / "toy")
     assert student.config.ngram == "w1c2"
+    calibration = student.meta["training"]["calibration"]  # fitted on the run's best/, shipped with it
+    assert student.config.temperature == calibration["temperature"] != 1.0
+    assert (
+        json.loads((dest / "toy" / "metrics.json").read_text())["test"]["temperature"]
+        == calibration["temperature"]
+    )
     recorded = student.meta["training"]["config"]  # shipped without the machine's paths
     assert (recorded["out_dir"], recorded["data_dir"], recorded["stop_at_step"]) == ("runs", "", 0)
     assert recorded["init_from"] == "runs/toy-teacher/best"
@@ -167,6 +175,18 @@ def test_a_chain_runs_end_to_end_and_resumes(
     assert main(argv) == 1  # again: every run is done; ship finds no better validation metric
     assert ran[-1] == ("ship", 1)
     assert torch.load(runs / "toy" / "state.pt", weights_only=True)["progress"] == state
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_a_classifier_is_calibrated_after_its_head_and_before_ship(name: str) -> None:
+    steps = [argv[0] for argv in commands(RECIPES[name])]
+    if RECIPES[name].runs[-1].settings["task"] != "sentiment":
+        assert "calibrate" not in steps
+        return
+    assert steps[-3:] == ["ngram-head", "calibrate", "ship"]
+    assert commands(RECIPES[name], "R")[-2] == ["calibrate", "--checkpoint", f"R/{name}/best"]
+    shipped = load_checkpoint(CHECKPOINTS / name)  # the shipped checkpoint is the calibrated one
+    assert shipped.config.temperature == shipped.meta["training"]["calibration"]["temperature"]
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
