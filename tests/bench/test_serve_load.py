@@ -17,6 +17,7 @@ from bench.serve_load import main
 DURATION = "0.3"  # seconds per cell: enough requests for every column (CPU is read in 10 ms ticks)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_wrk", ["no", "yes"] if shutil.which("wrk") else ["no"])
 def test_serve_load_prints_every_table(
     bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str], use_wrk: str
@@ -31,6 +32,7 @@ def test_serve_load_prints_every_table(
     assert "| (for reference) server CPU per /sentiment request, c=4 |" in out
 
 
+@pytest.mark.slow
 def test_serve_load_with_several_texts_per_request(
     bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -39,6 +41,7 @@ def test_serve_load_with_several_texts_per_request(
     _check_tables(out, texts=4, routes=1)
 
 
+@pytest.mark.slow
 def test_serve_load_sentiment_model_picks_the_model_and_its_language(
     bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -95,6 +98,7 @@ def _check_tables(out: str, texts: int, routes: int = 2, concurrencies: int = 2)
     assert "ready within 5 s of start (batching on)" in out
 
 
+@pytest.mark.slow
 def test_serve_load_repeats_report_medians_and_every_pass(
     bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -105,6 +109,7 @@ def test_serve_load_repeats_report_medians_and_every_pass(
     assert len(per_pass) == 2
 
 
+@pytest.mark.slow
 def test_serve_load_with_the_ctranslate2_engine(
     bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
