@@ -8,7 +8,7 @@ RUNS ?= runs
 
 TRAIN := train-sentiment-ko train-sentiment-en train-translate-fr-en train-translate-es-en train-translate-de-en
 
-.PHONY: install serve test e2e lint format lock bench $(TRAIN)
+.PHONY: install serve test test-fast e2e lint format lock bench $(TRAIN)
 
 install: $(VENV)/.installed
 
@@ -27,8 +27,19 @@ $(VENV)/.installed: pyproject.toml scripts/install_torch.sh
 serve: install
 	$(PY) -m app
 
+# The whole suite (what CI runs) in TEST_WORKERS pytest-xdist processes (auto: one per core, at most 4), each
+# test file on one worker so that a module's shared server starts once; the 15 slowest tests are listed at the
+# end. Budget: 7 minutes on a quiet 2-core machine, no test over 10 s (README, Testing).
+TEST_WORKERS ?= auto
+XDIST = -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST) --durations=15
+
+# The inner loop: unit and in-process API tests, not those marked slow (a server process, training, the
+# shipped checkpoints, the browser, the image): under 2 minutes on 2 cores.
+FAST_TESTS = tests/model tests/training tests/app tests/bench tests/test_docs.py tests/test_layering.py
+test-fast: install
+	$(PY) -m pytest -q $(XDIST) -m "not slow" --durations=15 $(FAST_TESTS)
 
 # The browser tests (tests/e2e) on a fresh Debian machine: Debian's chromium (scripts/install_browser.sh: apt as root
 # or via sudo), then the tests (`make test` skips them while /usr/bin/chromium is missing).

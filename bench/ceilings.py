@@ -25,13 +25,15 @@ def ceiling(
     translate: dict[str, Any],
     beam_size: int,
     settings: dict[str, str] | None = None,
+    runs: int | None = None,
 ) -> dict[str, tuple[float, float]]:
     """(texts/s, CPU ms per text) of model.inference alone on the same inputs, batches of 32, on the CPU
     with torch's default threads (all cores: the best model-only figure) and, for classifiers, the compiled
     graph the server runs (APP_TORCHSCRIPT); the best of 20 runs (translators: of 3). Input work (tokenizing,
     hashing n-grams) is left out: the server does it too, it is not the model's. Models load in the
     server's dtype (`settings`: the --set APP_* values, e.g. APP_DTYPE=bfloat16), and translators decode with
-    its APP_TRANSLATION_ENGINE."""
+    its APP_TRANSLATION_ENGINE. `runs` replaces every best-of count (the
+    tests' smoke runs: 1)."""
     import torch
 
     from model import DecodeOptions, SentimentClassifier, load_checkpoint
@@ -67,11 +69,13 @@ def ceiling(
             return forward
 
         with torch.inference_mode():
-            wall, cpu = best_of(run([range(len(seqs))]))  # sorted by length over all texts, cut into 32s
+            # sorted by length over all texts, cut into 32s
+            wall, cpu = best_of(run([range(len(seqs))]), runs or 20)
             out["/sentiment"] = (len(seqs) / wall, 1000 * cpu / len(seqs))
             # the same in arrival order, 32 at a time: what a server's batches of 32 can do without HTTP
             # (the ceiling above sorts all texts first, so its batches carry almost no padding)
-            wall, cpu = best_of(run([range(i, min(i + 32, len(seqs))) for i in range(0, len(seqs), 32)]))
+            arrival = [range(i, min(i + 32, len(seqs))) for i in range(0, len(seqs), 32)]
+            wall, cpu = best_of(run(arrival), runs or 20)
             out[ARRIVAL] = (len(seqs) / wall, 1000 * cpu / len(seqs))
     if translate:
         m = load_checkpoint(checkpoint_dir / translate["model"], dtype=dtype)
@@ -89,20 +93,22 @@ def ceiling(
         def decode() -> None:
             run_ids(seqs, opts, translate["target_lang"], 32)
 
-        wall, cpu = best_of(decode, runs=3)  # ~1 s each: fewer runs than the classifier's
+        wall, cpu = best_of(decode, runs or 3)  # ~1 s each: fewer runs than the classifier's
         out["/translate"] = (len(seqs) / wall, 1000 * cpu / len(seqs))
     if sentiment:  # last: its worker threads set their own intra-op thread count
-        out[WORKERS] = server_work(sm, inputs, settings or {})
+        out[WORKERS] = server_work(sm, inputs, settings or {}, runs or 5)
     order = ["/sentiment", ARRIVAL, WORKERS, "/translate"]  # the /sentiment references together
     return {k: out[k] for k in order if k in out}
 
 
-def server_work(loaded: LoadedModel, inputs: list[str], settings: dict[str, str]) -> tuple[float, float]:
+def server_work(
+    loaded: LoadedModel, inputs: list[str], settings: dict[str, str], runs: int = 5
+) -> tuple[float, float]:
     """(texts/s, CPU ms per text) of the server's inference path without HTTP: as many threads as the
     server's inference workers, with its intra-op threads each (`settings`: the --set APP_* values over the
     defaults; on 2 CPU cores, 2 workers of 1 thread), run app.tasks.handlers.SentimentHandler.run (one compiled
     graph for the encoder and the n-gram hashing and head, then the output lists) on the inputs in arrival order, 32 at a time,
-    one batch per worker side by side; best of 5 runs of every batch on every worker."""
+    one batch per worker side by side; best of `runs` runs of every batch on every worker."""
     from concurrent.futures import ThreadPoolExecutor
 
     import torch
@@ -120,7 +126,7 @@ def server_work(loaded: LoadedModel, inputs: list[str], settings: dict[str, str]
             for _ in pool.map(handler.run, batches * workers):  # every batch once per worker's share
                 pass
 
-        wall, cpu = best_of(run, runs=5)
+        wall, cpu = best_of(run, runs)
     return len(items) * workers / wall, 1000 * cpu / (len(items) * workers)
 
 

@@ -2,6 +2,7 @@
 
   python -m bench.serve_load [--checkpoint-dir checkpoints] [--duration 5] [--concurrency 1 8 64] [--wrk auto]
                              [--repeats 3] [--sentiment-model sentiment-ko] [--engine ctranslate2]
+                             [--ceiling-runs N]
 
 Starts `python -m app` itself on a free 127.0.0.1 port, twice: batching on (the default settings) and off
 (APP_MAX_BATCH_SIZE=1). For /sentiment and /translate at each concurrency it reports throughput and
@@ -77,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the servers' (and the /translate ceiling's) APP_TRANSLATION_ENGINE (default: the server's, torch)",
     )
     p.add_argument(
+        "--ceiling-runs",
+        type=int,
+        metavar="N",
+        help="best of N timed runs for every model-only ceiling (default: 20; translators 3, server work 5)",
+    )
+    p.add_argument(
         "--repeats",
         type=int,
         default=1,
@@ -86,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error(f"--repeats must be at least 1, got {args.repeats}")
+    if args.ceiling_runs is not None and args.ceiling_runs < 1:
+        p.error(f"--ceiling-runs must be at least 1, got {args.ceiling_runs}")
     if args.texts_per_request < 1:
         p.error(f"--texts-per-request must be at least 1, got {args.texts_per_request}")
     extra = dict(kv.split("=", 1) for kv in args.set)
@@ -175,6 +184,7 @@ def one_pass(
         translate if "/translate" in routes else {},
         args.beam_size,
         extra,
+        args.ceiling_runs,
     )
     return cells, ready, ceil, short_p50
 

@@ -27,6 +27,8 @@ from app.core.settings import REPO_ROOT, SettingsError
 from app.edge.connections import refusal_slots
 from bench.server import free_port, server_env, stop, wait_ready
 
+pytestmark = pytest.mark.slow  # starts python -m app: not in `make test-fast`
+
 TCP_LISTEN, TCP_CLOSE_WAIT = "0A", 0x08  # /proc/net/tcp states
 PARTIAL_BODY = (
     b"POST /sentiment HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"

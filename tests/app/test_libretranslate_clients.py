@@ -24,6 +24,8 @@ from libretranslatepy import LibreTranslateAPI
 from app.api.libretranslate.html_text import HtmlDocument
 from bench.server import serve
 
+pytestmark = pytest.mark.slow  # starts python -m app: not in `make test-fast`
+
 KEY = "s3cret"
 
 

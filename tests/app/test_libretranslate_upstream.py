@@ -25,6 +25,8 @@ from app.tasks.handlers import TranslationHandler
 from bench.server import serve
 from tests.app.conftest import serve as serve_in_process
 
+pytestmark = pytest.mark.slow  # starts python -m app: not in `make test-fast`
+
 LT = "/libretranslate"
 HELLO = "Bonjour"  # theirs: "Hello" (en -> es); here fr -> en
 

@@ -26,6 +26,8 @@ from app.core.settings import REPO_ROOT
 from bench.scale import process_tree
 from bench.server import free_port, server_env, stop, wait_ready
 
+pytestmark = pytest.mark.slow  # starts python -m app: not in `make test-fast`
+
 
 @dataclass
 class Server:

@@ -16,6 +16,8 @@ import pytest
 from app.core.settings import REPO_ROOT
 from bench.server import free_port, server_cmd, server_env, stop, wait_ready
 
+pytestmark = pytest.mark.slow  # starts python -m app: not in `make test-fast`
+
 
 def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(

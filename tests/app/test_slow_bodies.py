@@ -18,6 +18,8 @@ import pytest
 
 from tests.app.test_connections import PARTIAL_BODY, Server, cuts, read_until_closed, run_server
 
+pytestmark = pytest.mark.slow  # starts python -m app: not in `make test-fast`
+
 SLOW_HEAD = (
     b"POST /sentiment HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
 )

@@ -1,4 +1,6 @@
-"""bench/serve_load.py runs end to end on the tiny checkpoints and prints its tables (a smoke test, no timing)."""
+"""bench/serve_load.py runs end to end on the tiny checkpoints and prints its tables (a smoke test, no timing):
+fractions of a second per cell and one timed run per ceiling, so each run costs little more than starting
+its two servers."""
 
 from __future__ import annotations
 
@@ -12,12 +14,15 @@ from bench.load import EN_WORDS, KO_WORDS, Cell, sentiment_bodies, sentiment_tex
 from bench.report import median_pass
 from bench.serve_load import main
 
+DURATION = "0.3"  # seconds per cell: enough requests for every column (CPU is read in 10 ms ticks)
 
+
+@pytest.mark.slow
 @pytest.mark.parametrize("use_wrk", ["no", "yes"] if shutil.which("wrk") else ["no"])
 def test_serve_load_prints_every_table(
     bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str], use_wrk: str
 ) -> None:
-    out = _bench(bench_checkpoint_dir, capsys, "1", ["1", "4"], "--wrk", use_wrk)
+    out = _bench(bench_checkpoint_dir, capsys, DURATION, ["1", "4"], "--wrk", use_wrk)
     _check_tables(out, texts=1)
     model_only = [line for line in out.splitlines() if line.startswith("| /sentiment, ")]
     assert [line.split("|")[1].strip() for line in model_only] == [ARRIVAL, WORKERS]
@@ -27,27 +32,28 @@ def test_serve_load_prints_every_table(
     assert "| (for reference) server CPU per /sentiment request, c=4 |" in out
 
 
+@pytest.mark.slow
 def test_serve_load_with_several_texts_per_request(
     bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = _bench(
-        bench_checkpoint_dir, capsys, "1", ["1", "4"], "--routes", "/sentiment", "--texts-per-request", "4"
-    )
+    several = ["--routes", "/sentiment", "--texts-per-request", "4"]
+    out = _bench(bench_checkpoint_dir, capsys, DURATION, ["1", "4"], *several)
     _check_tables(out, texts=4, routes=1)
 
 
+@pytest.mark.slow
 def test_serve_load_sentiment_model_picks_the_model_and_its_language(
     bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pick = ["--routes", "/sentiment", "--sentiment-model"]
-    out = _bench(bench_checkpoint_dir, capsys, "0.5", ["2"], *pick, "sentiment-ko")
+    out = _bench(bench_checkpoint_dir, capsys, DURATION, ["2"], *pick, "sentiment-ko")
     assert "/sentiment model: sentiment-ko" in out
     _check_tables(out, texts=1, routes=1, concurrencies=1)
     korean = sentiment_texts(bench_checkpoint_dir, {"model": "sentiment-ko"})
     assert {w for t in korean for w in t.rstrip(".").split()} <= set(KO_WORDS)  # Korean words only
     assert sentiment_texts(bench_checkpoint_dir, {"model": "sentiment-en"}) == texts(EN_WORDS)
     with pytest.raises(SystemExit, match="no sentiment model 'sentiment-xx'"):
-        _bench(bench_checkpoint_dir, capsys, "0.5", ["2"], *pick, "sentiment-xx")
+        _bench(bench_checkpoint_dir, capsys, DURATION, ["2"], *pick, "sentiment-xx")
 
 
 def test_sentiment_bodies_send_every_text_equally_often() -> None:
@@ -69,6 +75,7 @@ def _bench(
 ) -> str:
     """Run the bench (httpx client unless args pick --wrk) -> what it printed."""
     argv = ["--checkpoint-dir", str(checkpoint_dir), "--duration", duration, "--concurrency", *concurrency]
+    argv += ["--ceiling-runs", "1"]
     assert main([*argv, *(args if "--wrk" in args else ("--wrk", "no", *args))]) == 0
     return capsys.readouterr().out
 
@@ -91,22 +98,24 @@ def _check_tables(out: str, texts: int, routes: int = 2, concurrencies: int = 2)
     assert "ready within 5 s of start (batching on)" in out
 
 
+@pytest.mark.slow
 def test_serve_load_repeats_report_medians_and_every_pass(
     bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = _bench(bench_checkpoint_dir, capsys, "0.5", ["4"], "--routes", "/sentiment", "--repeats", "2")
+    out = _bench(bench_checkpoint_dir, capsys, DURATION, ["4"], "--routes", "/sentiment", "--repeats", "2")
     _check_tables(out.split("Medians of")[0], texts=1, routes=1, concurrencies=1)
     assert "Medians of 2 passes" in out
     per_pass = [line for line in out.split("Per pass:")[1].splitlines() if line[:4] in ("| 1 ", "| 2 ")]
     assert len(per_pass) == 2
 
 
+@pytest.mark.slow
 def test_serve_load_with_the_ctranslate2_engine(
     bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("ctranslate2")
     out = _bench(
-        bench_checkpoint_dir, capsys, "0.5", ["2"], "--routes", "/translate", "--engine", "ctranslate2"
+        bench_checkpoint_dir, capsys, DURATION, ["2"], "--routes", "/translate", "--engine", "ctranslate2"
     )
     assert "/translate engine: ctranslate2" in out
     _check_tables(out, texts=1, routes=1, concurrencies=1)
