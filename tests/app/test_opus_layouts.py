@@ -29,7 +29,7 @@ from training import imports
 
 pytest.importorskip("transformers")
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # imports with the CLI: not in `make test-fast`
 ISO3 = {"be": "bel", "ru": "rus", "uk": "ukr"}
 FR = [
     "Le chat aime la maison.",

@@ -22,6 +22,8 @@ from app.parallel.heartbeat import DEADLINE_MARGIN_S, STALL_S, wedged_after
 from app.parallel.remote import METRICS_WAIT_S
 from tests.app.test_parallel import Server, eventually, serve
 
+pytestmark = pytest.mark.slow  # starts python -m app: not in `make test-fast`
+
 TIMEOUT_S = 2.0  # APP_REQUEST_TIMEOUT_S of these servers: the deadline tests wait for it
 SENTIMENT_200 = 'transformer_serving_http_requests_total{method="POST",route="/sentiment",status="200"}'
 
@@ -105,7 +107,8 @@ def test_a_model_process_that_stops_answering_is_seen_and_stops_the_server(senti
             # a new model call is refused at once, not held until its deadline
             r = classify(server, timeout=TIMEOUT_S)
             assert r.status_code == 503, r.text
-            assert "has not answered" in r.json()["detail"] and "retry-after" in r.headers
+            assert "has not answered" in r.json()["detail"]
+            assert "retry-after" in r.headers
             # then the supervisor kills it and stops the server, as for a death
             assert server.proc.wait(timeout=wedged_after(TIMEOUT_S) + 5) == 1
         log = server.output()

@@ -37,6 +37,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.core.settings import Settings
 from tests.app.conftest import serve
 
+pytestmark = pytest.mark.slow  # fuzzes every operation: not in `make test-fast`
+
 MAX_TEXTS, MAX_CHARS = 4, 40  # not the defaults: the schema must state the settings the app runs with
 EXAMPLES = 25  # per operation: each test a few seconds on the tiny checkpoints
 OPERATIONS = [
