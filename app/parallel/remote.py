@@ -124,7 +124,8 @@ class RemoteService:
     async def _work(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """A model call, answered 504 here DEADLINE_MARGIN_S past the deadline whatever the model process does
         (the cancelled call sends CANCEL: its task there is cancelled, its queued items dropped)."""
-        if (silent := self._silent_for()) is not None:  # fail fast: waiting would outlast the supervisor's kill
+        # fail fast: a call sent now would outlast the supervisor's kill of a silent model process
+        if (silent := self._silent_for()) is not None:
             raise Unavailable(f"the model process has not answered for {silent:.1f} s", retry_after=1)
         timeout_s = self.settings.request_timeout_s
         limit = asyncio.timeout(timeout_s + DEADLINE_MARGIN_S)
