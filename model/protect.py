@@ -1,0 +1,137 @@
+"""Items a translator should not translate, found in a sentence and taken out of what the model reads.
+
+An item is copied verbatim into the translation (model/unknowns.py puts it back where the output aligns to
+its place in the source), so the model translates the sentence as it reads without it. The classes, as
+production MT protects them (DeepL's and Google's "do not translate" tags, LibreTranslate's fallback):
+
+- links: URLs (`https://…`, `www.…`), e-mail addresses, @mentions and #hashtags;
+- codes: a word that mixes letters and digits ("v2.3", "COVID-19", "A4", "MP3", "19h30"), ordinals ("1er",
+  "2nd", "3º") excepted: they are words of the language;
+- numbers, prices, dates, times, percentages and phone numbers: a run of non-letters, spaces inside ("15 €",
+  "06 12 34 56 78", "12/03/2024", "14 h 30"), holding a digit or a symbol;
+- emoji and symbol runs ("😀😀", "&", "→");
+- a list marker opening the sentence ("1.", "2)", "a)", "•", "-").
+
+Sentence punctuation stays the model's: a run is cut back to its digits and symbols ("7." -> "7"), or grown to
+the brackets it fills ("(2019)"). A run glued to a letter on one side ("Tom&Jerry", "l'€") is left to the
+model: taking it out would join or split words. Neighbouring items with only spaces between them make one.
+Pure text work: no tokenizer here.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+_SPACE = " \u00a0\u202f"  # the spaces allowed inside an item ("15 €", "1 000")
+_LINK = re.compile(
+    r"(?:https?://|www\.)\S+"  # URL
+    r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # e-mail
+    r"|(?<![\w@#])[@#]\w+"  # @mention, #hashtag
+)
+_TIME = re.compile(r"(?<!\w)\d{1,2} ?[hH] ?\d{2}(?!\w)")  # "14 h 30", "8h30" (French times)
+_WORD = re.compile(r"(?<!\w)\w+(?:[.\-/+]\w+)*")  # a word, inner . - / + kept ("v2.3", "COVID-19")
+_ORDINAL = re.compile(r"\d+(?:er|re|ère|ème|eme|e|es|nd|st|rd|th|º|ª|°|o|a|os|as)", re.IGNORECASE)
+_RUN = re.compile(rf"(?:[^\w\s]|[\d_])+(?:[{_SPACE}]+(?:[^\w\s]|[\d_])+)*")  # non-letters, spaces inside
+_MARKER = re.compile(r"(?:\(?\d{1,3}[.)]|\(?[a-z]\)|[•·▪◦‣●○■□►▶➢✓✔*+\-–—])(?=\s)")
+_SIGNS = "%&@#*/\\§‰†‡"  # punctuation by Unicode category (Po), copied as symbols
+_BRACKETS = {"(": ")", "[": "]"}
+
+
+@dataclass(frozen=True)
+class Protected:
+    """A sentence without its items: `text` is what the model reads; `items` are (position in `text` where the
+    item stood, the item's text), in source order. `text` == the sentence when it has no item."""
+
+    text: str
+    items: tuple[tuple[int, str], ...] = ()
+
+
+def has_letters(text: str) -> bool:
+    """Whether any character is a letter (Unicode category L*)."""
+    return any(c.isalpha() for c in text)
+
+
+def is_symbol(char: str) -> bool:
+    """A character copied as it is: digit, symbol (S*: currency, math, emoji) or a sign like % & @ #."""
+    return char.isdigit() or char in _SIGNS or unicodedata.category(char).startswith("S")
+
+
+def is_code(word: str) -> bool:
+    """A word mixing letters and digits that is not an ordinal."""
+    return any(c.isdigit() for c in word) and has_letters(word) and not _ORDINAL.fullmatch(word)
+
+
+def find_items(text: str) -> list[tuple[int, int]]:
+    """Character spans of the items of `text` (see the module docstring), sorted, disjoint; neighbours
+    with only spaces between them merged."""
+    taken = [False] * len(text)
+    spans: list[tuple[int, int]] = []
+
+    def add(a: int, b: int) -> None:
+        if a < b and not any(taken[a:b]):
+            spans.append((a, b))
+            taken[a:b] = [True] * (b - a)
+
+    if m := _MARKER.match(text):
+        add(*m.span())
+    for m in _LINK.finditer(text):
+        a, b = m.span()
+        while b > a and unicodedata.category(text[b - 1]).startswith("P") and text[b - 1] not in "/#":
+            b -= 1  # a URL's trailing "." or ")" is the sentence's
+        add(a, b)
+    for m in _TIME.finditer(text):
+        add(*m.span())
+    for m in _WORD.finditer(text):
+        if is_code(m.group()):
+            add(*m.span())
+    for m in _RUN.finditer(text):
+        a, b = m.span()
+        while a < b and _trim(text[a]):
+            a += 1
+        while b > a and _trim(text[b - 1]):
+            b -= 1
+        glued = (a > 0 and text[a - 1].isalpha()) or (b < len(text) and text[b].isalpha())
+        if a < b and not glued and any(map(is_symbol, text[a:b])):
+            if a > 0 and b < len(text) and _BRACKETS.get(text[a - 1]) == text[b]:
+                a, b = a - 1, b + 1  # "(2019)": the brackets are the item's
+            add(a, b)
+    return _merged(text, sorted(spans))
+
+
+def _trim(char: str) -> bool:
+    """Cut from an item's ends: spaces and sentence punctuation (not % & @ # ...)."""
+    return char.isspace() or (unicodedata.category(char).startswith("P") and char not in _SIGNS)
+
+
+def _merged(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in spans:
+        if out and all(c in _SPACE for c in text[out[-1][1] : a]) and a - out[-1][1] <= 1:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def protect(text: str) -> Protected:
+    """`text` without its items (each taken out with one space beside it) and where each stood."""
+    spans = find_items(text)
+    if not spans:
+        return Protected(text)
+    out: list[str] = []
+    items = []
+    pos = length = 0  # next character of `text` to copy, characters of the result so far
+    for a, b in spans:
+        keep, item, after = text[pos:a], text[a:b], text[b : b + 1]
+        if keep[-1:].isspace() and (not after or after.isspace() or not after.isalnum()):
+            keep = keep[:-1]  # "a 3 b" -> "a b", "beau 7." -> "beau."
+        elif not (length or keep) and after.isspace():
+            b += 1  # "7 jours" -> "jours"
+        out.append(keep)
+        length += len(keep)
+        items.append((length, item))
+        pos = b
+    out.append(text[pos:])
+    return Protected("".join(out), tuple(items))
