@@ -112,7 +112,7 @@ def encode_source(
     spans = find_items(text) if items == ITEMS_UNK else []
     if (spans or cfg.unk_id in ids) and tokenizer.encodes_unknown(SENTINEL):
         unknown = [o for i, o in zip(ids, offsets, strict=True) if i == cfg.unk_id]
-        spans = sorted({*spans, *chunks(body, unknown)})
+        spans = sorted({*spans, *chunks(body, unknown)}, key=lambda s: (s[0], -s[1]))
         spans = [s for k, s in enumerate(spans) if not (k and s[0] < spans[k - 1][1])]  # disjoint
         if spans:
             masked, origin = _mask(body, spans)
