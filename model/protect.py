@@ -6,9 +6,11 @@ production MT protects them (DeepL's and Google's "do not translate" tags, Libre
 
 - links: URLs (`https://…`, `www.…`), e-mail addresses, @mentions and #hashtags;
 - codes: a word that mixes letters and digits ("v2.3", "COVID-19", "A4", "MP3", "19h30"), ordinals ("1er",
-  "2nd", "3º") excepted: they are words of the language;
+  "2nd", "3º") excepted: they are words of the language; a camel-case or all-capitals name and its number
+  ("iOS 17", "GPT 4");
 - numbers, prices, dates, times, percentages and phone numbers: a run of non-letters, spaces inside ("15 €",
-  "06 12 34 56 78", "12/03/2024", "14 h 30"), holding a digit or a symbol;
+  "06 12 34 56 78", "12/03/2024", "14 h 30"), each space-separated group holding a digit or a symbol (a
+  lone "?" or "-" between two numbers is the sentence's);
 - emoji and symbol runs ("😀😀", "&", "→");
 - a list marker opening the sentence ("1.", "2)", "a)", "•", "-").
 
@@ -33,6 +35,8 @@ _LINK = re.compile(
 _TIME = re.compile(r"(?<!\w)\d{1,2} ?[hH] ?\d{2}(?!\w)")  # "14 h 30", "8h30" (French times)
 _WORD = re.compile(r"(?<!\w)\w+(?:[.\-/+]\w+)*")  # a word, inner . - / + kept ("v2.3", "COVID-19")
 _ORDINAL = re.compile(r"\d+(?:er|re|ère|ème|eme|e|es|nd|st|rd|th|º|ª|°|o|a|os|as)", re.IGNORECASE)
+_GROUP = re.compile(r"\S+")
+_NAMED = re.compile(r"(?<!\w)(?:[a-z]+[A-Z]\w*|[A-Z]{2,}) \d+(?:\.\d+)*(?!\w)")  # "iOS 17", "GPT 4"
 _RUN = re.compile(rf"(?:[^\w\s]|[\d_])+(?:[{_SPACE}]+(?:[^\w\s]|[\d_])+)*")  # non-letters, spaces inside
 _MARKER = re.compile(r"(?:\(?\d{1,3}[.)]|\(?[a-z]\)|[•·▪◦‣●○■□►▶➢✓✔*+\-–—])(?=\s)")
 _SIGNS = "%&@#*/\\§‰†‡"  # punctuation by Unicode category (Po), copied as symbols
@@ -83,11 +87,12 @@ def find_items(text: str) -> list[tuple[int, int]]:
         add(a, b)
     for m in _TIME.finditer(text):
         add(*m.span())
+    for m in _NAMED.finditer(text):
+        add(*m.span())
     for m in _WORD.finditer(text):
         if is_code(m.group()):
             add(*m.span())
-    for m in _RUN.finditer(text):
-        a, b = m.span()
+    for a, b in _runs(text, taken):
         while a < b and _trim(text[a]):
             a += 1
         while b > a and _trim(text[b - 1]):
@@ -98,6 +103,30 @@ def find_items(text: str) -> list[tuple[int, int]]:
                 a, b = a - 1, b + 1  # "(2019)": the brackets are the item's
             add(a, b)
     return _merged(text, sorted(spans))
+
+
+def _runs(text: str, taken: list[bool]) -> list[tuple[int, int]]:
+    """Runs of non-letters, spaces inside, cut where a space-separated group has no digit or symbol ("92 % ?
+    15:30" is "92 %" and "15:30", the "?" the sentence's; a dash between two is kept: "15 € - 20 €") and
+    around what is `taken` already."""
+    out: list[tuple[int, int]] = []
+    for m in _RUN.finditer(text):
+        start, bridge = None, False  # where the current run starts; a dash group since its last group
+        for g in _GROUP.finditer(text, m.start(), m.end()):
+            if any(taken[g.start() : g.end()]):
+                start = None
+            elif any(map(is_symbol, g.group())):
+                if start is None:
+                    start = g.start()
+                if out and out[-1][0] == start:
+                    out.pop()  # the run so far grows
+                out.append((start, g.end()))
+                bridge = False
+            elif start is not None and not bridge and all(c in "-–—" for c in g.group()):
+                bridge = True
+            else:
+                start = None
+    return out
 
 
 def _trim(char: str) -> bool:

@@ -29,6 +29,10 @@ from model.protect import Protected, find_items, protect
         ("• Un point", ["•"]),
         ("Le film (2019) est bon.", ["(2019)"]),
         ("Il fait beau 7", ["7"]),
+        ("J'ai un iOS 17 et GPT 4.", ["iOS 17", "GPT 4"]),
+        ("Il coûte 15 € - 20 €.", ["15 € - 20 €"]),  # a range
+        ("Tu viens 92 % ? 15:30", ["92 %", "15:30"]),  # the "?" is the sentence's
+        ("Vous @photo22 46 % a dit", ["@photo22 46 %"]),
     ],
 )
 def test_finds_each_class(text: str, items: list[str]) -> None:
