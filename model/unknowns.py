@@ -264,13 +264,29 @@ def restore(
 
 
 def restore_text(tokenizer: AnyTokenizer, hyp: Hypothesis, source: Source, put_back: bool = True) -> str:
-    """A hypothesis' text: the source itself when it has nothing to translate, `restore` when it has an
-    alignment, else plain detokenization."""
+    """A hypothesis' text: the source itself when it has nothing to translate, else `restore_hypothesis`."""
     if source.verbatim is not None:
         return source.verbatim
-    if hyp.alignment is None:
+    return restore_hypothesis(tokenizer, hyp, source.ids, source.surfaces, source.items, put_back)
+
+
+def restore_hypothesis(
+    tokenizer: AnyTokenizer,
+    hyp: Hypothesis,
+    src_ids: Sequence[int],
+    surfaces: Sequence[str],
+    items: Sequence[tuple[int, str]] = (),
+    put_back: bool = True,
+) -> str:
+    """`restore` with the hypothesis' alignment; without one (CTranslate2 with no torch model to align what
+    it decoded without attention), plain detokenization, or, when items were taken out, each <unk> dropped
+    and the items put back at the output's start: an item is never lost."""
+    if hyp.alignment is not None:
+        return restore(tokenizer, hyp.tokens, hyp.alignment, src_ids, surfaces, put_back, items)
+    if not items:
         return tokenizer.decode(hyp.tokens)
-    return restore(tokenizer, hyp.tokens, hyp.alignment, source.ids, source.surfaces, put_back, source.items)
+    eos = [len(src_ids) - 1] * len(hyp.tokens)  # EOS: aligned after every item, its surface ""
+    return restore(tokenizer, hyp.tokens, eos, src_ids, surfaces, False, items)
 
 
 @torch.inference_mode()

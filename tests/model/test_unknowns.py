@@ -12,7 +12,15 @@ from model import DecodeOptions, Hypothesis, Tokenizer, Translator
 from model.inference import translate_texts
 from model.preprocess import source_ids
 from model.protect import find_items
-from model.unknowns import ITEMS_KEPT, SENTINEL, chunks, encode_source, pick_sources, restore
+from model.unknowns import (
+    ITEMS_KEPT,
+    SENTINEL,
+    chunks,
+    encode_source,
+    pick_sources,
+    restore,
+    restore_hypothesis,
+)
 from tests.conftest import make_corpus, tiny_translation_config
 from training.data import resolve_data_dir
 
@@ -117,6 +125,15 @@ def test_restore_puts_back_items_taken_out(tok: Tokenizer) -> None:
         restore(tok, tokens, alignment, src, surfaces, put_back=False, items=((1, "12"),))
         == "maison 12 voiture."
     )
+
+
+def test_items_come_back_without_an_alignment(tok: Tokenizer) -> None:
+    """A hypothesis with no alignment (CTranslate2 without a torch model) still gets its items back: first."""
+    cat, dot = piece(tok, "\u2581maison"), piece(tok, ".")
+    hyp = Hypothesis([cat, tok.unk_id, dot], -1.0, -1.0)
+    src, surfaces = [cat, dot, 3], ("maison", ".", "")
+    assert restore_hypothesis(tok, hyp, src, surfaces, ((1, "12"),)) == "12 maison."
+    assert restore_hypothesis(tok, hyp, src, surfaces) == tok.decode(hyp.tokens)
 
 
 def unk_emitter(vocab_size: int, emit: int) -> Translator:
