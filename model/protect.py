@@ -36,6 +36,65 @@ _TIME = re.compile(r"(?<!\w)\d{1,2} ?[hH] ?\d{2}(?!\w)")  # "14 h 30", "8h30" (F
 _WORD = re.compile(r"(?<!\w)\w+(?:[.\-/+]\w+)*")  # a word, inner . - / + kept ("v2.3", "COVID-19")
 _ORDINAL = re.compile(r"\d+(?:er|re|ère|ème|eme|e|es|nd|st|rd|th|º|ª|°|o|a|os|as)", re.IGNORECASE)
 _GROUP = re.compile(r"\S+")
+_NUMBER = re.compile(r"\d+(?:[.,\u00a0\u202f ]\d{3})*(?:[.,]\d+)?")  # 7, 300.000, 1 000, 3,5
+_NUMERIC = re.compile(
+    r"[$€£]?\d[\d.,:/\u00a0\u202f ]*(?:[ \u00a0\u202f]?[%€$£]|[ \u00a0\u202f]?[hH][ \u00a0\u202f]?\d*)?"
+)
+_WORD_BEFORE = re.compile(r"(?<![\w'’])(\w+)[ \u00a0\u202f]$")  # the word just before, one space between
+_END = re.compile(r"[ \u00a0\u202f]?[.!?…]*[\"»”)]*")  # the sentence's end after the item
+_FUNCTION = {  # prepositions and articles before a time, date or amount (fr, es, en)
+    *[
+        "a",
+        "à",
+        "au",
+        "aux",
+        "de",
+        "del",
+        "des",
+        "du",
+        "el",
+        "en",
+        "la",
+        "las",
+        "le",
+        "les",
+        "los",
+        "l'",
+        "vers",
+        "avant",
+        "après",
+        "dès",
+        "depuis",
+        "jusqu'à",
+        "hasta",
+        "desde",
+    ],
+    *[
+        "hacia",
+        "para",
+        "por",
+        "sobre",
+        "sur",
+        "dans",
+        "par",
+        "pour",
+        "con",
+        "sin",
+        "at",
+        "in",
+        "on",
+        "by",
+        "for",
+        "from",
+        "to",
+        "until",
+        "since",
+        "the",
+        "of",
+        "about",
+    ],
+}
+_WORD_AFTER = re.compile(r"[ \u00a0\u202f][^\W\d_]{2,}(?![\w.-]*\d)")  # a space, then a word of letters
 _NAMED = re.compile(r"(?<!\w)(?:[a-z]+[A-Z]\w*|[A-Z]{2,}) \d+(?:\.\d+)*(?!\w)")  # "iOS 17", "GPT 4"
 _RUN = re.compile(rf"(?:[^\w\s]|[\d_])+(?:[{_SPACE}]+(?:[^\w\s]|[\d_])+)*")  # non-letters, spaces inside
 _MARKER = re.compile(r"(?:\(?\d{1,3}[.)]|\(?[a-z]\)|[•·▪◦‣●○■□►▶➢✓✔*+\-–—])(?=\s)")
@@ -46,10 +105,12 @@ _BRACKETS = {"(": ")", "[": "]"}
 @dataclass(frozen=True)
 class Protected:
     """A sentence without its items: `text` is what the model reads; `items` are (position in `text` where the
-    item stood, the item's text), in source order. `text` == the sentence when it has no item."""
+    item stood, the item's text), in source order. `text` == the sentence when it has no item. A quantity
+    stays in `text` (its span in `quantities`): the caller masks it as a placeholder the model copies."""
 
     text: str
     items: tuple[tuple[int, str], ...] = ()
+    quantities: tuple[tuple[int, int], ...] = ()  # spans of `text`: numbers left in (`is_quantity`)
 
 
 def has_letters(text: str) -> bool:
@@ -144,23 +205,57 @@ def _merged(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def protect(text: str) -> Protected:
-    """`text` without its items (each taken out with one space beside it) and where each stood."""
+def is_quantity(text: str, a: int, b: int) -> bool:
+    """Whether item text[a:b] is a number the sentence's grammar hangs on: a bare number counting the word
+    after it ("70 años", "200 asientos", "20 jours"), or a number, time, price or percentage ending the
+    sentence after a preposition or article ("a las 11.", "en 2013.", "del 6%."). The shipped models, trained
+    with numbers as <unk>s, translate those in place better than without them (BENCHMARKS.md, test-split
+    BLEU); a number anywhere else is taken out."""
+    if _NUMBER.fullmatch(text, a, b) and _WORD_AFTER.match(text, b):
+        return True
+    before = _WORD_BEFORE.search(text, 0, a)
+    ends = _END.fullmatch(text, b) is not None
+    return (
+        ends
+        and before is not None
+        and before.group(1).lower() in _FUNCTION
+        and bool(_NUMERIC.fullmatch(text, a, b))
+    )
+
+
+def protect(text: str, quantities: bool = True) -> Protected:
+    """`text` without its items (each taken out with one space beside it, quantities aside unless
+    `quantities` is False: a tokenizer with byte fallback has no placeholder for them) and where each
+    stood."""
     spans = find_items(text)
     if not spans:
         return Protected(text)
     out: list[str] = []
-    items = []
+    items: list[tuple[int, str]] = []
+    kept: list[tuple[int, int]] = []
     pos = length = 0  # next character of `text` to copy, characters of the result so far
     for a, b in spans:
+        if quantities and is_quantity(text, a, b):
+            continue  # copied with the text around it
         keep, item, after = text[pos:a], text[a:b], text[b : b + 1]
         if keep[-1:].isspace() and (not after or after.isspace() or not after.isalnum()):
             keep = keep[:-1]  # "a 3 b" -> "a b", "beau 7." -> "beau."
         elif not (length or keep) and after.isspace():
             b += 1  # "7 jours" -> "jours"
+        kept += _shifted(spans, pos, pos + len(keep), length, text) if quantities else []
         out.append(keep)
         length += len(keep)
         items.append((length, item))
         pos = b
+    kept += _shifted(spans, pos, len(text), length, text) if quantities else []
     out.append(text[pos:])
-    return Protected("".join(out), tuple(items))
+    return Protected("".join(out), tuple(items), tuple(kept))
+
+
+def _shifted(spans: list[tuple[int, int]], start: int, end: int, at: int, text: str) -> list[tuple[int, int]]:
+    """The quantities among `spans` inside text[start:end], moved to where that piece lands (`at`)."""
+    return [
+        (a - start + at, b - start + at)
+        for a, b in spans
+        if start <= a and b <= end and is_quantity(text, a, b)
+    ]

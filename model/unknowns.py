@@ -106,11 +106,12 @@ def encode_source(
     """`model.preprocess.source_ids` with protected items (`items`: ITEMS_OUT taken out, ITEMS_UNK each one
     <unk>, ITEMS_KEPT left in) and each remaining chunk as one <unk>, and every id's surface text; cut=False
     keeps every piece (a caller that refuses long sources counts them)."""
-    protected = protect(text) if items == ITEMS_OUT else None
+    placeholders = tokenizer.encodes_unknown(SENTINEL)  # one <unk> for a quantity (model.protect.is_quantity)
+    protected = protect(text, placeholders) if items == ITEMS_OUT else None
     body = text if protected is None else protected.text
     ids, offsets = tokenizer.encode_with_offsets(body)
-    spans = find_items(text) if items == ITEMS_UNK else []
-    if (spans or cfg.unk_id in ids) and tokenizer.encodes_unknown(SENTINEL):
+    spans = find_items(text) if items == ITEMS_UNK else list(protected.quantities if protected else ())
+    if (spans or cfg.unk_id in ids) and placeholders:
         unknown = [o for i, o in zip(ids, offsets, strict=True) if i == cfg.unk_id]
         spans = sorted({*spans, *chunks(body, unknown)}, key=lambda s: (s[0], -s[1]))
         spans = [s for k, s in enumerate(spans) if not (k and s[0] < spans[k - 1][1])]  # disjoint
