@@ -5,7 +5,8 @@ Chosen by measurement on tests/app/data/sentence_splits.json (bench/sentences.py
 alone passes more of the cases than the regex before it, and pysbd or blingfire pass barely more at a far
 higher cost (time, wheel size). What it misses, and the fixes here (each has its cases in the corpus):
 - a break after "?!", "!?" or "…" before a capital ("Quoi ?! Tu plaisantes !"), or after any sentence end
-  before a list marker ("… porte. a) Fermez", "… porte. • Fermez"): split there too;
+  before a list marker or a dialogue dash ("… porte. a) Fermez", "… porte. • Fermez", "Oui. - Non."): split
+  there too;
 - a letterless tail after a sentence end ("Ça va ? 7", "Merci. 15 €."): a sentence of its own, which passes
   through untranslated like any letterless sentence;
 - a break inside a sentence: a piece that ends with a German ordinal ("im 19. Jahrhundert"), the French "M."
@@ -26,13 +27,14 @@ from app.text.passthrough import has_letters
 
 _ALSO_ENDS = re.compile(r"(?<=[?!…])\s+(?=[\"'«„“‘¿¡(\[]?[A-ZÀ-ÖØ-ÞĀ-ſ])")  # ?! or … + capital
 # a list marker after a sentence's end ("… porte. a) Fermez", "… porte. • Fermez"): a sentence of its own
-_MARKER_NEXT = re.compile(r"(?<=[.?!…])\s+(?=(?:\(?\d{1,3}[.)]|\(?[a-z]\)|[•·▪◦‣●○■□►▶➢✓✔])\s)")
+_MARKER_NEXT = re.compile(r"(?<=[.?!…])\s+(?=(?:\(?\d{1,3}[.)]|\(?[a-z]\)|[•·▪◦‣●○■□►▶➢✓✔*+\-–—])\s)")
 _END = re.compile(r"(?<=[.?!…»\"”)])\s+")  # where a letterless tail ("… universelle ? 10:15.") may start
 _JOINS_NEXT = {  # language -> a piece ending like this does not end a sentence
     "de": re.compile(r"(?:^|\s)\d{1,3}\.$"),  # ordinal: "am 3.", "im 19.", "die 2."
     "fr": re.compile(r"(?:^|\s)(?:M|c\.-à-d)\.$"),  # Monsieur, c'est-à-dire
 }
-_CONTINUES = re.compile(r"[-ºª]")  # a piece starting like this continues the one before ("c.-à-d.", "1.º")
+# a piece starting like this continues the one before ("c.-à-d.", "1.º"); "- " is a dialogue dash
+_CONTINUES = re.compile(r"-(?!\s)|[ºª]")
 
 
 def _chunks(lang: str, line: str) -> list[str]:

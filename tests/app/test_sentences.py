@@ -52,6 +52,7 @@ def test_a_language_without_its_own_rules_still_splits() -> None:
         ),
         ("fr", "• Je suis flattée. a) Je me sens soulagé.", ["• Je suis flattée.", "a) Je me sens soulagé."]),
         ("es", "Abre la puerta. 2) Cierra la ventana.", ["Abre la puerta.", "2) Cierra la ventana."]),
+        ("fr", "- Bonjour. - Salut, ça va ?", ["- Bonjour.", "- Salut, ça va ?"]),  # dialogue dashes
         ("fr", "Il fait beau. 7", ["Il fait beau.", "7"]),
         ("fr", "A-t-on besoin ? 10:15.", ["A-t-on besoin ?", "10:15."]),
         ("fr", "Il est là. 15 € 😀", ["Il est là.", "15 € 😀"]),
