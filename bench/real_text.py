@@ -197,7 +197,7 @@ def main() -> None:
     p.add_argument("--pairs", default="fr-en,es-en")
     p.add_argument("--n", type=int, default=250, help="sentences per pair")
     p.add_argument("--bleu-limit", type=int, default=0, help="first N test sentences for BLEU (0: all)")
-    p.add_argument("--bleu-methods", default=f"{ITEMS_KEPT},{ITEMS_OUT}", help="encodings scored by BLEU")
+    p.add_argument("--bleu-methods", default=f"off,{ITEMS_KEPT},{ITEMS_OUT}", help="encodings scored by BLEU")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch and CTranslate2 threads")
     p.add_argument("--show", type=int, default=0, help="print this many changed sentences per pair (out)")
@@ -205,7 +205,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     opts = DecodeOptions(beam_size=4, length_penalty=0.6)
     data = resolve_data_dir(None) / "tatoeba"
-    print(f"CPU: {platform.processor() or platform.machine()}, torch threads {args.threads}")
+    print(f"CPU: {platform.processor() or platform.machine()}, torch threads {args.threads}", flush=True)
     rows, bleu_rows, through_rows = [], [], []
     for pair in args.pairs.split(","):
         src, tgt = pair.split("-")
@@ -237,7 +237,10 @@ def main() -> None:
             a == b
             for a, b in zip(outputs["torch", ITEMS_OUT], outputs["ctranslate2", ITEMS_OUT], strict=True)
         )
-        print(f"{pair}: torch and CTranslate2 identical on {same}/{len(cases)} sentences (items out)")
+        print(
+            f"{pair}: torch and CTranslate2 identical on {same}/{len(cases)} sentences (items out)",
+            flush=True,
+        )
         shown = 0
         for c, o, ref in zip(cases, outputs["torch", ITEMS_OUT], plain, strict=True):
             if shown < args.show and (any(i not in o for _, i in c.items) or unchanged([c], [o], [ref]) == 0):
@@ -254,7 +257,8 @@ def main() -> None:
         refs_pairs = test[: args.bleu_limit] if args.bleu_limit else test
         srcs, refs = [x.src for x in refs_pairs], [x.tgt for x in refs_pairs]
         run = engines["torch"]
-        for items in [None, *args.bleu_methods.split(",")]:
+        for method in args.bleu_methods.split(","):
+            items = None if method == "off" else method
             t0 = time.perf_counter()
             hyps = run(srcs, items)
             secs = time.perf_counter() - t0
