@@ -200,9 +200,10 @@ class TranslateRequest(_TextsRequest):
     )
     replace_unknowns: bool = Field(
         True,
-        description="Put back source text the model's vocabulary lacks (digits, symbols, emoji): each "
-        "<unk> the model writes becomes the source item it attends to most. false: the raw output, with "
-        "\u2047 for each <unk>.",
+        description="Keep items the model cannot translate (numbers, prices, dates, codes such as v2.3, URLs, "
+        "e-mails, @mentions, #hashtags, emoji, list markers) out of what it reads and put each back verbatim "
+        "where the translation aligns it; each <unk> the model writes becomes the source text it attends to "
+        "most. false: the model reads the source as written and answers raw, \u2047 for each <unk>.",
     )
     model: ModelName | None = Field(
         None, description="Model name; default: the model covering the language pair."

@@ -17,7 +17,7 @@ options map (CTranslate2's `translate_batch`):
   inside a beam. Real translations rarely reach the limit (2 x source + 10 tokens by default).
 - Unknown-token replacement (model/unknowns.py): the export's alignment attention is the last decoder
   layer averaged over all heads, the matrix the torch engine computes; `return_attention` gives it for the
-  batches whose sources hold an <unk>, and `model.unknowns.pick_sources` reads it as for torch. CTranslate2's own
+  batches whose sources hold an <unk> or had items taken out (model/protect.py), and `model.unknowns.pick_sources` reads it as for torch. CTranslate2's own
   `replace_unknowns` copies the attended source *piece* ("<unk>" itself), not its surface text, and looks at
   every source position: not used. Hypotheses decoded without that attention (redone, or an <unk> from a
   source without one) get their alignment from the torch model.
@@ -40,7 +40,7 @@ from model.decoding import Decodable, DecodeOptions, Hypothesis, length_penalty
 from model.inference import length_sorted_chunks, translate_ids
 from model.tokenizer import Tokenizer
 from model.translator import Translator
-from model.unknowns import align, eager, needs_alignment, pick_sources
+from model.unknowns import ALIGN_ALL, align, eager, needs_alignment, pick_sources
 
 if TYPE_CHECKING:
     import ctranslate2
@@ -149,13 +149,18 @@ class CT2Decoder:
         src: list[int] | None = None,
         attention: list[list[float]] | None = None,
         tag: int = 0,
+        want: int = 0,
     ) -> Hypothesis:
         """A hypothesis that ended in EOS, in our convention; with its source and attention (T + 1 rows: an EOS
         row; tag + S - 1 columns: a source-side tag's, none for EOS), its alignment when `restore` needs one."""
         ids = [self.tokenizer.piece_to_id(p) for p in pieces]
         assert ids[-1] == self.cfg.eos_id, ids  # only ended hypotheses get here
         hyp = Hypothesis(ids[:-1], log_prob / length_penalty(len(ids), alpha), log_prob)
-        if src is not None and attention is not None and needs_alignment(src, hyp.tokens, self.cfg.unk_id):
+        if (
+            src is not None
+            and attention is not None
+            and needs_alignment(src, hyp.tokens, self.cfg.unk_id, want)
+        ):
             rows = torch.tensor(attention, dtype=torch.float32)[:, tag:]
             hyp.alignment = pick_sources(rows, src, hyp.tokens, self.cfg.unk_id)
         return hyp
@@ -171,7 +176,7 @@ class CT2Decoder:
         seqs: list[list[int]],
         opts: Sequence[DecodeOptions],
         target_lang: str | None = None,
-        align_unknowns: Sequence[bool] | None = None,
+        align_unknowns: Sequence[int] | None = None,
     ) -> list[list[Hypothesis]]:
         """translate_ids with options per source: one call per distinct options (CTranslate2 takes its length
         penalty and limit per call), results in input order."""
@@ -192,12 +197,13 @@ class CT2Decoder:
         options: DecodeOptions,
         target_lang: str | None = None,
         batch_size: int = 64,
-        align_unknowns: Sequence[bool] | None = None,
+        align_unknowns: Sequence[int] | None = None,
     ) -> list[list[Hypothesis]]:
         """Source id lists (each ending in EOS) -> n-best hypotheses per source, in input order;
-        align_unknowns: per source, whether its hypotheses that hold an <unk> get an `alignment`."""
+        align_unknowns: per source, which of its hypotheses get an `alignment` (model.unknowns.needs_alignment:
+        0/False none, ALIGN_UNKNOWNS/True those with an <unk>, ALIGN_ALL every one)."""
         cfg, k, alpha = self.cfg, options.beam_size, options.length_penalty
-        want = list(align_unknowns) if align_unknowns is not None else [False] * len(seqs)
+        want = list(align_unknowns) if align_unknowns is not None else [0] * len(seqs)
         beta = ct2_length_penalty(alpha)
         prefix = self._prefix(target_lang)
         tag = cfg.source_prefix(target_lang)  # a target-language tag on the source side
@@ -206,7 +212,9 @@ class CT2Decoder:
         at_limit: list[tuple[int, list[str]]] = []  # greedy: (sentence, its tokens before the forced EOS)
         redo: list[int] = []  # beam search: sentences for the torch decoder
         for chunk in length_sorted_chunks([len(s) for s in seqs], batch_size):
-            attend = any(want[i] and cfg.unk_id in seqs[i] for i in chunk)  # else rare: aligned below
+            attend = any(  # else rare: aligned below
+                want[i] == ALIGN_ALL or (want[i] and cfg.unk_id in seqs[i]) for i in chunk
+            )
             out = self.translator.translate_batch(
                 [self.tokenizer.pieces(tag + seqs[i][:-1]) for i in chunk],  # CTranslate2 appends EOS itself
                 [prefix] * len(chunk) if prefix else None,
@@ -229,7 +237,7 @@ class CT2Decoder:
                     if want[i] and attend:
                         attention = [[first[i], *a[1:]] if i in first else a for a in res.attention]
                     hyps = [  # raw log-probabilities: score * |Y| ** beta
-                        self._hypothesis(h, s * len(h) ** beta, alpha, seqs[i], a, len(tag))
+                        self._hypothesis(h, s * len(h) ** beta, alpha, seqs[i], a, len(tag), want[i])
                         for h, s, a in zip(res.hypotheses, res.scores, attention, strict=True)
                     ]
                     hyps.sort(key=lambda h: h.score, reverse=True)
@@ -264,13 +272,11 @@ class CT2Decoder:
                 results[i] = h
         # hypotheses with an <unk> but no alignment yet (redone, or decoded without attention): by torch;
         # with no torch model (fallback None) they keep none: their <unk>s are detokenized as they are
-        late = [
-            i for i in range(len(seqs)) if want[i] and any(self._unaligned(seqs[i], h) for h in results[i])
-        ]
+        late = [i for i in range(len(seqs)) if any(self._unaligned(seqs[i], h, want[i]) for h in results[i])]
         if late and self.fallback is not None:
             with torch.inference_mode():
                 align(eager(self.fallback), [seqs[i] for i in late], [results[i] for i in late],
-                      cfg.start_id(target_lang), [True] * len(late), source_prefix=tag)  # fmt: skip
+                      cfg.start_id(target_lang), [want[i] for i in late], source_prefix=tag)  # fmt: skip
         return results
 
     def _first_rows(
@@ -291,8 +297,8 @@ class CT2Decoder:
         )
         return {i: res.attention[0][0] for i, res in zip(todo, out, strict=True)}
 
-    def _unaligned(self, src: list[int], hyp: Hypothesis) -> bool:
-        return hyp.alignment is None and needs_alignment(src, hyp.tokens, self.cfg.unk_id)
+    def _unaligned(self, src: list[int], hyp: Hypothesis, want: int) -> bool:
+        return hyp.alignment is None and needs_alignment(src, hyp.tokens, self.cfg.unk_id, want)
 
 
 def load_ct2_decoder(

@@ -13,7 +13,7 @@ from model.decoding import Decodable, DecodeOptions, Hypothesis, StopCheck, deco
 from model.ngram import CHUNK, text_units
 from model.preprocess import classifier_ids, pad_ids, source_ids
 from model.tokenizer import Tokenizer
-from model.unknowns import align, eager, encode_source, restore_text
+from model.unknowns import ITEMS_OUT, align, eager, encode_source, restore_text
 
 
 def _device(model: Any) -> torch.device:
@@ -193,19 +193,21 @@ def translate_texts(
     target_lang: str | None = None,
     batch_size: int = 64,
     replace_unknowns: bool = False,
+    items: str = ITEMS_OUT,
 ) -> list[list[tuple[str, float]]]:
     """Texts -> per text, (translation, score) hypotheses best first; replace_unknowns: output <unk>s become
-    the source text they attend to (model/unknowns.py), as the server does by default."""
+    the source text they attend to and protected items are taken out and put back (model/unknowns.py), as the
+    server does by default (`items`: how protected items are encoded, model.unknowns.encode_source)."""
     if not replace_unknowns:
         hyps = translate_ids(
             model, [source_ids(tokenizer, t, model.cfg) for t in texts], options, target_lang, batch_size
         )
         return [[(tokenizer.decode(h.tokens), h.score) for h in hs] for hs in hyps]
-    sources = [encode_source(tokenizer, t, model.cfg) for t in texts]
+    sources = [encode_source(tokenizer, t, model.cfg, items=items) for t in texts]
     seqs = [s.ids for s in sources]
     hyps = translate_ids(model, seqs, options, target_lang, batch_size)
     cfg = model.cfg
-    align(eager(model), seqs, hyps, cfg.start_id(target_lang), [True] * len(seqs), batch_size,
+    align(eager(model), seqs, hyps, cfg.start_id(target_lang), [s.align for s in sources], batch_size,
           cfg.source_prefix(target_lang))  # fmt: skip
     return [
         [(restore_text(tokenizer, h, s), h.score) for h in hs] for hs, s in zip(hyps, sources, strict=True)

@@ -1,9 +1,11 @@
-"""Unknown-token replacement: an output <unk> becomes the source text it attends to most (Luong et al., 2015;
-CTranslate2's `replace_unknowns`).
+"""Protected items and unknown-token replacement: items (model/protect.py: numbers, codes, links, emoji, list
+markers) are taken out of the source and put back where the output aligns to their place; an output <unk>
+becomes the source text it attends to most (Luong et al., 2015; CTranslate2's `replace_unknowns`).
 
 A tokenizer without byte fallback maps characters it never saw (digits, `€ % @ #`, emoji) to <unk>. Three parts:
 
-- `encode_source`: each run of unknown characters in a number, price, date, symbol group, URL or e-mail (a
+- `encode_source`: the items taken out (`ITEMS_OUT`: the model reads the sentence as written without them;
+  `ITEMS_UNK`, measured and not kept: each item one <unk>), then each run of unknown characters in a number, price, date, symbol group, URL or e-mail (a
   `chunk`) becomes one <unk> of the source, so the model sees one unknown where the text has one item (a run
   split by known characters, "2025" -> "▁ <unk> 0 <unk>", would need the model to copy that pattern), and each
   source id keeps its surface text.
@@ -13,9 +15,10 @@ A tokenizer without byte fallback maps characters it never saw (digits, `€ % @
   during its search (`return_attention`).
 - `restore`: the detokenized text with each output <unk> replaced by its source surface (a run of <unk>s
   that pick the same position gives it once), and each chunk the model dropped put back after the output
-  word aligned just before it (`reattach`): every chunk comes back once, verbatim.
+  word aligned just before it (`reattach`), as is each item taken out: every item comes back once, verbatim.
 
-A source and output without <unk> are encoded, decoded and answered exactly as without replacement.
+A source without items whose source and output hold no <unk> is encoded, decoded and answered exactly as
+without replacement.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from model.config import ModelConfig
 from model.decoding import Hypothesis
 from model.layers import make_causal_mask
 from model.preprocess import pad_ids
+from model.protect import find_items, has_letters, protect
 from model.tokenizer import PairTokenizer, Tokenizer
 from model.translator import Translator
 
@@ -42,14 +46,25 @@ _ITEM = r"[^\w\s]|[\d_]"  # a character that is neither a letter nor a space
 # a link, or non-letters with spaces inside ("15 €", "1 000")
 _CHUNK = re.compile(rf"{_LINK}|(?:{_ITEM})+(?:[ \u00a0\u202f]+(?:{_ITEM})+)*")
 _SIGNS = "%&@#*/\\§‰"  # punctuation by their Unicode category, copied as symbols
+ITEMS_OUT, ITEMS_UNK, ITEMS_KEPT = "out", "unk", "kept"  # encode_source's `items`
+ALIGN_UNKNOWNS, ALIGN_ALL = 1, 2  # engines' per-source alignment: hypotheses with an <unk> (True), or all
 
 
 @dataclass(frozen=True)
 class Source:
-    """A translator source: ids (pieces + EOS, within max_source_len) and the source text of each id."""
+    """A translator source: ids (pieces + EOS, within max_source_len) and the source text of each id; the
+    items taken out, each (the source position it stood before, its text); `verbatim`: the text to answer
+    as it came when nothing is left to translate (no letter outside its items)."""
 
     ids: list[int]
     surfaces: tuple[str, ...]  # (S,): "" for EOS and for pieces that cover no character
+    items: tuple[tuple[int, str], ...] = ()
+    verbatim: str | None = None
+
+    @property
+    def align(self) -> int:
+        """What the engines align (`needs_alignment`): every hypothesis when items were taken out."""
+        return ALIGN_ALL if self.items else ALIGN_UNKNOWNS
 
 
 def chunks(text: str, unknown: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -85,18 +100,33 @@ def _trimmed(char: str, unknown: bool) -> bool:
     return char.isspace() or (not unknown and unicodedata.category(char).startswith("P"))
 
 
-def encode_source(tokenizer: AnyTokenizer, text: str, cfg: ModelConfig, cut: bool = True) -> Source:
-    """`model.preprocess.source_ids` with each chunk as one <unk>, and every id's surface text; cut=False
+def encode_source(
+    tokenizer: AnyTokenizer, text: str, cfg: ModelConfig, cut: bool = True, items: str = ITEMS_OUT
+) -> Source:
+    """`model.preprocess.source_ids` with protected items (`items`: ITEMS_OUT taken out, ITEMS_UNK each one
+    <unk>, ITEMS_KEPT left in) and each remaining chunk as one <unk>, and every id's surface text; cut=False
     keeps every piece (a caller that refuses long sources counts them)."""
-    ids, offsets = tokenizer.encode_with_offsets(text)
-    if cfg.unk_id in ids and tokenizer.encodes_unknown(SENTINEL):
-        spans = chunks(text, [o for i, o in zip(ids, offsets, strict=True) if i == cfg.unk_id])
+    placeholders = tokenizer.encodes_unknown(SENTINEL)  # one <unk> for a quantity (model.protect.is_quantity)
+    protected = protect(text, placeholders) if items == ITEMS_OUT else None
+    body = text if protected is None else protected.text
+    ids, offsets = tokenizer.encode_with_offsets(body)
+    spans = find_items(text) if items == ITEMS_UNK else list(protected.quantities if protected else ())
+    if (spans or cfg.unk_id in ids) and placeholders:
+        unknown = [o for i, o in zip(ids, offsets, strict=True) if i == cfg.unk_id]
+        spans = sorted({*spans, *chunks(body, unknown)}, key=lambda s: (s[0], -s[1]))
+        spans = [s for k, s in enumerate(spans) if not (k and s[0] < spans[k - 1][1])]  # disjoint
         if spans:
-            masked, origin = _mask(text, spans)
+            masked, origin = _mask(body, spans)
             ids, offsets = tokenizer.encode_with_offsets(masked)
             offsets = [(origin[a][0], origin[b - 1][1]) if a < b else (0, 0) for a, b in offsets]
     n = cfg.max_source_len - 1 if cut else len(ids)
-    return Source(ids[:n] + [cfg.eos_id], (*(text[a:b] for a, b in offsets[:n]), ""))
+    surfaces = (*(body[a:b] for a, b in offsets[:n]), "")
+    if protected is None or not protected.items:
+        return Source(ids[:n] + [cfg.eos_id], surfaces)
+    starts = [a for a, _ in offsets[:n]]  # an item stands before the first piece that starts at or after it
+    placed = tuple((sum(a < at for a in starts), item) for at, item in protected.items)
+    verbatim = None if has_letters(body) else text
+    return Source(ids[:n] + [cfg.eos_id], surfaces, placed, verbatim)
 
 
 def _mask(text: str, spans: list[tuple[int, int]]) -> tuple[str, list[tuple[int, int]]]:
@@ -113,9 +143,12 @@ def _mask(text: str, spans: list[tuple[int, int]]) -> tuple[str, list[tuple[int,
     return "".join(out), origin
 
 
-def needs_alignment(src_ids: Sequence[int], tokens: Sequence[int], unk_id: int) -> bool:
-    """Whether `restore` reads an alignment: the output or the source (EOS aside) holds an <unk>."""
-    return unk_id in tokens or unk_id in src_ids[:-1]
+def needs_alignment(
+    src_ids: Sequence[int], tokens: Sequence[int], unk_id: int, want: int = ALIGN_UNKNOWNS
+) -> bool:
+    """Whether `restore` reads an alignment: `want` ALIGN_ALL (items were taken out of the source), or
+    ALIGN_UNKNOWNS (True) and the output or the source (EOS aside) holds an <unk>; never when `want` is 0."""
+    return want == ALIGN_ALL or (bool(want) and (unk_id in tokens or unk_id in src_ids[:-1]))
 
 
 def pick_sources(attention: Tensor, src_ids: Sequence[int], tokens: Sequence[int], unk_id: int) -> list[int]:
@@ -141,33 +174,44 @@ def reattach(
     alignment: Sequence[int],
     src_ids: Sequence[int],
     surfaces: Sequence[str],
-) -> tuple[list[int], list[int]]:
-    """Tokens and alignment with a word-initial <unk> put back for each source chunk (an <unk> whose surface
-    is a whole `chunks` item, not an unknown letter of a word) that no output <unk> picked: after the word
-    of the last token aligned to the source before it (the output's start if none), ahead of that word's
-    trailing punctuation."""
-    tokens, alignment = list(tokens), list(alignment)
-    space = tokenizer.piece_to_id("\u2581")
-    if space == tokenizer.unk_id:  # no "▁" piece: nothing to mark a word start with
-        return tokens, alignment
-    picked = {a for t, a in zip(tokens, alignment, strict=True) if t == tokenizer.unk_id}
+    put_back: bool = True,
+    items: Sequence[tuple[int, str]] = (),
+) -> tuple[list[int], list[int], tuple[str, ...]]:
+    """Tokens, alignment and surfaces with a word-initial <unk> put back for each item taken out of the
+    source (`items`: the source position it stood before, its text; its <unk> aligned to its own surface,
+    appended) and (put_back) each source chunk (an <unk> whose surface is a whole `chunks` item, not an
+    unknown letter of a word) that no output <unk> picked: at the word boundary, ahead of the output's final
+    punctuation, that most output tokens agree with (aligned to the source before it: ahead; the others:
+    after); several at one place in source order."""
+    unk, n = tokenizer.unk_id, len(surfaces)
+    picked = {a for t, a in zip(tokens, alignment, strict=True) if t == unk}
     missing = [
-        u
+        (u, u)
         for u in range(len(src_ids) - 1)
-        if src_ids[u] == tokenizer.unk_id and u not in picked and is_item(surfaces[u].strip())
+        if put_back and src_ids[u] == unk and u not in picked and is_item(surfaces[u].strip())
     ]
-    for u in missing:
-        before = [j for j, a in enumerate(alignment) if a < u and tokens[j] != tokenizer.unk_id]
-        k = 0
-        if before:
-            k = max(before, key=lambda j: (alignment[j], j)) + 1
-            pieces = tokenizer.pieces(tokens[k:])
-            while k < len(tokens) and _continues_word(pieces[0]):  # to the end of that word
-                k, pieces = k + 1, pieces[1:]
-        k = min(k, _final_punctuation(tokenizer.pieces(tokens)))
-        tokens[k:k] = [space, tokenizer.unk_id]
-        alignment[k:k] = [u, u]
-    return tokens, alignment
+    missing += [(u, n + k) for k, (u, _) in enumerate(items)]  # (stood before, surface index)
+    surfaces = (*surfaces, *(text for _, text in items))
+    if not missing:
+        return list(tokens), list(alignment), surfaces
+    pieces = tokenizer.pieces(list(tokens))
+    end = _final_punctuation(pieces)
+    words = [k for k in range(end + 1) if k in (0, end) or not _continues_word(pieces[k])]  # word starts
+    known = [(j, a) for j, (t, a) in enumerate(zip(tokens, alignment, strict=True)) if t != unk and j < end]
+    places = []
+    for u, fill in sorted(missing):
+        # the word boundary that most output tokens agree with: those aligned before u ahead of it, the
+        # rest after it (one stray alignment moves it less than the last-aligned-word rule); ties: later
+        agree = [sum((j < k) == (a < u) for j, a in known) for k in words]
+        best = max(range(len(words)), key=lambda w: (agree[w], w))
+        places.append((words[best], fill))
+    space = tokenizer.piece_to_id("\u2581")
+    mark = [space] if space != unk else []  # no "▁" piece: nothing to mark a word start with
+    out_tokens, out_alignment = list(tokens), list(alignment)
+    for k, fill in reversed(places):  # from the back: earlier ones go in front at the same place
+        out_tokens[k:k] = [*mark, unk]
+        out_alignment[k:k] = [fill] * (len(mark) + 1)
+    return out_tokens, out_alignment, surfaces
 
 
 def _continues_word(piece: str) -> bool:
@@ -189,12 +233,12 @@ def restore(
     src_ids: Sequence[int],
     surfaces: Sequence[str],
     put_back: bool = True,
+    items: Sequence[tuple[int, str]] = (),
 ) -> str:
     """Detokenize `tokens` with each <unk> replaced by the surface of its source position (`alignment`, one
-    per token; the <unk>s of a run that picked the same position give it once), and (put_back) the
-    source's chunks no output <unk> picked put back (`reattach`)."""
-    if put_back:
-        tokens, alignment = reattach(tokenizer, tokens, alignment, src_ids, surfaces)
+    per token; the <unk>s of a run that picked the same position give it once), the items taken out put
+    back and (put_back) the source's chunks no output <unk> picked (`reattach`)."""
+    tokens, alignment, surfaces = reattach(tokenizer, tokens, alignment, src_ids, surfaces, put_back, items)
     text = tokenizer.decode_marked(tokens)
     parts = text.split(tokenizer.unk_surface.strip())  # (a stripped text may have lost an end's space)
     unks = [j for j, t in enumerate(tokens) if t == tokenizer.unk_id]
@@ -221,10 +265,29 @@ def restore(
 
 
 def restore_text(tokenizer: AnyTokenizer, hyp: Hypothesis, source: Source, put_back: bool = True) -> str:
-    """A hypothesis' text: `restore` when it has an alignment, else plain detokenization."""
-    if hyp.alignment is None:
+    """A hypothesis' text: the source itself when it has nothing to translate, else `restore_hypothesis`."""
+    if source.verbatim is not None:
+        return source.verbatim
+    return restore_hypothesis(tokenizer, hyp, source.ids, source.surfaces, source.items, put_back)
+
+
+def restore_hypothesis(
+    tokenizer: AnyTokenizer,
+    hyp: Hypothesis,
+    src_ids: Sequence[int],
+    surfaces: Sequence[str],
+    items: Sequence[tuple[int, str]] = (),
+    put_back: bool = True,
+) -> str:
+    """`restore` with the hypothesis' alignment; without one (CTranslate2 with no torch model to align what
+    it decoded without attention), plain detokenization, or, when items were taken out, each <unk> dropped
+    and the items put back at the output's start: an item is never lost."""
+    if hyp.alignment is not None:
+        return restore(tokenizer, hyp.tokens, hyp.alignment, src_ids, surfaces, put_back, items)
+    if not items:
         return tokenizer.decode(hyp.tokens)
-    return restore(tokenizer, hyp.tokens, hyp.alignment, source.ids, source.surfaces, put_back)
+    eos = [len(src_ids) - 1] * len(hyp.tokens)  # EOS: aligned after every item, its surface ""
+    return restore(tokenizer, hyp.tokens, eos, src_ids, surfaces, False, items)
 
 
 @torch.inference_mode()
@@ -257,20 +320,19 @@ def align(
     seqs: Sequence[list[int]],
     results: Sequence[list[Hypothesis]],
     start_id: int,
-    want: Sequence[bool],
+    want: Sequence[int],
     batch_size: int = 64,
     source_prefix: Sequence[int] = (),
 ) -> None:
-    """Set `alignment` on the hypotheses of the sources `want` marks that need one (`needs_alignment`), by
+    """Set `alignment` on the hypotheses that need one (`needs_alignment` with the source's `want`), by
     teacher-forced passes of `batch_size` hypotheses; `source_prefix`: the ids decoding put before each
     source (ModelConfig.source_prefix), whose attention columns are dropped."""
     unk = model.cfg.unk_id
     todo = [
         (seqs[i], h)
         for i, hyps in enumerate(results)
-        if want[i]
         for h in hyps
-        if needs_alignment(seqs[i], h.tokens, unk)
+        if needs_alignment(seqs[i], h.tokens, unk, want[i])
     ]
     for k in range(0, len(todo), batch_size):
         group = todo[k : k + batch_size]

@@ -139,7 +139,7 @@ def evaluate_translation(
     elif replace_unknowns:
         sources = [encode_source(loaded.tokenizer, t, loaded.config) for t in srcs]
         out = ct2.translate_ids(
-            [s.ids for s in sources], options, tgt_lang, align_unknowns=[True] * len(srcs)
+            [s.ids for s in sources], options, tgt_lang, align_unknowns=[s.align for s in sources]
         )
         best = [restore_text(loaded.tokenizer, h[0], s) for h, s in zip(out, sources, strict=True)]
     else:  # APP_TRANSLATION_ENGINE=ctranslate2's decoding

@@ -23,6 +23,7 @@ import torch
 
 from app.core.errors import invalid
 from app.schemas import DEFAULT_LENGTH_PENALTY, ScoredTranslation, SentimentResult, TranslationResult
+from app.text.passthrough import has_letters
 from model import (
     DecodeOptions,
     DecodingStopped,
@@ -37,7 +38,7 @@ from model.decoding import Decodable, StopCheck
 from model.inference import classify_ids, translate_ids
 from model.jit import compile_classifier, trace_translator
 from model.preprocess import classifier_ids, source_ids
-from model.unknowns import Source, align, encode_source, restore
+from model.unknowns import Source, align, encode_source, restore_hypothesis
 
 if TYPE_CHECKING:
     from engines.ct2_decode import CT2Decoder
@@ -145,6 +146,9 @@ class Sentence:
     length_penalty: float = DEFAULT_LENGTH_PENALTY
     max_length: int | None = None
     surfaces: tuple[str, ...] | None = None  # each id's source text: output <unk>s are replaced from it
+    items: tuple[tuple[int, str], ...] = ()  # taken out of the source, put back (model/protect.py)
+    verbatim: str | None = None  # nothing to translate: the answer, without a model call
+    align: int = 0  # which hypotheses get an alignment (model.unknowns.needs_alignment)
 
     def options(self, beam_size: int, max_len: int) -> DecodeOptions:
         """DecodeOptions; an explicit max_length is absolute, and no limit passes the model's max_len."""
@@ -167,6 +171,7 @@ class SentenceTranslation:
     text: str
     score: float
     tokens: list[int]
+    passed: bool = False  # a sentence with nothing to translate, answered as it came (no score of its own)
 
 
 @dataclass(frozen=True)
@@ -205,11 +210,16 @@ class TranslationHandler:
         self, text: str, loc: Sequence[str | int], replace_unknowns: bool, *options: Any
     ) -> Sentence:
         """One batch item (options: Sentence's num_hypotheses, length_penalty, max_length); replace_unknowns:
-        model.unknowns' encoding, and surfaces to replace <unk>s from."""
+        model.unknowns' encoding (protected items taken out), and surfaces to replace <unk>s from. A sentence
+        without letters ("7", "2.", "15 €") passes through as it came."""
+        if not has_letters(text):
+            return Sentence([self.cfg.eos_id], *options, verbatim=text)
         if not replace_unknowns:
             return Sentence(self.encode_source(text, loc), *options)
         src = checked_source(self.name, self.tokenizer, self.cfg, text, loc)  # refused here when too long
-        return Sentence(src.ids, *options, surfaces=src.surfaces)
+        return Sentence(
+            src.ids, *options, surfaces=src.surfaces, items=src.items, verbatim=src.verbatim, align=src.align
+        )
 
     def sentences(
         self,
@@ -245,19 +255,26 @@ class TranslationHandler:
         """Per item its own n-best, detokenized, under its own options (length penalty, length limit, n-best
         count: per row in one batch; translate_ids sorts by length and pads per chunk). should_stop: checked
         between decoder steps (True raises model.DecodingStopped)."""
-        opts = [s.options(key.beam_size, self.max_len) for s in items]
-        want = [s.surfaces is not None for s in items]
-        output = self.decode([s.ids for s in items], opts, key.target_lang, should_stop, want)
-        return [
-            [SentenceTranslation(self.detokenize(h, s), h.score, h.tokens) for h in hyps[: s.num_hypotheses]]
-            for hyps, s in zip(output, items, strict=True)
-        ]
+        todo = [s for s in items if s.verbatim is None]  # the others pass through
+        opts = [s.options(key.beam_size, self.max_len) for s in todo]
+        want = [s.align for s in todo]
+        output = iter(
+            self.decode([s.ids for s in todo], opts, key.target_lang, should_stop, want) if todo else []
+        )
+        results = []
+        for s in items:
+            if s.verbatim is not None:
+                results.append([SentenceTranslation(s.verbatim, 0.0, [], passed=True)])
+            else:
+                hyps = next(output)[: s.num_hypotheses]
+                results.append([SentenceTranslation(self.detokenize(h, s), h.score, h.tokens) for h in hyps])
+        return results
 
     def detokenize(self, hyp: Hypothesis, item: Sentence) -> str:
-        """The hypothesis' text, its <unk>s replaced from the source when it has an alignment."""
-        if item.surfaces is None or hyp.alignment is None:
+        """The hypothesis' text: its <unk>s replaced and the items taken out put back (with replacement on)."""
+        if item.surfaces is None:
             return self.tokenizer.decode(hyp.tokens)
-        return restore(self.tokenizer, hyp.tokens, hyp.alignment, item.ids, item.surfaces)
+        return restore_hypothesis(self.tokenizer, hyp, item.ids, item.surfaces, item.items)
 
     def decode(
         self,
@@ -265,11 +282,11 @@ class TranslationHandler:
         opts: Sequence[DecodeOptions],
         target_lang: str,
         should_stop: StopCheck = None,
-        align_unknowns: Sequence[bool] | None = None,
+        align_unknowns: Sequence[int] | None = None,
     ) -> list[list[Hypothesis]]:
         """One dynamic batch of source ids, with options per item -> n-best hypotheses per item (the
-        engine's part of `run`); align_unknowns: per item, whether its hypotheses that hold an <unk> get an
-        `alignment`. should_stop: checked between decoder steps by torch, once before the batch by
+        engine's part of `run`); align_unknowns: per item, which of its hypotheses get an `alignment`
+        (model.unknowns.needs_alignment). should_stop: checked between decoder steps by torch, once before the batch by
         CTranslate2 (one call per distinct options decodes it)."""
         batch_size = max(1, len(seqs))
         if self.engine is not None:
@@ -297,7 +314,7 @@ class TranslationHandler:
             for line in layout.lines:
                 picks = [outputs[i][min(k, len(outputs[i]) - 1)] for i in line]
                 lines.append(" ".join(p.text for p in picks))
-                scores += [p.score for p in picks]
+                scores += [p.score for p in picks if not p.passed]
             text = "\n".join(lines)
             if all(h.translation != text for h in hyps):
                 hyps.append(ScoredTranslation(translation=text, score=sum(scores) / max(1, len(scores))))

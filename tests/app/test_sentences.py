@@ -42,6 +42,30 @@ def test_a_language_without_its_own_rules_still_splits() -> None:
     assert split_line("xx", "Dr. Smith is here. He left.") == ["Dr. Smith is here.", "He left."]
 
 
+@pytest.mark.parametrize(
+    ("lang", "text", "sentences"),
+    [
+        (
+            "fr",
+            "1. Ouvrez la porte. 2. Fermez la fenêtre.",
+            ["1.", "Ouvrez la porte.", "2.", "Fermez la fenêtre."],
+        ),
+        ("fr", "• Je suis flattée. a) Je me sens soulagé.", ["• Je suis flattée.", "a) Je me sens soulagé."]),
+        ("es", "Abre la puerta. 2) Cierra la ventana.", ["Abre la puerta.", "2) Cierra la ventana."]),
+        ("fr", "- Bonjour. - Salut, ça va ?", ["- Bonjour.", "- Salut, ça va ?"]),  # dialogue dashes
+        ("fr", "Il fait beau. 7", ["Il fait beau.", "7"]),
+        ("fr", "A-t-on besoin ? 10:15.", ["A-t-on besoin ?", "10:15."]),
+        ("fr", "Il est là. 15 € 😀", ["Il est là.", "15 € 😀"]),
+        ("fr", "Il a dit : « Je reviens. »", ["Il a dit : « Je reviens. »"]),  # punctuation stays
+        ("fr", "Il fait beau 7", ["Il fait beau 7"]),  # no sentence end: one sentence
+    ],
+)
+def test_list_markers_and_letterless_tails_are_sentences(lang: str, text: str, sentences: list[str]) -> None:
+    """A list marker after a sentence's end opens the next sentence; a letterless tail with a digit or a symbol
+    after a sentence's end is a sentence of its own (it passes through untranslated)."""
+    assert split_line(lang, text) == sentences
+
+
 @pytest.mark.anyio
 async def test_translate_items_follow_the_splitter(app: FastAPI) -> None:
     """One batch item per sentence; the layout puts each line back (TextLayout contract)."""
