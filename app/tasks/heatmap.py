@@ -17,7 +17,11 @@ NICE = 10  # the renderer process's CPU priority below the server's (model work 
 
 
 def lower_priority() -> None:
-    """Initializer of the renderer process."""
+    """Initializer of the renderer process: matplotlib imported first, at the server's priority (most of a first
+    PNG's CPU time; niced, a busy machine starved it past the request deadline), then the process niced."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401 (imported for its cost now)
+    from matplotlib.figure import Figure  # noqa: F401
+
     os.nice(NICE)
 
 
