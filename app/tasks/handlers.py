@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from engines.ct2_decode import CT2Decoder
 
 WARMUP_TEXT = "warm up"
-ClassifierItem = tuple[list[int], str]  # token ids and the text (for an n-gram head)
+ClassifierItem = tuple[list[int], str]  # token ids and the text (for an n-gram head; else "")
 
 
 def uncut_length(tokenizer: Tokenizer, text: str, ids: list[int], max_len: int, specials: int) -> int | None:
@@ -83,19 +83,40 @@ def checked_source(
     return src
 
 
-class SentimentHandler:
+class SentimentText:
+    """The text half of a classifier: text -> [CLS]? ids + EOS (`tokenize`), probabilities -> result
+    (`result`). No weights: an HTTP process (app.parallel.remote) runs it beside the model process's
+    SentimentHandler, which is one too."""
+
+    def __init__(self, name: str, tokenizer: Tokenizer, cfg: ModelConfig) -> None:
+        self.name, self.tokenizer, self.cfg = name, tokenizer, cfg
+        self.labels = list(cfg.labels)
+        self._texts = bool(cfg.ngram)  # an n-gram head hashes the text itself: it goes with the ids
+
+    def tokenize(self, text: str) -> ClassifierItem:
+        ids = classifier_ids(self.tokenizer, text, self.cfg)  # truncated to max_len like training
+        return ids, text if self._texts else ""
+
+    def result(self, probs: list[float]) -> SentimentResult:
+        best = max(range(len(probs)), key=probs.__getitem__)
+        return SentimentResult.model_construct(  # no validation: every field is built right here
+            model=self.name,
+            label=self.labels[best],
+            score=probs[best],
+            probabilities=dict(zip(self.labels, probs, strict=True)),
+        )
+
+
+class SentimentHandler(SentimentText):
     """Text -> [CLS]? ids + EOS -> class probabilities."""
 
     def __init__(self, loaded: LoadedModel, torchscript: bool = True) -> None:
         assert isinstance(loaded.model, SentimentClassifier)
-        self.name, self.model, self.tokenizer = loaded.name, loaded.model, loaded.tokenizer
-        self.labels = list(loaded.config.labels)
+        assert isinstance(loaded.tokenizer, Tokenizer)
+        super().__init__(loaded.name, loaded.tokenizer, loaded.model.cfg)
+        self.model = loaded.model
         # one graph call per batch keeps the GIL free while it runs (see ClassifierGraph): built off the loop
         self._graph = compile_classifier(self.model) if torchscript else None
-
-    def tokenize(self, text: str) -> ClassifierItem:
-        ids = classifier_ids(self.tokenizer, text, self.model.cfg)  # truncated to max_len like training
-        return ids, text
 
     def cost(self, item: ClassifierItem) -> int:
         """Work units: its tokens."""
@@ -106,15 +127,6 @@ class SentimentHandler:
         ids, texts = [i for i, _ in items], [t for _, t in items]  # texts: an n-gram head hashes them here
         with torch.inference_mode():
             return classify_ids(self.model, ids, max(1, len(items)), self._graph, texts).tolist()  # (N, C)
-
-    def result(self, probs: list[float]) -> SentimentResult:
-        best = max(range(len(probs)), key=probs.__getitem__)
-        return SentimentResult.model_construct(  # no validation: every field is built right here
-            model=self.name,
-            label=self.labels[best],
-            score=probs[best],
-            probabilities=dict(zip(self.labels, probs, strict=True)),
-        )
 
     def warmup(self) -> None:
         self.run([self.tokenize(WARMUP_TEXT)])
