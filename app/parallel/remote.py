@@ -145,9 +145,12 @@ class RemoteService:
     # --- what a splitting task's `answer` runs on here (app.tasks.task.Context) ------------------------
 
     def ready_registry(self) -> Registry:
-        """The routing registry while the model process says ready; 503 with its reason otherwise."""
-        state = self.readiness()
-        if state.status != "ready" or self.registry is None:
+        """The routing registry while the model process's last word is ready, or shutting down (an HTTP
+        process said bye: its service still serves until the HTTP processes have finished); 503 with its
+        reason otherwise. A model process that is merely silent still gets the call (504 at the deadline,
+        as for the tasks it answers whole)."""
+        state = self._state
+        if state.status not in ("ready", "shutting_down") or self.registry is None:
             raise Unavailable(
                 f"not ready: {state.reason}", retry_after=None if state.status == "failed" else 1
             )
