@@ -99,8 +99,7 @@ class RemoteService:
 
     def _load_text(self, registry: Registry) -> None:
         """The text half of each splitting task's handler of each model it serves."""
-        for task in self.tasks.values():
-            task.prepare(self.settings, registry)
+        for task in self.tasks.values():  # not `prepare`: what the models load with is not needed here
             for entry in registry.entries.values():
                 if task.serves(entry):
                     task.handlers[entry.name] = task.load_text(entry)
