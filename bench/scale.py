@@ -157,21 +157,32 @@ def bodies(route: str) -> list[dict[str, Any]]:
     ]
 
 
+def is_model_process(pid: int) -> bool:
+    """Whether `pid` is a model process (python -m app.parallel.engine)."""
+    try:
+        return b"app.parallel.engine" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def cell(
     urls: list[str], pids: list[int], route: str, c: int, duration: float, clients: int
-) -> tuple[Load, float, float]:
-    """One measurement -> (load, server CPU seconds over the run, the busiest event loop's CPU seconds).
+) -> tuple[Load, float, float, float | None]:
+    """One measurement -> (load, server CPU seconds over the run, the busiest event loop's CPU seconds, the
+    busiest model process's loop's; None without one).
 
     Each process's main thread runs its event loop; the busiest one is the serial part that more cores do not
-    speed up (1 / its seconds per request bounds the throughput)."""
+    speed up (1 / its seconds per request bounds the throughput). The model process's is the part more HTTP
+    processes do not speed up either."""
     reqs = [requests(u + route, bodies(route)) for u in urls]
     tree = [p for pid in pids for p in process_tree(pid)]
     cpu0 = {p: process_cpu_s(p) for p in tree}
     loop0 = {p: process_cpu_s(p, p) for p in tree}
     load = blast([u + route for u in urls], reqs, c, duration, clients)
     server_s = sum(process_cpu_s(p) - cpu0[p] for p in tree)
-    loop_s = max(process_cpu_s(p, p) - loop0[p] for p in tree)
-    return load, server_s, loop_s
+    loops = {p: process_cpu_s(p, p) - loop0[p] for p in tree}
+    model = [s for p, s in loops.items() if is_model_process(p)]
+    return load, server_s, max(loops.values()), max(model) if model else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         f"the first row's alone, the others' started together)\n",
         flush=True,
     )
-    measured: dict[tuple[str, str, int], list[tuple[Load, float, float]]] = {}
+    measured: dict[tuple[str, str, int], list[tuple[Load, float, float, float | None]]] = {}
     began = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         checkpoints = model_dir(args.checkpoint_dir, Path(tmp))
@@ -248,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     print(HEADER)
     results: dict[tuple[str, str, int], float] = {}
     for (name, route, c), ms in measured.items():
-        load, server_s, loop_s = sorted(ms, key=lambda m: m[0].rps)[len(ms) // 2]
+        load, server_s, loop_s, model_s = sorted(ms, key=lambda m: m[0].rps)[len(ms) // 2]
         results[(name, route, c)] = load.rps
         n = max(1, load.answered)  # the CPU figures cover the warm-up and the drain too
         flag = " (client-bound)" if load.client_bound else ""
@@ -258,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {name} | {route} | {c} | {load.rps:,.0f}{spread}{flag} | {load.p50:.1f} | {load.p99:.1f} | "
             f"{load.errors} | {1000 * server_s / n:.2f} | {1000 * loop_s / n:.2f} | "
+            f"{'–' if model_s is None else f'{1000 * model_s / n:.2f}'} | "
             f"{1000 * load.client_cpu_s / n:.2f} | {load.busiest_client:.0%} | {servers[name][2]:.1f} |"
         )
     if args.baseline is not None:
@@ -265,8 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-HEADER = """| setup | route | conns | req/s (median, range) | p50 ms | p99 ms | errors | server CPU ms/req | busiest loop ms/req | client CPU ms/req | busiest client | ready s |
-|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"""
+HEADER = """| setup | route | conns | req/s (median, range) | p50 ms | p99 ms | errors | server CPU ms/req | busiest loop ms/req | model loop ms/req | client CPU ms/req | busiest client | ready s |
+|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"""
 
 
 def cpu_name() -> str:

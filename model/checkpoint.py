@@ -166,20 +166,10 @@ def read_config(path: str | Path) -> dict[str, Any]:
     return meta
 
 
-def load_checkpoint(
-    path: str | Path,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype | None = None,
-    quantize: str | None = None,
-) -> LoadedModel:
-    """Load a checkpoint directory into an eval-mode model on `device` (dtype default: float32);
-    quantize="int8": dynamic int8 Linear layers (model.quantize; float32 on CPU only)."""
+def load_tokenizer(path: str | Path, meta: dict[str, Any], cfg: ModelConfig) -> Tokenizer | PairTokenizer:
+    """The tokenizer of the checkpoint at `path` (config.json's `meta`, model section `cfg`), its files and
+    special ids checked: what a process that runs no model but tokenizes for one loads."""
     path = Path(path)
-    meta = read_config(path)
-    try:
-        cfg = ModelConfig.from_dict(meta["model"])
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{path / CONFIG}: invalid 'model' section ({e})") from e
     files = meta.get("files", {})
     tok_name = meta.get("tokenizer", TOKENIZER)
     _read(path, tok_name, files)
@@ -214,6 +204,25 @@ def load_checkpoint(
     wrong = {k: (v, getattr(cfg, k)) for k, v in special.items() if v != getattr(cfg, k)}
     if wrong:
         raise CheckpointError(f"{path / tok_name}: special ids (tokenizer, config.json) differ: {wrong}")
+    return tokenizer
+
+
+def load_checkpoint(
+    path: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    quantize: str | None = None,
+) -> LoadedModel:
+    """Load a checkpoint directory into an eval-mode model on `device` (dtype default: float32);
+    quantize="int8": dynamic int8 Linear layers (model.quantize; float32 on CPU only)."""
+    path = Path(path)
+    meta = read_config(path)
+    try:
+        cfg = ModelConfig.from_dict(meta["model"])
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path / CONFIG}: invalid 'model' section ({e})") from e
+    files = meta.get("files", {})
+    tokenizer = load_tokenizer(path, meta, cfg)
     data, digest = _read(path, WEIGHTS, files)  # digest: hashed once, checked and reported
     try:
         tensors = safetensors.torch.load(data)

@@ -11,11 +11,13 @@ import contextlib
 import logging
 import signal
 import sys
+from collections.abc import Hashable
 from functools import partial
 from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
+from app.batching.wait import Disconnected
 from app.core.logs import configure_logging
 from app.core.metrics import Metrics
 from app.core.settings import load_settings
@@ -26,6 +28,7 @@ from app.parallel.lifeline import die_with_parent
 from app.parallel.merge import METRICS_TIMEOUT_S, count_process, merge, render
 from app.schemas import ModelInfo, Readiness
 from app.service import Service
+from app.tasks.task import Job
 
 log = logging.getLogger("app.parallel.engine")  # run as __main__
 STATE_POLL_S = 0.05  # how often readiness is compared with what the HTTP processes were last told
@@ -63,7 +66,9 @@ class Engine:
                 channel.close()
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        handlers: dict[str, Handler] = {"answer": _logged(self.service.answer), "metrics": self._metrics}
+        handlers: dict[str, Handler] = {
+            "answer": _logged(self.service.answer), "submit": self._submit, "metrics": self._metrics
+        }  # fmt: skip
         channel = Channel(reader, writer, handlers)
         handlers["hello"] = partial(self._hello, channel)
         handlers["bye"] = partial(self._bye, channel)
@@ -131,6 +136,21 @@ class Engine:
                     if pid is not None:
                         channel.note("alive")
             await asyncio.sleep(STATE_POLL_S)
+
+    async def _submit(
+        self,
+        task: str,
+        jobs: list[tuple[str, Hashable, list[Any]]],
+        deadline: float,
+        field: str,
+        disconnected: Disconnected = None,
+    ) -> list[list[Any]]:
+        """The batches of a request whose task's `answer` runs in the HTTP process (RemoteService.submit):
+        per job its model, batch key and items -> per job its items' outputs. Service.submit's admission,
+        queues and deadline, as in one process (the deadline: loop.time(), one clock for both processes)."""
+        log.debug("%s batches from an HTTP process", task)  # under the request's id, like `answer`
+        owner = self.service.tasks[task]
+        return await self.service.submit([Job(owner, *job) for job in jobs], deadline, disconnected, field)
 
     async def _metrics(self) -> bytes:
         """This process's metric families, every HTTP process's and those of the HTTP processes that have

@@ -2,9 +2,13 @@
 process's one Service.
 
 Routing metadata (the registry read from the configs, without weights) and language detection are local:
-both are pure text work, and /detect and the LibreTranslate API read them. Everything that touches a model,
-a queue or a limit (every task's `answer`) is one call to the model process, so the admission and
-queue limits are those of one server whatever the number of HTTP processes. Readiness and the model list are
+both are pure text work, and /detect and the LibreTranslate API read them. A task that `splits`
+(app/tasks/task.py; /sentiment) runs its whole `answer` here, on the text halves of its handlers
+(tokenizers, results): validation, routing and tokenizing before, the response after; its batch items alone
+cross as one `submit` call (task name, per job the model, batch key and items, the deadline), and its
+outputs come back (e.g. class probabilities). The other tasks' `answer` is one call to the model process.
+Either way everything that touches a queue or an admission limit runs in the model process, so those limits
+are one server's whatever the number of HTTP processes. Readiness and the model list are
 pushed by the model process when they change (the routes read them without waiting).
 
 The deadline holds here too: the model process answers 504 at APP_REQUEST_TIMEOUT_S; if it has not answered
@@ -20,7 +24,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client.metrics_core import Metric
 
@@ -35,16 +39,26 @@ from app.parallel.merge import METRICS_TIMEOUT_S, count_process, render
 from app.registry import Registry
 from app.schemas import ModelInfo, Readiness
 from app.service import detect_texts
+from app.tasks.served import default_tasks
+from app.tasks.task import Job, Task
 from app.text.langid import Detection, LanguageDetector
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 60.0  # the model process listens within a second or two of its start; this is a bound
 METRICS_WAIT_S = METRICS_TIMEOUT_S + 1.0  # the model process waits METRICS_TIMEOUT_S for each HTTP process
+T = TypeVar("T", bound=Task)
 
 
 class RemoteService:
-    def __init__(self, settings: Settings, metrics: Metrics, socket_path: str) -> None:
+    """tasks: those whose `answer` may run here (default_tasks() unless given); only those that `splits` do,
+    the others (and any the model process serves beyond them) are answered there whole."""
+
+    def __init__(
+        self, settings: Settings, metrics: Metrics, socket_path: str, tasks: Sequence[Task] | None = None
+    ) -> None:
         self.settings, self.metrics, self.socket_path = settings, metrics, socket_path
+        every = default_tasks() if tasks is None else tasks
+        self.tasks = {t.name: t for t in every if t.splits}  # their handlers: text halves (load_text)
         self.limits = Limits(settings)
         self.registry: Registry | None = None
         self.detector: LanguageDetector | None = None
@@ -66,6 +80,7 @@ class RemoteService:
             s.check_checkpoint_dir(), device, dtype, quantize, s.origin_order, s.routes
         )
         self.detector = await asyncio.to_thread(LanguageDetector, self.registry.languages)
+        await asyncio.to_thread(self._load_text, self.registry)
         reader, writer = await _connect(self.socket_path)
         handlers = {"state": self._on_state, "families": self._families, "alive": self._alive}
         self.channel = Channel(reader, writer, handlers)
@@ -82,9 +97,18 @@ class RemoteService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
 
+    def _load_text(self, registry: Registry) -> None:
+        """The text half of each splitting task's handler of each model it serves."""
+        for task in self.tasks.values():  # not `prepare`: what the models load with is not needed here
+            for entry in registry.entries.values():
+                if task.serves(entry):
+                    task.handlers[entry.name] = task.load_text(entry)
+
     # --- what the routes call ------------------------------------------------------------------------
 
     async def answer(self, task: str, req: Any, disconnected: Disconnected = None, **options: Any) -> Any:
+        if (local := self.tasks.get(task)) is not None:
+            return await local.answer(self, req, disconnected, **options)
         return await self._work("answer", task, req, disconnected=disconnected, **options)
 
     async def detect(self, texts: Sequence[str], field: str = "texts") -> list[list[Detection]]:
@@ -118,6 +142,38 @@ class RemoteService:
 
     def models(self) -> list[ModelInfo]:
         return list(self._models)
+
+    # --- what a splitting task's `answer` runs on here (app.tasks.task.Context) ------------------------
+
+    def ready_registry(self) -> Registry:
+        """The routing registry while the model process's last word is ready, or shutting down (an HTTP
+        process said bye: its service still serves until the HTTP processes have finished); 503 with its
+        reason otherwise. A model process that is merely silent still gets the call (504 at the deadline,
+        as for the tasks it answers whole)."""
+        state = self._state
+        if state.status not in ("ready", "shutting_down") or self.registry is None:
+            raise Unavailable(
+                f"not ready: {state.reason}", retry_after=None if state.status == "failed" else 1
+            )
+        return self.registry
+
+    def task(self, kind: type[T]) -> T:
+        task = self.tasks[kind.name]
+        assert isinstance(task, kind)
+        return task
+
+    def deadline(self) -> float:
+        """loop.time() is CLOCK_MONOTONIC, one clock for every process of the machine."""
+        return asyncio.get_running_loop().time() + self.settings.request_timeout_s
+
+    async def submit(
+        self, jobs: list[Job], deadline: float, disconnected: Disconnected, field: str = "text"
+    ) -> list[list[Any]]:
+        """Service.submit in the model process (admission, queues, batches): only the jobs' task name,
+        models, keys and items cross; each item's outputs come back."""
+        wire = [(job.model, job.key, job.items) for job in jobs]
+        name = jobs[0].task.name if jobs else ""
+        return await self._work("submit", name, wire, deadline, field, disconnected=disconnected)  # type: ignore[no-any-return]
 
     # --- the channel ---------------------------------------------------------------------------------
 

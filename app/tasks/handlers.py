@@ -38,13 +38,14 @@ from model.decoding import Decodable, StopCheck
 from model.inference import classify_ids, translate_ids
 from model.jit import compile_classifier, trace_translator
 from model.preprocess import classifier_ids, source_ids
+from model.tokenizer import PairTokenizer
 from model.unknowns import Source, align, encode_source, restore_hypothesis
 
 if TYPE_CHECKING:
     from engines.ct2_decode import CT2Decoder
 
 WARMUP_TEXT = "warm up"
-ClassifierItem = tuple[list[int], str]  # token ids and the text (for an n-gram head)
+ClassifierItem = tuple[list[int], str]  # token ids and the text (for an n-gram head; else "")
 
 
 def uncut_length(tokenizer: Tokenizer, text: str, ids: list[int], max_len: int, specials: int) -> int | None:
@@ -84,19 +85,40 @@ def checked_source(
     return src
 
 
-class SentimentHandler:
+class SentimentText:
+    """The text half of a classifier: text -> [CLS]? ids + EOS (`tokenize`), probabilities -> result
+    (`result`). No weights: an HTTP process (app.parallel.remote) runs it beside the model process's
+    SentimentHandler, which is one too."""
+
+    def __init__(self, name: str, tokenizer: Tokenizer, cfg: ModelConfig) -> None:
+        self.name, self.tokenizer, self.cfg = name, tokenizer, cfg
+        self.labels = list(cfg.labels)
+        self._texts = bool(cfg.ngram)  # an n-gram head hashes the text itself: it goes with the ids
+
+    def tokenize(self, text: str) -> ClassifierItem:
+        ids = classifier_ids(self.tokenizer, text, self.cfg)  # truncated to max_len like training
+        return ids, text if self._texts else ""
+
+    def result(self, probs: list[float]) -> SentimentResult:
+        best = max(range(len(probs)), key=probs.__getitem__)
+        return SentimentResult.model_construct(  # no validation: every field is built right here
+            model=self.name,
+            label=self.labels[best],
+            score=probs[best],
+            probabilities=dict(zip(self.labels, probs, strict=True)),
+        )
+
+
+class SentimentHandler(SentimentText):
     """Text -> [CLS]? ids + EOS -> class probabilities."""
 
     def __init__(self, loaded: LoadedModel, torchscript: bool = True) -> None:
         assert isinstance(loaded.model, SentimentClassifier)
-        self.name, self.model, self.tokenizer = loaded.name, loaded.model, loaded.tokenizer
-        self.labels = list(loaded.config.labels)
+        assert isinstance(loaded.tokenizer, Tokenizer)
+        super().__init__(loaded.name, loaded.tokenizer, loaded.model.cfg)
+        self.model = loaded.model
         # one graph call per batch keeps the GIL free while it runs (see ClassifierGraph): built off the loop
         self._graph = compile_classifier(self.model) if torchscript else None
-
-    def tokenize(self, text: str) -> ClassifierItem:
-        ids = classifier_ids(self.tokenizer, text, self.model.cfg)  # truncated to max_len like training
-        return ids, text
 
     def cost(self, item: ClassifierItem) -> int:
         """Work units: its tokens."""
@@ -107,15 +129,6 @@ class SentimentHandler:
         ids, texts = [i for i, _ in items], [t for _, t in items]  # texts: an n-gram head hashes them here
         with torch.inference_mode():
             return classify_ids(self.model, ids, max(1, len(items)), self._graph, texts).tolist()  # (N, C)
-
-    def result(self, probs: list[float]) -> SentimentResult:
-        best = max(range(len(probs)), key=probs.__getitem__)
-        return SentimentResult.model_construct(  # no validation: every field is built right here
-            model=self.name,
-            label=self.labels[best],
-            score=probs[best],
-            probabilities=dict(zip(self.labels, probs, strict=True)),
-        )
 
     def warmup(self) -> None:
         self.run([self.tokenize(WARMUP_TEXT)])
@@ -181,22 +194,13 @@ class TextLayout:
     lines: list[list[int]]
 
 
-class TranslationHandler:
-    """Text -> sentences -> source ids -> n-best hypotheses -> text joined back."""
+class TranslationText:
+    """The text half of a translator: text -> sentences -> source ids (`sentences`, priced by `least_cost`),
+    sentence outputs -> a text joined back (`join`). No weights: an HTTP process (app.parallel.remote) runs it
+    beside the model process's TranslationHandler, which is one too."""
 
-    def __init__(self, loaded: LoadedModel, torchscript: bool = True) -> None:
-        """torchscript: decode with the model's traced encoder and step graphs (model.jit.trace_translator);
-        /attention keeps the eager path, which returns every attention map."""
-        assert isinstance(loaded.model, Translator)
-        self.name, self.model, self.tokenizer = loaded.name, loaded.model, loaded.tokenizer
-        self.decoder: Decodable[Any] = trace_translator(self.model) if torchscript else self.model
-        self.cfg = loaded.config
-        self.max_len = loaded.config.max_len
-        self.engine: CT2Decoder | None = None  # CTranslate2 decodes instead (app.tasks.ctranslate2, .argos)
-
-    def cost(self, item: Sentence, key: DecodeKey) -> int:
-        """Work units of a sentence decoded under `key`."""
-        return key.work(item, self.max_len)
+    def __init__(self, name: str, tokenizer: Tokenizer | PairTokenizer, cfg: ModelConfig) -> None:
+        self.name, self.tokenizer, self.cfg, self.max_len = name, tokenizer, cfg, cfg.max_len
 
     def least_cost(self, key: DecodeKey, max_length: int | None = None) -> int:
         """The least a sentence can cost under `key` and `max_length` (one token: its EOS), known before
@@ -249,6 +253,48 @@ class TranslationHandler:
             layouts.append(TextLayout(lines))
         return items, layouts
 
+    def join(
+        self, layout: TextLayout, outputs: list[list[SentenceTranslation]], n: int, return_scores: bool
+    ) -> TranslationResult:
+        """Hypothesis k of a text joins hypothesis k of each sentence (a sentence with fewer repeats its
+        last); its score is their mean. Up to n distinct texts: a beam can end with fewer hypotheses than
+        asked (e.g. EOS forced at max_length 1), and two token sequences can read alike."""
+        available = max((len(outputs[i]) for line in layout.lines for i in line), default=1)
+        hyps: list[ScoredTranslation] = []
+        for k in range(min(n, available)):
+            lines, scores = [], []
+            for line in layout.lines:
+                picks = [outputs[i][min(k, len(outputs[i]) - 1)] for i in line]
+                lines.append(" ".join(p.text for p in picks))
+                scores += [p.score for p in picks if not p.passed]
+            text = "\n".join(lines)
+            if all(h.translation != text for h in hyps):
+                hyps.append(ScoredTranslation(translation=text, score=sum(scores) / max(1, len(scores))))
+        best = hyps[0]
+        return TranslationResult(
+            translation=best.translation,
+            score=best.score if return_scores else None,
+            hypotheses=hyps if n > 1 else None,
+        )
+
+
+class TranslationHandler(TranslationText):
+    """Text -> sentences -> source ids -> n-best hypotheses -> text joined back."""
+
+    def __init__(self, loaded: LoadedModel, torchscript: bool = True) -> None:
+        """torchscript: decode with the model's traced encoder and step graphs (model.jit.trace_translator);
+        /attention keeps the eager path, which returns every attention map."""
+        assert isinstance(loaded.model, Translator)
+        self.name, self.model, self.tokenizer = loaded.name, loaded.model, loaded.tokenizer
+        self.decoder: Decodable[Any] = trace_translator(self.model) if torchscript else self.model
+        self.cfg = loaded.config
+        self.max_len = loaded.config.max_len
+        self.engine: CT2Decoder | None = None  # CTranslate2 decodes instead (app.tasks.ctranslate2, .argos)
+
+    def cost(self, item: Sentence, key: DecodeKey) -> int:
+        """Work units of a sentence decoded under `key`."""
+        return key.work(item, self.max_len)
+
     def run(
         self, items: list[Sentence], key: DecodeKey, should_stop: StopCheck = None
     ) -> list[list[SentenceTranslation]]:
@@ -300,30 +346,6 @@ class TranslationHandler:
                 align(self.model, seqs, out, cfg.start_id(target_lang), align_unknowns,
                       source_prefix=cfg.source_prefix(target_lang))  # fmt: skip
         return out
-
-    def join(
-        self, layout: TextLayout, outputs: list[list[SentenceTranslation]], n: int, return_scores: bool
-    ) -> TranslationResult:
-        """Hypothesis k of a text joins hypothesis k of each sentence (a sentence with fewer repeats its
-        last); its score is their mean. Up to n distinct texts: a beam can end with fewer hypotheses than
-        asked (e.g. EOS forced at max_length 1), and two token sequences can read alike."""
-        available = max((len(outputs[i]) for line in layout.lines for i in line), default=1)
-        hyps: list[ScoredTranslation] = []
-        for k in range(min(n, available)):
-            lines, scores = [], []
-            for line in layout.lines:
-                picks = [outputs[i][min(k, len(outputs[i]) - 1)] for i in line]
-                lines.append(" ".join(p.text for p in picks))
-                scores += [p.score for p in picks if not p.passed]
-            text = "\n".join(lines)
-            if all(h.translation != text for h in hyps):
-                hyps.append(ScoredTranslation(translation=text, score=sum(scores) / max(1, len(scores))))
-        best = hyps[0]
-        return TranslationResult(
-            translation=best.translation,
-            score=best.score if return_scores else None,
-            hypotheses=hyps if n > 1 else None,
-        )
 
     def warmup(self) -> None:
         ids = self.encode_source(WARMUP_TEXT, ("text",))

@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 from app.schemas import SentimentRequest, SentimentResponse
 from app.tasks.groups import group_by_model, scatter
-from app.tasks.handlers import SentimentHandler
+from app.tasks.handlers import SentimentHandler, SentimentText
 from app.tasks.task import Context, Disconnected, Job, Task
+from model.checkpoint import load_tokenizer
+from model.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     from app.registry import ModelEntry
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
 
 class SentimentTask(Task):
     name = "sentiment"
+    splits = True  # an HTTP process tokenizes and builds the results; the model process runs the batches
 
     def serves(self, entry: ModelEntry) -> bool:
         return entry.task == "sentiment"
@@ -25,6 +28,11 @@ class SentimentTask(Task):
         assert loaded is not None
         assert self.settings is not None
         return SentimentHandler(loaded, self.settings.torchscript)
+
+    def load_text(self, entry: ModelEntry) -> SentimentText:
+        tokenizer = load_tokenizer(entry.path, entry.meta, entry.config)
+        assert isinstance(tokenizer, Tokenizer)
+        return SentimentText(entry.name, tokenizer, entry.config)
 
     async def answer(
         self, ctx: Context, req: SentimentRequest, disconnected: Disconnected = None, **options: Any

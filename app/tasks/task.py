@@ -15,6 +15,9 @@ A handler (app/tasks/handlers.py, attention_maps.py, and the imported kinds ctra
 batch: `run(items[, key=...][, should_stop=...]) -> outputs` in item order, `cost(item[, key=...])` its work
 units, and optionally `warmup()`. The key is passed when it is not None.
 
+A task that `splits` also gives the text half of a handler (`load_text`: no weights); an HTTP process then
+runs its `answer`, and only the items cross to the model process (app/parallel/remote.py).
+
 A new task type is one module with a Task subclass, plus its request and response schemas, its route (which
 calls `service.answer(task name, body, disconnected)`) and its tests.
 """
@@ -89,6 +92,7 @@ class Task:
 
     name: ClassVar[str]
     expensive: ClassVar[bool] = False  # its batches are expensive (see BatchSpec); cheap ones keep a lane
+    splits: ClassVar[bool] = False  # its `answer` can run where no model is (see load_text)
 
     def __init__(self) -> None:
         self.handlers: dict[str, Any] = {}
@@ -104,6 +108,13 @@ class Task:
 
     def load(self, entry: ModelEntry, loaded: LoadedModel | None) -> Any:
         """The handler of `entry` (in an inference worker); `loaded`: its torch weights (None: it has none)."""
+        raise NotImplementedError
+
+    def load_text(self, entry: ModelEntry) -> Any:
+        """For a task that `splits`: the text half of `entry`'s handler (what `answer` calls on it besides
+        `run` and `cost`: tokenize, results; no weights). An HTTP process (app/parallel/remote.py) runs
+        `answer` on these, and only the items of its `Job`s cross to the model process, which batches them
+        on the whole handlers."""
         raise NotImplementedError
 
     def engine(self, entry: ModelEntry) -> str | None:

@@ -12,11 +12,13 @@ from app.core.settings import Settings
 from app.schemas import AUTO, DetectedLanguage, TranslateRequest, TranslateResponse, TranslationResult
 from app.tasks.argos import ArgosTranslationHandler
 from app.tasks.ctranslate2 import CT2TranslationHandler
-from app.tasks.handlers import DecodeKey, TranslationHandler
+from app.tasks.handlers import DecodeKey, TranslationHandler, TranslationText
 from app.tasks.task import BatchSpec, Context, Disconnected, Job, Task
 from app.text.langid import Detection
 from app.text.passthrough import PASSTHROUGH, passed
 from app.text.sentences import split_sentences
+from model import Tokenizer
+from model.checkpoint import load_tokenizer
 
 if TYPE_CHECKING:
     from app.registry import ModelEntry, Registry
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 class TranslationTask(Task):
     name = "translation"
     expensive = True
+    splits = True  # an HTTP process detects, splits, tokenizes and joins; the model process decodes
 
     def __init__(self) -> None:
         super().__init__()
@@ -51,6 +54,12 @@ class TranslationTask(Task):
         if self._ct2_kwargs is not None:
             return CT2TranslationHandler(loaded, self.settings.torchscript, self._ct2_kwargs)
         return TranslationHandler(loaded, self.settings.torchscript)
+
+    def load_text(self, entry: ModelEntry) -> TranslationText:
+        """The tokenizer only: an Argos package's sentencepiece model, or the checkpoint's (pair) tokenizer."""
+        if entry.package is not None:
+            return TranslationText(entry.name, Tokenizer(entry.package.tokenizer_path), entry.config)
+        return TranslationText(entry.name, load_tokenizer(entry.path, entry.meta, entry.config), entry.config)
 
     def engine(self, entry: ModelEntry) -> str | None:
         return "ctranslate2" if entry.package is not None or self._ct2_kwargs is not None else None

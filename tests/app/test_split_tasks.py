@@ -1,0 +1,114 @@
+"""A task that `splits` (sentiment, translation) runs its text work in the HTTP process: only its batch items
+(token ids and their options, model, key, deadline) cross the channel to the model process, never the
+request or the response, and the answers are those of one process, errors included."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+
+from app.core.metrics import Metrics
+from app.core.settings import Settings
+from app.main import create_app
+from app.parallel.engine import Engine
+from app.parallel.remote import RemoteService
+from app.schemas import SentimentRequest, TranslateRequest
+from app.service import Service
+from tests.app.conftest import wait_ready
+
+pytestmark = pytest.mark.anyio
+PLAIN = (int, float, str, bool, type(None))
+
+
+def plain(value: Any) -> bool:
+    """Whether `value` is built of builtins only (what crosses for sentiment)."""
+    if isinstance(value, (list, tuple)):
+        return all(plain(v) for v in value)
+    return type(value) in PLAIN
+
+
+@dataclass
+class Split:
+    """An HTTP client of a RemoteService, and what reached its model process: `crossed`, the submit calls'
+    arguments; `answered`, the tasks of whole answer calls; `local`: the model process's own answer."""
+
+    client: httpx.AsyncClient
+    local: Any
+    crossed: list[tuple[Any, ...]] = field(default_factory=list)
+    answered: list[str] = field(default_factory=list)
+
+
+@asynccontextmanager
+async def split(checkpoints: Path, tmp_path: Path) -> AsyncIterator[Split]:
+    """Engine and RemoteService in one event loop over a Unix socket, the Engine's calls recorded."""
+    settings = Settings(checkpoint_dir=checkpoints)
+    engine = Engine(Service(settings, Metrics()), http_workers=1)
+    submit, answer = engine._submit, engine.service.answer
+
+    async def spy_submit(*args: Any, **kwargs: Any) -> Any:
+        seen.crossed.append(args)
+        return await submit(*args, **kwargs)
+
+    async def spy_answer(task: str, *args: Any, **kwargs: Any) -> Any:
+        seen.answered.append(task)
+        return await answer(task, *args, **kwargs)
+
+    engine._submit = spy_submit  # type: ignore[method-assign]  # the channel's handlers bind these
+    engine.service.answer = spy_answer  # type: ignore[method-assign]
+    stop, path = asyncio.Event(), str(tmp_path / "engine.sock")
+    serving = asyncio.create_task(engine.serve(path, stop))
+    app = create_app(settings, RemoteService(settings, Metrics(), path))
+    try:
+        async with (
+            LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager,
+            httpx.AsyncClient(transport=httpx.ASGITransport(manager.app), base_url="http://test") as client,
+        ):
+            await wait_ready(client)
+            seen = Split(client, answer)
+            yield seen
+    finally:
+        stop.set()
+        await serving
+
+
+async def test_sentiment_crosses_as_items_only(sentiment_only_dir: Path, tmp_path: Path) -> None:
+    texts = ["a cat", "the movie was long and the acting was not very good at all", "fine"]
+    async with split(sentiment_only_dir, tmp_path) as s:
+        r = await s.client.post("/sentiment", json={"texts": texts})
+        assert r.status_code == 200, r.text
+        local = await s.local("sentiment", SentimentRequest(texts=texts))
+        assert r.json() == local.model_dump()
+        [(task, jobs, deadline, where)] = s.crossed
+        assert (task, where) == ("sentiment", "texts")
+        assert isinstance(deadline, float)
+        assert [(model, key, len(items)) for model, key, items in jobs] == [("sentiment-en", None, 3)]
+        assert plain(jobs)
+        assert s.answered == []  # the request never reached the model process whole
+
+        bad = await s.client.post("/sentiment", json={"texts": ["a"], "model": "nope"})
+        assert bad.status_code == 404, bad.text
+        assert "no sentiment model named 'nope'" in bad.json()["detail"]
+        assert len(s.crossed) == 1  # refused in the HTTP process
+
+
+async def test_translation_crosses_as_sentences(app_checkpoint_dir: Path, tmp_path: Path) -> None:
+    body = {"texts": ["Le chat dort. Il lit.", "la maison"], "source_lang": "fr", "num_hypotheses": 2}
+    async with split(app_checkpoint_dir, tmp_path) as s:
+        r = await s.client.post("/translate", json=body)
+        assert r.status_code == 200, r.text
+        local = await s.local("translation", TranslateRequest(**body))
+        assert r.json() == local.model_dump(mode="json", exclude_none=True)
+        [(task, jobs, _, _)] = s.crossed
+        [(model, key, items)] = jobs
+        assert (task, model, key.target_lang) == ("translation", "translate-fr-en", "en")
+        assert len(items) == 3  # the sentences, split in the HTTP process
+        assert all(plain(item.ids) for item in items)
+        assert s.answered == []
