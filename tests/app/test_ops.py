@@ -84,6 +84,7 @@ async def test_answers_of_the_gate_and_the_service_carry_the_request_id(
     )
     assert (too_large.status_code, too_large.headers["x-request-id"]) == (413, "gate-1")
     monkeypatch.setattr(app.state.service.life, "status", "loading")  # as before the models are loaded
+    monkeypatch.setattr(app.state.service.life, "serving", False)
     unavailable = await client.post("/sentiment", json=SENTIMENT, headers=headers)
     assert (unavailable.status_code, unavailable.headers["x-request-id"]) == (503, "gate-1")
 
