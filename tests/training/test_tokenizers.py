@@ -8,6 +8,7 @@ import pytest
 
 from model import Tokenizer
 from model.preprocess import source_ids
+from model.protect import protect
 from model.unknowns import SENTINEL, encode_source
 from tests.conftest import make_corpus, tiny_translation_config
 from training.tokenizers import MIN_BYTE_FALLBACK_VOCAB, train_tokenizer
@@ -36,11 +37,15 @@ def test_digits_are_split(byte_tokenizer: Tokenizer) -> None:
 
 
 def test_no_masking_without_unknowns(byte_tokenizer: Tokenizer) -> None:
-    """Unknown-token replacement leaves a byte-fallback model's input as it is."""
+    """A byte-fallback model reads its source with the protected items taken out (quantities too: it has no
+    placeholder), and nothing masked as <unk>."""
     assert not byte_tokenizer.encodes_unknown(SENTINEL)
     cfg = tiny_translation_config(byte_tokenizer.vocab_size)
     for text in REAL_TEXT:
-        assert encode_source(byte_tokenizer, text, cfg).ids == source_ids(byte_tokenizer, text, cfg)
+        src = encode_source(byte_tokenizer, text, cfg)
+        assert src.ids == source_ids(byte_tokenizer, protect(text, quantities=False).text, cfg)
+        assert cfg.unk_id not in src.ids
+        assert [item for _, item in src.items]  # every one of these texts has items, and they come back
 
 
 def test_small_vocabulary_trains_without_byte_fallback(tmp_path: Path) -> None:
