@@ -29,7 +29,7 @@ serve: install
 
 # The whole suite (what CI runs) in TEST_WORKERS pytest-xdist processes (auto: one per core, at most 4), each
 # test file on one worker so that a module's shared server starts once; the 15 slowest tests are listed at the
-# end. Budget: 7 minutes on a quiet 2-core machine, no test over 10 s (README, Testing).
+# end. Budget: 7 minutes on a quiet 2-core machine, no test over 10 s (CONTRIBUTING.md).
 TEST_WORKERS ?= auto
 XDIST = -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
 test: install
