@@ -431,7 +431,16 @@ def cli(argv: list[str], command: str) -> int:
         print(f"error: preset/config is a {cfg.task} run, not {task}", file=sys.stderr)
         return 2
     print(train(cfg))
+    teardown_distributed()  # not on an error: that rank exits, and torchrun stops the others
     return 0
+
+
+def teardown_distributed() -> None:
+    """Under torchrun: every rank done, then the process group closed. A rank that exits while gloo's threads
+    still run aborts ("terminate called without an active exception", SIGABRT) and fails the launch."""
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def sentiment_cli(argv: list[str]) -> int:
