@@ -76,7 +76,23 @@ async def detect_texts(
     return await asyncio.to_thread(lambda: [detector.detect(t) for t in texts])
 
 
-class Service:
+class TaskContext:
+    """What a task looks up in either service: its sibling tasks and the request's deadline."""
+
+    settings: Settings
+    tasks: dict[str, Task]
+
+    def task(self, kind: type[T]) -> T:
+        task = self.tasks[kind.name]
+        assert isinstance(task, kind)
+        return task
+
+    def deadline(self) -> float:
+        """loop.time() is CLOCK_MONOTONIC, one clock for every process of the machine."""
+        return asyncio.get_running_loop().time() + self.settings.request_timeout_s
+
+
+class Service(TaskContext):
     """Every task's flow on the models its Lifecycle serves; `tasks`: default_tasks() unless given."""
 
     def __init__(self, settings: Settings, metrics: Metrics, tasks: Sequence[Task] | None = None) -> None:
@@ -133,14 +149,6 @@ class Service:
 
     def ready_registry(self) -> Registry:
         return self.life.ready_registry()
-
-    def task(self, kind: type[T]) -> T:
-        task = self.tasks[kind.name]
-        assert isinstance(task, kind)
-        return task
-
-    def deadline(self) -> float:
-        return asyncio.get_running_loop().time() + self.settings.request_timeout_s
 
     async def submit(
         self, jobs: list[Job], deadline: float, disconnected: Disconnected, field: str = "text"

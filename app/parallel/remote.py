@@ -38,7 +38,7 @@ from app.parallel.heartbeat import DEADLINE_MARGIN_S, STALL_S
 from app.parallel.merge import METRICS_TIMEOUT_S, count_process, render
 from app.registry import Registry
 from app.schemas import ModelInfo, Readiness
-from app.service import detect_texts
+from app.service import TaskContext, detect_texts
 from app.tasks.served import default_tasks
 from app.tasks.task import Job, Task
 from app.text.langid import Detection, LanguageDetector
@@ -49,7 +49,7 @@ METRICS_WAIT_S = METRICS_TIMEOUT_S + 1.0  # the model process waits METRICS_TIME
 T = TypeVar("T", bound=Task)
 
 
-class RemoteService:
+class RemoteService(TaskContext):
     """tasks: those whose `answer` may run here (default_tasks() unless given); only those that `splits` do,
     the others (and any the model process serves beyond them) are answered there whole."""
 
@@ -156,15 +156,6 @@ class RemoteService:
                 f"not ready: {state.reason}", retry_after=None if state.status == "failed" else 1
             )
         return self.registry
-
-    def task(self, kind: type[T]) -> T:
-        task = self.tasks[kind.name]
-        assert isinstance(task, kind)
-        return task
-
-    def deadline(self) -> float:
-        """loop.time() is CLOCK_MONOTONIC, one clock for every process of the machine."""
-        return asyncio.get_running_loop().time() + self.settings.request_timeout_s
 
     async def submit(
         self, jobs: list[Job], deadline: float, disconnected: Disconnected, field: str = "text"
