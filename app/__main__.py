@@ -1,6 +1,6 @@
 """python -m app: one uvicorn worker (the batcher lives in the process) on APP_HOST:APP_PORT, with the
 connection limits of app/edge/connections.py (the image, compose and Kubernetes all run this). With
-APP_HTTP_WORKERS > 1: several HTTP processes and one model process (app/parallel/)."""
+APP_HTTP_WORKERS or APP_MODEL_PROCESSES > 1: HTTP processes and model processes (app/parallel/)."""
 
 from __future__ import annotations
 
@@ -27,13 +27,17 @@ def main() -> int:
         device = settings.torch_device()
         Registry.discover(settings.check_checkpoint_dir(), device, settings.torch_dtype(device))
         raise_fd_limit(settings.max_connections)
+        model_processes = settings.model_processes_count()
+        if error := settings.split_limits_error(model_processes):
+            raise SettingsError(error)
     except (SettingsError, CheckpointError) as e:
         log.error("%s", e)
         return 2
-    if (http_workers := settings.http_workers_count()) > 1:  # app/parallel/: N HTTP + one model process
+    http_workers = settings.http_workers_count()
+    if http_workers > 1 or model_processes > 1:  # app/parallel/: HTTP processes + model processes
         from app.parallel.supervisor import run
 
-        return run(settings, http_workers)
+        return run(settings, http_workers, model_processes)
     from app.main import create_app
 
     app = create_app(settings)

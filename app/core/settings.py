@@ -24,6 +24,11 @@ CHEAP_LANE_HOLD_S = 2.0
 MANY_CORES = 8  # from this many usable cores, APP_HTTP_WORKERS=0 serves from several processes
 MAX_AUTO_HTTP_WORKERS = 8
 MAX_AUTO_INFERENCE_WORKERS = 8
+# from MANY_CORES on a CPU, APP_MODEL_PROCESSES=0 runs one model process per this many cores left after the
+# HTTP processes: the issue-36 run on 16 cores, 8 replicas pinned to 2 cores each did 2.6x (/sentiment) and
+# 1.5x (/translate) one 16-core server. To be confirmed on a many-core box: docs/scaling.md
+CORES_PER_MODEL_PROCESS = 2
+MAX_AUTO_MODEL_PROCESSES = 16
 # a batch on CUDA when APP_MAX_BATCH_SIZE / APP_MAX_BATCH_WORK are not set: (items, work units); work units
 # bound it (512 short sentences, or a few dozen long texts). To be measured on a GPU: docs/scaling.md
 CUDA_BATCH = (512, 65_536)
@@ -95,6 +100,10 @@ class Settings(BaseSettings):
     # HTTP processes (app/parallel/): each runs the app on one shared socket, one model process runs the models;
     # 1 = one process for everything; 0 = auto (http_workers_count)
     http_workers: int = Field(default=0, ge=0, le=64)
+    # model processes (app/parallel/), each with its own models, batches and share of the admission limits;
+    # on a CPU each pinned to its own slice of the cores, with CUDA one per visible GPU; 0 = auto
+    # (model_processes_count)
+    model_processes: int = Field(default=0, ge=0, le=64)
     # of those, how many may run expensive batches (decoding, attention maps) at once; 0 = auto: all but one
     # when there are 2+ workers and a classifier is served (a lane for its cheap batches), held for
     # CHEAP_LANE_HOLD_S after the last cheap batch (then all); else all
@@ -252,6 +261,44 @@ class Settings(BaseSettings):
             return 1
         share = cores // 2 if self.torch_device().type == "cuda" else cores // 4
         return max(2, min(MAX_AUTO_HTTP_WORKERS, share))
+
+    def model_processes_count(self) -> int:
+        """APP_MODEL_PROCESSES, or for 0: with CUDA one per visible GPU (one for APP_DEVICE=cuda:N); on a
+        CPU one below MANY_CORES cores, else one per CORES_PER_MODEL_PROCESS cores left after the HTTP
+        processes, at most MAX_AUTO_MODEL_PROCESSES and at most as many as the admission limits can be
+        shared out between (split_limits_error)."""
+        if self.model_processes:
+            return self.model_processes
+        device = self.torch_device()
+        if device.type == "cuda":
+            return 1 if device.index is not None else max(1, torch.cuda.device_count())
+        cores = usable_cores()
+        if cores < MANY_CORES:
+            return 1
+        http = self.http_workers_count()
+        n = min(MAX_AUTO_MODEL_PROCESSES, (cores - http) // CORES_PER_MODEL_PROCESS)
+        while n > 1 and self.split_limits_error(n):
+            n -= 1
+        return max(1, n)
+
+    def split_limits_error(self, processes: int) -> str | None:
+        """Why the admission limits cannot be shared out between `processes` model processes (each takes
+        its floor/ceil share of APP_MAX_QUEUE, APP_MAX_QUEUE_WORK and APP_MAX_DECODE_QUEUES), if they cannot:
+        each share must hold one request within APP_MAX_WORK, and one item and one decoding queue."""
+        if processes <= 1:
+            return None
+        p = f"{ENV_PREFIX}MODEL_PROCESSES={processes}"
+        if (work := self.max_queue_work // processes) < self.max_work:
+            return (
+                f"{p} shares {ENV_PREFIX}MAX_QUEUE_WORK={self.max_queue_work:,} out in parts of {work:,} "
+                f"work units, below {ENV_PREFIX}MAX_WORK={self.max_work:,}: a request within budget could "
+                f"never be admitted; set {ENV_PREFIX}MAX_QUEUE_WORK to at least {processes * self.max_work:,} "
+                "or run fewer model processes"
+            )
+        for name, value in (("MAX_QUEUE", self.max_queue), ("MAX_DECODE_QUEUES", self.max_decode_queues)):
+            if value < processes:
+                return f"{p} needs {ENV_PREFIX}{name} of at least {processes} (one per model process), got {value}"
+        return None
 
     def expensive_workers_count(self, cheap_models: bool) -> int:
         """APP_EXPENSIVE_WORKERS (at most the workers), or for 0: workers - 1 with 2+ workers and cheap

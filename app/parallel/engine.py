@@ -1,7 +1,10 @@
-"""The model process: the one Service (models, batchers, inference workers, admission limits, one CUDA
-context), answering the HTTP processes over a Unix socket.
+"""A model process: one Service (models, batchers, inference workers, admission limits, one CUDA context),
+answering the HTTP processes over a Unix socket. With several (APP_MODEL_PROCESSES > 1), each runs on its
+share (app/parallel/shares.py: its cores or GPU, its part of each admission limit), and the first also
+gathers the HTTP processes' metrics.
 
-python -m app.parallel.engine SOCKET_PATH HTTP_WORKERS HEARTBEAT_FD METRICS_DIR   (started by the supervisor)
+python -m app.parallel.engine SOCKET_PATH HTTP_WORKERS HEARTBEAT_FD METRICS_DIR INDEX PROCESSES
+(started by the supervisor)
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Hashable
@@ -20,14 +24,17 @@ from prometheus_client.metrics_core import Metric
 from app.batching.wait import Disconnected
 from app.core.logs import configure_logging
 from app.core.metrics import Metrics
-from app.core.settings import load_settings
+from app.core.settings import Settings, load_settings
 from app.parallel.channel import Channel, Handler
 from app.parallel.departed import Departed
 from app.parallel.heartbeat import HEARTBEAT_S, Beat
 from app.parallel.lifeline import die_with_parent
 from app.parallel.merge import METRICS_TIMEOUT_S, count_process, merge, render
+from app.parallel.shares import model_settings, pinned, share
 from app.schemas import ModelInfo, Readiness
 from app.service import Service
+from app.tasks.attention import AttentionTask
+from app.tasks.attention_png import MAX_PNG_REQUESTS
 from app.tasks.task import Job
 
 log = logging.getLogger("app.parallel.engine")  # run as __main__
@@ -67,7 +74,8 @@ class Engine:
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         handlers: dict[str, Handler] = {
-            "answer": _logged(self.service.answer), "submit": self._submit, "metrics": self._metrics
+            "answer": _logged(self.service.answer), "submit": self._submit, "metrics": self._metrics,
+            "model_families": self._own_families,
         }  # fmt: skip
         channel = Channel(reader, writer, handlers)
         handlers["hello"] = partial(self._hello, channel)
@@ -152,9 +160,15 @@ class Engine:
         owner = self.service.tasks[task]
         return await self.service.submit([Job(owner, *job) for job in jobs], deadline, disconnected, field)
 
-    async def _metrics(self) -> bytes:
+    async def _own_families(self) -> list[Metric]:
+        """This process's metric families alone (the other model processes' part of a scrape)."""
+        return list(self.service.metrics.registry.collect())
+
+    async def _metrics(self, others: list[Metric] | None = None) -> bytes:
         """This process's metric families, every HTTP process's and those of the HTTP processes that have
-        gone (app/parallel/departed.py), summed: counters never go backwards."""
+        gone (app/parallel/departed.py), summed: counters never go backwards. `others`: the other model
+        processes' families (asked by the HTTP process: the first model process alone gathers the HTTP
+        processes')."""
         up = [c for c, pid in self.channels.items() if pid is not None]
         asks = (asyncio.wait_for(c.call("families"), METRICS_TIMEOUT_S) for c in up)
         for channel, answer in zip(up, await asyncio.gather(*asks, return_exceptions=True), strict=True):
@@ -165,6 +179,8 @@ class Engine:
         families += self.scraped.values()  # a process that did not answer in time: its last answer
         if self.departed is not None:
             families.append(self.departed.families())
+        if others:
+            families.append(others)
         return render(merge(families))
 
 
@@ -179,24 +195,39 @@ def _logged(answer: Any) -> Handler:
     return run
 
 
-async def _main(path: str, http_workers: int, heartbeat_fd: int, metrics_dir: str) -> None:
-    settings = load_settings()
+async def _main(
+    settings: Settings, path: str, http_workers: int, heartbeat_fd: int, metrics_dir: str, index: int,
+    processes: int,
+) -> None:  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     service = Service(settings, Metrics())
-    engine = Engine(service, http_workers, Beat(heartbeat_fd), Departed(metrics_dir))
+    if AttentionTask.name in service.tasks:  # its part of the PNG requests at once
+        service.task(AttentionTask).png.limit = share(MAX_PNG_REQUESTS, processes, index)
+    departed = Departed(metrics_dir) if index == 0 else None  # the first gathers the HTTP processes'
+    engine = Engine(service, http_workers, Beat(heartbeat_fd), departed)
     await engine.serve(path, stop)
 
 
 def main(argv: list[str]) -> int:
     path, http_workers, heartbeat_fd, metrics_dir = argv[0], int(argv[1]), int(argv[2]), argv[3]
+    index, processes = (int(argv[4]), int(argv[5])) if len(argv) > 5 else (0, 1)
     settings = load_settings()
+    # its cores: the slice the supervisor started it on (app/parallel/shares.py)
+    cores = len(os.sched_getaffinity(0)) if pinned(settings, processes) else None
+    settings = model_settings(settings, index, processes, cores)
     configure_logging(settings.log_format, settings.log_level)
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor orders the shutdown
+    if processes > 1:
+        log.info(
+            "model process %d of %d: %s, %d inference workers x %d threads", index + 1, processes,
+            f"cores {sorted(os.sched_getaffinity(0))}" if cores else "not pinned",
+            settings.inference_workers_count(), settings.inference_threads(),
+        )  # fmt: skip
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_main(path, http_workers, heartbeat_fd, metrics_dir))
+        asyncio.run(_main(settings, path, http_workers, heartbeat_fd, metrics_dir, index, processes))
     return 0
 
 

@@ -1,7 +1,8 @@
 """One HTTP process: the whole app (limits, auth, parsing, validation, JSON, language detection) on the
-listening socket it shares with the others, with a RemoteService for the model process's Service.
+listening socket it shares with the others, with a RemoteService for the model processes' Services.
 
-python -m app.parallel.http FD SOCKET_PATH HTTP_WORKERS   (started by app.parallel.supervisor)
+python -m app.parallel.http FD SOCKET_PATH HTTP_WORKERS [SOCKET_PATH...]   (started by app.parallel.supervisor;
+one socket per model process)
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ def share(settings: Settings, http_workers: int) -> Settings:
 
 
 def main(argv: list[str]) -> int:
-    fd, path, http_workers = int(argv[0]), argv[1], int(argv[2])
+    fd, paths, http_workers = int(argv[0]), [argv[1], *argv[3:]], int(argv[2])
     settings = share(load_settings(), http_workers)
     configure_logging(settings.log_format, settings.log_level)
     die_with_parent()
     raise_fd_limit(settings.max_connections)
-    service = RemoteService(settings, Metrics(), path)
+    service = RemoteService(settings, Metrics(), paths)
     app = create_app(settings, service)
     config = uvicorn.Config(
         app,

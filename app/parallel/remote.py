@@ -1,5 +1,5 @@
 """The service of an HTTP process: what the routes call (app.service.Serving), answered by the model
-process's one Service.
+processes' Services (one, or APP_MODEL_PROCESSES: each request goes to one of them, app/parallel/pool.py).
 
 Routing metadata (the registry read from the configs, without weights) and language detection are local:
 both are pure text work, and /detect and the LibreTranslate API read them. A task that `splits`
@@ -15,6 +15,8 @@ The deadline holds here too: the model process answers 504 at APP_REQUEST_TIMEOU
 DEADLINE_MARGIN_S later (stopped, deadlocked, stuck in a driver call), this process answers 504 itself and
 cancels the call, so the model process drops the work when it runs again. A model process silent for STALL_S
 (no heartbeat, app/parallel/heartbeat.py) makes /ready 503, and /metrics answers with this process's own.
+/ready is 200 once every model process is ready; /metrics sums every process (the first model process
+gathers the HTTP processes', this process adds the other model processes').
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from prometheus_client.metrics_core import Metric
@@ -35,7 +38,8 @@ from app.core.metrics import Metrics
 from app.core.settings import Settings
 from app.parallel.channel import Channel, ChannelClosed
 from app.parallel.heartbeat import DEADLINE_MARGIN_S, STALL_S
-from app.parallel.merge import METRICS_TIMEOUT_S, count_process, render
+from app.parallel.merge import METRICS_TIMEOUT_S, count_process, merge, render
+from app.parallel.pool import ModelPool
 from app.registry import Registry
 from app.schemas import ModelInfo, Readiness
 from app.service import TaskContext, detect_texts
@@ -54,9 +58,14 @@ class RemoteService(TaskContext):
     the others (and any the model process serves beyond them) are answered there whole."""
 
     def __init__(
-        self, settings: Settings, metrics: Metrics, socket_path: str, tasks: Sequence[Task] | None = None
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        socket_path: str | Sequence[str],
+        tasks: Sequence[Task] | None = None,
     ) -> None:
-        self.settings, self.metrics, self.socket_path = settings, metrics, socket_path
+        self.settings, self.metrics = settings, metrics
+        self.socket_paths = [socket_path] if isinstance(socket_path, str) else list(socket_path)
         every = default_tasks() if tasks is None else tasks
         self.tasks = {t.name: t for t in every if t.splits}  # their handlers: text halves (load_text)
         self.limits = Limits(settings)
@@ -65,13 +74,15 @@ class RemoteService(TaskContext):
         self.status: str = "loading"
         self.reason: str | None = "starting"
         count_process(metrics.registry, "http")
-        self.channel: Channel | None = None
-        self._reader: asyncio.Task[None] | None = None
+        self.pool = ModelPool()  # a channel to each model process
+        self._gone = False  # a model process has gone: the server is stopping
+        self._readers: list[asyncio.Task[None]] = []
         self._state = Readiness(status="loading", reason="connecting to the model process")
         self._models: list[ModelInfo] = []
 
     async def start(self) -> None:
-        """Read the configs (routing), build the language detector, connect and say hello."""
+        """Read the configs (routing), build the language detector, connect to every model process and say
+        hello."""
         s = self.settings
         device = s.torch_device()
         dtype = s.torch_dtype(device)
@@ -81,21 +92,25 @@ class RemoteService(TaskContext):
         )
         self.detector = await asyncio.to_thread(LanguageDetector, self.registry.languages)
         await asyncio.to_thread(self._load_text, self.registry)
-        reader, writer = await _connect(self.socket_path)
-        handlers = {"state": self._on_state, "families": self._families, "alive": self._alive}
-        self.channel = Channel(reader, writer, handlers)
-        self._reader = asyncio.create_task(self.channel.serve(), name="model-process")
-        self._reader.add_done_callback(self._on_closed)
-        await self._on_state(*await self.channel.call("hello", os.getpid()))
+        for reader, writer in await asyncio.gather(*map(_connect, self.socket_paths)):
+            i = len(self.pool.channels)
+            handlers = {"state": partial(self._on_state, i), "families": self._families, "alive": self._alive}
+            channel = Channel(reader, writer, handlers)
+            self.pool.add(channel)
+            self._readers.append(task := asyncio.create_task(channel.serve(), name=f"model-process-{i}"))
+            task.add_done_callback(partial(self._on_closed, i))
+        hellos = await asyncio.gather(*(c.call("hello", os.getpid()) for c in self.pool.channels))
+        for i, state in enumerate(hellos):
+            await self._on_state(i, *state)
 
     async def stop(self) -> None:
         self.status, self.reason = "shutting_down", "the server is shutting down"
-        if self.channel is not None:
-            self.channel.note("bye")  # not a death: the server is shutting down
-            self.channel.close()
-        if self._reader is not None:
+        for channel in self.pool.channels:
+            channel.note("bye")  # not a death: the server is shutting down
+            channel.close()
+        for reader in self._readers:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+                await reader
 
     def _load_text(self, registry: Registry) -> None:
         """The text half of each splitting task's handler of each model it serves."""
@@ -120,24 +135,31 @@ class RemoteService(TaskContext):
         return self.detector
 
     async def metrics_text(self) -> bytes:
-        """Every process's metrics, summed (the model process asks each HTTP process for its own); this
-        process's own gauges only when the model process is silent or does not answer within METRICS_WAIT_S:
-        one process's counter is below the server's sum, and Prometheus would read the fall as a reset."""
-        if self._silent_for() is None:
+        """Every process's metrics, summed (the first model process asks each HTTP process for its own,
+        and adds the other model processes' that this process asked for); this process's own gauges only
+        when a model process is silent or does not answer within METRICS_WAIT_S: one process's counter is
+        below the server's sum, and Prometheus would read the fall as a reset."""
+        if self._silent() is None:
             try:
                 async with asyncio.timeout(METRICS_WAIT_S):
-                    return await self._call("metrics")  # type: ignore[no-any-return]
-            except (TimeoutError, Unavailable):
+                    return await self._metrics()
+            except (TimeoutError, Unavailable, ChannelClosed):
                 pass
         log.warning("/metrics: the model process did not answer; this HTTP process's gauges only")
         own = [family for family in await self._families() if family.type not in ("counter", "histogram")]
         return render(own)
 
+    async def _metrics(self) -> bytes:
+        first, *others = self.pool.channels
+        if not others:
+            return await first.call("metrics")  # type: ignore[no-any-return]
+        theirs = await asyncio.gather(*(c.call("model_families") for c in others))
+        return await first.call("metrics", merge(theirs))  # type: ignore[no-any-return]
+
     def readiness(self) -> Readiness:
-        """The model process's last word; 503 ("failed") while it has been silent for STALL_S."""
-        if (silent := self._silent_for()) is not None and self._state.status == "ready":
-            reason = f"the model process has not answered for {silent:.1f} s"
-            return Readiness(status="failed", reason=reason, models=self._state.models)
+        """The model processes' last word; 503 ("failed") while one has been silent for STALL_S."""
+        if (silent := self._silent()) is not None and self._state.status == "ready":
+            return Readiness(status="failed", reason=self._silence(*silent), models=self._state.models)
         return self._state
 
     def models(self) -> list[ModelInfo]:
@@ -164,40 +186,46 @@ class RemoteService(TaskContext):
         models, keys and items cross; each item's outputs come back."""
         wire = [(job.model, job.key, job.items) for job in jobs]
         name = jobs[0].task.name if jobs else ""
-        return await self._work("submit", name, wire, deadline, field, disconnected=disconnected)  # type: ignore[no-any-return]
+        items = sum(len(job.items) for job in jobs)
+        return await self._work("submit", name, wire, deadline, field, items=items, disconnected=disconnected)  # type: ignore[no-any-return]
 
     # --- the channel ---------------------------------------------------------------------------------
 
-    async def _work(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """A model call, answered 504 here DEADLINE_MARGIN_S past the deadline whatever the model process does
-        (the cancelled call sends CANCEL: its task there is cancelled, its queued items dropped)."""
+    async def _work(self, method: str, *args: Any, items: int = 1, **kwargs: Any) -> Any:
+        """A model call (`items`: what it carries, the model processes' load), answered 504 here
+        DEADLINE_MARGIN_S past the deadline whatever the model process does (the cancelled call sends
+        CANCEL: its task there is cancelled, its queued items dropped)."""
         # fail fast: a call sent now would outlast the supervisor's kill of a silent model process
-        if (silent := self._silent_for()) is not None:
-            raise Unavailable(f"the model process has not answered for {silent:.1f} s", retry_after=1)
+        if (silent := self._silent()) is not None:
+            raise Unavailable(self._silence(*silent), retry_after=1)
         timeout_s = self.settings.request_timeout_s
         limit = asyncio.timeout(timeout_s + DEADLINE_MARGIN_S)
         try:
             async with limit:
-                return await self._call(method, *args, **kwargs)
+                return await self._call(method, *args, items=items, **kwargs)
         except TimeoutError:
             if not limit.expired():  # raised by the model process's code, not our limit
                 raise
             raise DeadlineExceeded.after(timeout_s) from None
 
-    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        if self.channel is None:
+    async def _call(self, method: str, *args: Any, items: int = 1, **kwargs: Any) -> Any:
+        if not self.pool.channels:
             raise Unavailable(f"not ready: {self.reason}")
         try:
-            return await self.channel.call(method, *args, **kwargs)
+            return await self.pool.call(items, method, *args, **kwargs)
         except ChannelClosed:
             raise Unavailable("the model process has gone; the server is restarting or stopping") from None
 
-    async def _on_state(self, state: Readiness, models: list[ModelInfo]) -> None:
-        """The model process's readiness (every process's, in fact) and model list."""
+    async def _on_state(self, i: int, state: Readiness, models: list[ModelInfo]) -> None:
+        """Model process `i`'s readiness (with every HTTP process's) and model list; the server's is theirs
+        together (ModelPool.state)."""
         if self.status == "shutting_down":
             return
-        self._state, self._models = state, models
-        self.status, self.reason = state.status, state.reason
+        self.pool.states[i] = (state, models)
+        if (combined := self.pool.state()) is None or self._gone:
+            return
+        self._state, self._models = combined
+        self.status, self.reason = self._state.status, self._state.reason
 
     async def _families(self) -> list[Metric]:
         return list(self.metrics.registry.collect())
@@ -205,17 +233,18 @@ class RemoteService(TaskContext):
     async def _alive(self) -> None:
         """The model process's heartbeat: arriving is the message (Channel.last_heard)."""
 
-    def _silent_for(self) -> float | None:
-        """Seconds the model process has been silent, once past STALL_S; else None."""
-        if self.channel is None or self.channel.closed.done():
-            return None
-        silent = self.channel.silent_for()
-        return silent if silent > STALL_S else None
+    def _silent(self) -> tuple[int, float] | None:
+        """(index, seconds) of the model process silent the longest, once past STALL_S; else None."""
+        return self.pool.silent(STALL_S)
 
-    def _on_closed(self, _: asyncio.Task[None]) -> None:
-        if self.status != "shutting_down":
-            log.error("the model process has gone: not ready")
-            self.status, self.reason = "failed", "the model process has gone"
+    def _silence(self, i: int, seconds: float) -> str:
+        return f"the model process has not answered for {seconds:.1f} s{self.pool.name(i)}"
+
+    def _on_closed(self, i: int, _: asyncio.Task[None]) -> None:
+        if self.status != "shutting_down" and not self._gone:
+            self._gone = True
+            log.error("the model process has gone: not ready%s", self.pool.name(i))
+            self.status, self.reason = "failed", f"the model process has gone{self.pool.name(i)}"
             self._state = Readiness(status="failed", reason=self.reason, models=self._state.models)
 
 

@@ -1,8 +1,10 @@
-"""python -m app with APP_HTTP_WORKERS > 1: bind the listening socket once, start the model process and the
-HTTP processes (each accepts from the shared socket), restart an HTTP process that dies, stop loudly when the
-model process dies, stops answering (its heartbeat, app/parallel/heartbeat.py) or HTTP processes keep dying,
-and on SIGTERM or SIGINT drain in order: the HTTP processes finish their requests (they still need the model
-process), then the model process stops. Either way the listening socket closes first (the supervisor's copy,
+"""python -m app with APP_HTTP_WORKERS or APP_MODEL_PROCESSES > 1: bind the listening socket once, start the
+model processes (side by side; on a CPU each on its slice of the cores, with CUDA each on its GPU:
+app/parallel/shares.py) and the HTTP processes (each accepts from the shared socket and talks to every model
+process), restart an HTTP process that dies, stop loudly when a model process dies, stops answering (its
+heartbeat, app/parallel/heartbeat.py) or HTTP processes keep dying, and on SIGTERM or SIGINT drain in order:
+the HTTP processes finish their requests (they still need the model processes), then the model processes
+stop. Either way the listening socket closes first (the supervisor's copy,
 then the HTTP processes'): a client that connects during a drain is refused, never accepted and reset."""
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from types import FrameType
 
 from app.core.settings import Settings
 from app.parallel.heartbeat import STALL_S, Listen, wedged_after
+from app.parallel.shares import core_slices, gpu_env, pinned
 
 log = logging.getLogger("app.parallel")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # read by prometheus_client at import (departed.py)
@@ -36,8 +39,8 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, http_workers: int) -> None:
-        self.settings, self.http_workers = settings, http_workers
+    def __init__(self, settings: Settings, http_workers: int, model_processes: int = 1) -> None:
+        self.settings, self.http_workers, self.model_processes = settings, http_workers, model_processes
         self.stopping = False
         self.deaths: deque[float] = deque()
 
@@ -52,30 +55,57 @@ class Supervisor:
             log.error("cannot listen on %s:%d: %s", s.host, s.port, e.strerror)
             return 1
         with listener, tempfile.TemporaryDirectory(prefix="app-") as tmp:
-            self.path = os.path.join(tmp, "model.sock")
+            self.paths = [os.path.join(tmp, f"model-{i}.sock") for i in range(self.model_processes)]
             self.fd = listener.fileno()
             self.metrics_dir = os.path.join(tmp, "metrics")  # the HTTP processes' counters (departed.py)
             os.mkdir(self.metrics_dir)
-            heart, beats = os.pipe()
-            args = (self.path, str(self.http_workers), str(beats), self.metrics_dir)
-            model_env = {k: v for k, v in os.environ.items() if k != MULTIPROC_ENV}  # its gauges read live
-            # not the listening socket: it would keep it open, and a drain would accept and reset
-            self.engine = self._spawn("engine", *args, fds=(beats,), env=model_env)
-            os.close(beats)  # the model process holds the write end: a death reads as an end of file
-            self.heartbeat = Listen(heart)
+            self.engines, self.heartbeats = self._spawn_engines()  # loading side by side
             self.http = [self._spawn_http() for _ in range(self.http_workers)]
             pids = ", ".join(str(p.pid) for p in self.http)
+            engines = ", ".join(str(p.pid) for p in self.engines)
             log.info(
-                "serving on %s:%d from %d HTTP processes (%s) and one model process (%d)",
-                s.host, s.port, self.http_workers, pids, self.engine.pid,
+                "serving on %s:%d from %d HTTP processes (%s) and %d model process(es) (%s)",
+                s.host, s.port, self.http_workers, pids, self.model_processes, engines,
             )  # fmt: skip
             status = self._watch()
             listener.close()  # the HTTP processes close theirs on SIGTERM: new connections are refused
-            self.heartbeat.close()
+            for heartbeat in self.heartbeats:
+                heartbeat.close()
             return self._shutdown() or status
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
+
+    def _spawn_engines(self) -> tuple[list[subprocess.Popen[bytes]], list[Listen]]:
+        """Every model process, each with its heartbeat pipe; on a CPU with several, each started on its
+        slice of the cores (this thread's affinity while it starts, inherited), with CUDA each on its GPU."""
+        model_env = {k: v for k, v in os.environ.items() if k != MULTIPROC_ENV}  # its gauges read live
+        n = self.model_processes
+        slices = None
+        if pinned(self.settings, n):
+            slices = core_slices(sorted(os.sched_getaffinity(0)), n, self.http_workers)
+        mine = os.sched_getaffinity(0) if slices else None
+        engines, heartbeats = [], []
+        try:
+            for i, path in enumerate(self.paths):
+                heart, beats = os.pipe()
+                args = (path, str(self.http_workers), str(beats), self.metrics_dir, str(i), str(n))
+                if slices is not None:
+                    os.sched_setaffinity(0, slices[i])
+                env = model_env | gpu_env(self.settings, i)
+                # not the listening socket: it would keep it open, and a drain would accept and reset
+                engines.append(self._spawn("engine", *args, fds=(beats,), env=env))
+                os.close(beats)  # the model process holds the write end: a death reads as an end of file
+                heartbeats.append(Listen(heart))
+        finally:
+            if mine is not None:
+                os.sched_setaffinity(0, mine)  # the HTTP processes: every usable core
+        return engines, heartbeats
+
+    def _name(self, i: int) -> str:
+        """Model process `i` in a log line (its number among several)."""
+        n = self.model_processes
+        return f" ({i + 1} of {n}, pid {self.engines[i].pid})" if n > 1 else ""
 
     def _spawn(
         self, role: str, *args: str, fds: tuple[int, ...] = (), env: dict[str, str] | None = None
@@ -91,31 +121,40 @@ class Supervisor:
     def _spawn_http(self) -> subprocess.Popen[bytes]:
         # prometheus-client's multiprocess mode: its counters outlive it (app/parallel/departed.py)
         env = os.environ | {MULTIPROC_ENV: self.metrics_dir}
-        return self._spawn("http", str(self.fd), self.path, str(self.http_workers), fds=(self.fd,), env=env)
+        args = (str(self.fd), self.paths[0], str(self.http_workers), *self.paths[1:])
+        return self._spawn("http", *args, fds=(self.fd,), env=env)
 
     def _watch(self) -> int:
         """Until a signal (0) or a failure (1): restart HTTP processes that die."""
-        wedged_s, stalled = wedged_after(self.settings.request_timeout_s), False
+        wedged_s = wedged_after(self.settings.request_timeout_s)
+        stalled = [False] * self.model_processes
         while not self.stopping:
             time.sleep(POLL_S)
-            if (code := self.engine.poll()) is not None:
-                log.critical("the model process exited with %s: stopping the server", code)
-                return 1
-            silent = self.heartbeat.silent_for(time.monotonic())
-            if silent > wedged_s:
-                log.critical(
-                    "the model process has not answered for %.1f s (APP_REQUEST_TIMEOUT_S + %.1f s): killed, "
-                    "stopping the server", silent, wedged_s - self.settings.request_timeout_s,
-                )  # fmt: skip
-                self.engine.kill()  # SIGKILL: it may be stopped (SIGSTOP), and then SIGTERM waits
-                self.engine.wait()
-                return 1
-            if stalled != (silent > STALL_S):
-                stalled = not stalled
-                if stalled:
-                    log.error("the model process has not answered for %.1f s: not ready", silent)
-                else:
-                    log.warning("the model process answers again")
+            for i, (engine, heartbeat) in enumerate(zip(self.engines, self.heartbeats, strict=True)):
+                if (code := engine.poll()) is not None:
+                    log.critical(
+                        "the model process exited with %s: stopping the server%s", code, self._name(i)
+                    )
+                    return 1
+                silent = heartbeat.silent_for(time.monotonic())
+                if silent > wedged_s:
+                    log.critical(
+                        "the model process has not answered for %.1f s (APP_REQUEST_TIMEOUT_S + %.1f s): killed, "
+                        "stopping the server%s", silent, wedged_s - self.settings.request_timeout_s, self._name(i),
+                    )  # fmt: skip
+                    engine.kill()  # SIGKILL: it may be stopped (SIGSTOP), and then SIGTERM waits
+                    engine.wait()
+                    return 1
+                if stalled[i] != (silent > STALL_S):
+                    stalled[i] = not stalled[i]
+                    if stalled[i]:
+                        log.error(
+                            "the model process has not answered for %.1f s: not ready%s",
+                            silent,
+                            self._name(i),
+                        )
+                    else:
+                        log.warning("the model process answers again%s", self._name(i))
             for i, proc in enumerate(self.http):
                 if (code := proc.poll()) is None or self.stopping:
                     continue
@@ -134,13 +173,13 @@ class Supervisor:
         return 0
 
     def _shutdown(self) -> int:
-        """SIGTERM the HTTP processes; once they are done (or at APP_SHUTDOWN_TIMEOUT_S), the model process.
+        """SIGTERM the HTTP processes; once they are done (or at APP_SHUTDOWN_TIMEOUT_S), the model processes.
         -> 1 if a process had to be killed."""
         deadline = (
             time.monotonic() + self.settings.shutdown_timeout_s + 1
         )  # uvicorn's own limit, and a second
         killed = _stop(self.http, deadline)
-        killed |= _stop([self.engine], time.monotonic() + MODEL_GRACE_S)
+        killed |= _stop(self.engines, time.monotonic() + MODEL_GRACE_S)
         if killed:
             log.error("processes that had not stopped in time were killed")
         return int(killed)
@@ -162,5 +201,5 @@ def _stop(procs: list[subprocess.Popen[bytes]], deadline: float) -> bool:
     return killed
 
 
-def run(settings: Settings, http_workers: int) -> int:
-    return Supervisor(settings, http_workers).run()
+def run(settings: Settings, http_workers: int, model_processes: int = 1) -> int:
+    return Supervisor(settings, http_workers, model_processes).run()

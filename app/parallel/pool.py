@@ -1,0 +1,93 @@
+"""An HTTP process's channels to the model processes (APP_MODEL_PROCESSES): which one takes a request, and
+the server's readiness from theirs.
+
+A request goes whole to one model process, so its items batch together there: the one with the fewest items
+in flight from this HTTP process (ties: a start that rotates, so HTTP processes do not all pick the first).
+Each model process admits against its share of the limits (app/parallel/shares.py), so one can answer 429
+while another has room: the request then tries the others, least loaded first, and is answered 429 only when
+every one is full (with the shortest Retry-After). A 429 is raised before any of a request's items is queued,
+so trying again elsewhere runs nothing twice.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from app.core.errors import QueueFull
+from app.parallel.channel import Channel, ChannelClosed
+from app.schemas import ModelInfo, Readiness
+
+State = tuple[Readiness, list[ModelInfo]]
+# which model process's state the server shows when they differ: the first not ready, worst first
+RANK = {"failed": 0, "loading": 1, "shutting_down": 2, "ready": 3}
+
+
+class ModelPool:
+    def __init__(self) -> None:
+        self.channels: list[Channel] = []
+        self.in_flight: list[int] = []  # items sent to each and not yet answered (this HTTP process's)
+        self.states: list[State | None] = []  # each one's last word (None: not heard yet)
+        self._turn = os.getpid()  # where ties start: differs between HTTP processes, then rotates
+
+    def add(self, channel: Channel) -> int:
+        self.channels.append(channel)
+        self.in_flight.append(0)
+        self.states.append(None)
+        return len(self.channels) - 1
+
+    def order(self) -> list[int]:
+        """The live model processes, least loaded first."""
+        n = len(self.channels)
+        self._turn += 1
+        live = [i for i, c in enumerate(self.channels) if not c.closed.done()]
+        return sorted(live, key=lambda i: (self.in_flight[i], (i - self._turn) % n))
+
+    async def call(self, items: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        """`method` on the least loaded model process (`items`: what the call carries); on a 429 the
+        next, until one admits it or every one has refused (429 then). ChannelClosed when none is left."""
+        full: list[QueueFull] = []
+        for i in self.order():
+            self.in_flight[i] += items
+            try:
+                return await self.channels[i].call(method, *args, **kwargs)
+            except QueueFull as e:
+                full.append(e)
+            finally:
+                self.in_flight[i] -= items
+        if not full:
+            raise ChannelClosed("every model process has gone")
+        if len(self.channels) == 1:
+            raise full[0]
+        first = full[0]
+        raise QueueFull(
+            f"{first.message} (every one of the {len(self.channels)} model processes is full: each holds its "
+            "share of the limit)",
+            min(e.retry_after for e in full),
+        )
+
+    def silent(self, stall_s: float) -> tuple[int, float] | None:
+        """(index, seconds) of the model process silent the longest, once past `stall_s`; else None."""
+        quiet = [(c.silent_for(), i) for i, c in enumerate(self.channels) if not c.closed.done()]
+        if not quiet or (longest := max(quiet))[0] <= stall_s:
+            return None
+        return longest[1], longest[0]
+
+    def name(self, i: int) -> str:
+        """Model process `i` in a reason: its number among several; nothing when there is one."""
+        return f" (model process {i + 1} of {len(self.channels)})" if len(self.channels) > 1 else ""
+
+    def state(self) -> State | None:
+        """The server's: ready once every model process is (with the first reason one gives, e.g. an HTTP
+        process restarting); else the first not ready, worst first; None until every one has spoken."""
+        if not self.states or any(s is None for s in self.states):
+            return None
+        states: list[State] = [s for s in self.states if s is not None]
+        worst = min(range(len(states)), key=lambda i: RANK[states[i][0].status])
+        ready, models = states[worst]
+        if ready.status == "ready":
+            reason = next((s[0].reason for s in states if s[0].reason), None)
+            return ready.model_copy(update={"reason": reason}), models
+        if ready.reason and len(states) > 1:
+            ready = ready.model_copy(update={"reason": f"{ready.reason}{self.name(worst)}"})
+        return ready, models
