@@ -1,6 +1,6 @@
-"""python -m app with APP_HTTP_WORKERS=2 (two HTTP processes, one model process) against one process: the
-same answers, global limits, one readiness, one /metrics, request ids in every process's logs, restarts,
-a loud stop, and SIGTERM draining every process."""
+"""python -m app with two HTTP processes and two model processes (APP_MODEL_PROCESSES=2, one with one model
+process) against one process: the same answers, global limits, one readiness, one /metrics, request ids in
+every process's logs, restarts, a loud stop, and SIGTERM draining every process."""
 
 from __future__ import annotations
 
@@ -51,6 +51,13 @@ class Server:
                 out.append(pid)
         return out
 
+    def engine(self, index: int) -> int:
+        """The pid of model process `index` (its argument after the metrics directory)."""
+        for pid in self.pids("engine"):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[-3] == str(index).encode():
+                return pid
+        raise AssertionError(f"no model process {index}")
+
 
 @contextmanager
 def serve(checkpoint_dir: Path, **env: str) -> Iterator[Server]:
@@ -87,7 +94,7 @@ def one(app_checkpoint_dir: Path) -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def two(app_checkpoint_dir: Path) -> Iterator[Server]:
     env = {"APP_LOG_LEVEL": "debug", "APP_LOG_FORMAT": "json", "APP_ACCESS_LOG": "true"}
-    with serve(app_checkpoint_dir, APP_HTTP_WORKERS="2", **env) as server:
+    with serve(app_checkpoint_dir, APP_HTTP_WORKERS="2", APP_MODEL_PROCESSES="2", **env) as server:
         yield server
 
 
@@ -130,9 +137,15 @@ def test_answers_are_those_of_one_process(one: Server, two: Server) -> None:
     assert ours[-5][1][:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_two_http_processes_and_one_model_process(two: Server) -> None:
+def test_two_http_processes_and_two_model_processes_on_their_cores(two: Server) -> None:
     assert len(two.pids("http")) == 2
-    assert len(two.pids("engine")) == 1
+    engines = two.pids("engine")
+    assert len(engines) == 2
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) >= 2:  # a core each (disjoint), the HTTP processes on every core
+        slices = [os.sched_getaffinity(pid) for pid in engines]
+        assert not set.intersection(*slices)
+        assert all(os.sched_getaffinity(pid) == set(cores) for pid in two.pids("http"))
 
 
 def test_one_scrape_sums_every_process(two: Server) -> None:
@@ -151,7 +164,7 @@ def test_one_scrape_sums_every_process(two: Server) -> None:
     text = httpx.get(f"{two.url}/metrics").text
     assert count(text, route) == before + n
     assert count(text, 'transformer_serving_processes{role="http"}') == 2
-    assert count(text, 'transformer_serving_processes{role="model"}') == 1
+    assert count(text, 'transformer_serving_processes{role="model"}') == 2
     assert count(text, 'transformer_serving_batch_size_count{model="sentiment-en"}') >= 1  # the model's
     assert text.count("# TYPE transformer_serving_http_requests_total counter") == 1
 
@@ -193,11 +206,15 @@ def test_a_killed_http_process_is_noticed_and_replaced(two: Server) -> None:
 
 
 def test_a_dead_model_process_stops_the_server_loudly(sentiment_only_dir: Path) -> None:
-    with serve(sentiment_only_dir, APP_HTTP_WORKERS="2") as server:
-        https = server.pids("http")
-        os.kill(server.pids("engine")[0], signal.SIGKILL)
+    with serve(sentiment_only_dir, APP_HTTP_WORKERS="2", APP_MODEL_PROCESSES="2") as server:
+        https, engines = server.pids("http"), server.pids("engine")
+        victim = server.engine(1)  # the other model process still runs
+        os.kill(victim, signal.SIGKILL)
         assert server.proc.wait(timeout=60) == 1
-        assert "the model process exited with -9: stopping the server" in server.output()
+        assert (
+            f"the model process exited with -9: stopping the server (2 of 2, pid {victim})" in server.output()
+        )
+        assert not any(_alive(pid) for pid in engines)
         assert not any(Path(f"/proc/{pid}").exists() and _alive(pid) for pid in https)
 
 

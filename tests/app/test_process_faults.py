@@ -1,5 +1,6 @@
-"""python -m app with APP_HTTP_WORKERS=2 under real faults (issue 33): a stopped model process (SIGSTOP), a
-killed HTTP process (SIGKILL), a drain (SIGTERM, or the model process's death) while clients reconnect.
+"""python -m app with APP_HTTP_WORKERS=2 under real faults (issues 33, 36): a stopped model process (SIGSTOP;
+one of two with APP_MODEL_PROCESSES=2), a killed HTTP process (SIGKILL), a drain (SIGTERM, or the model
+process's death) while clients reconnect.
 Every test leaves no child stopped: SIGCONT in a finally, and each server is stopped at its end."""
 
 from __future__ import annotations
@@ -92,13 +93,16 @@ def test_a_stopped_model_process_gets_504_at_the_deadline_and_drops_the_work(ser
 
 
 def test_a_model_process_that_stops_answering_is_seen_and_stops_the_server(sentiment_only_dir: Path) -> None:
-    with serve(sentiment_only_dir, APP_HTTP_WORKERS="2", APP_REQUEST_TIMEOUT_S=str(TIMEOUT_S)) as server:
-        [engine] = server.pids("engine")
+    """One of two model processes stops: the other one does not hide it."""
+    env = {"APP_HTTP_WORKERS": "2", "APP_MODEL_PROCESSES": "2", "APP_REQUEST_TIMEOUT_S": str(TIMEOUT_S)}
+    with serve(sentiment_only_dir, **env) as server:
+        engine = server.engine(1)
         with stopped(engine):
             # within a few seconds /ready is 503 and says why (the heartbeat stopped arriving)
             _, state = eventually(lambda: (s := ready(server))[0] == 503 and s, timeout=STALL_S + 2)
             assert state["status"] == "failed", state
             assert state["reason"].startswith("the model process has not answered for "), state
+            assert state["reason"].endswith(" s (model process 2 of 2)"), state
             # /metrics answers, with what this HTTP process has: its gauges, no counter that would fall
             text = metrics(server, timeout=METRICS_WAIT_S + 1)
             assert sample(text, 'transformer_serving_processes{role="http"}') == 1
@@ -113,7 +117,7 @@ def test_a_model_process_that_stops_answering_is_seen_and_stops_the_server(senti
             assert server.proc.wait(timeout=wedged_after(TIMEOUT_S) + 5) == 1
         log = server.output()
         assert "the model process has not answered for" in log
-        assert "killed, stopping the server" in log
+        assert f"killed, stopping the server (2 of 2, pid {engine})" in log
 
 
 # --- 3. counters are monotonic across HTTP process restarts --------------------------------------------
