@@ -26,14 +26,19 @@ def ceiling(
     beam_size: int,
     settings: dict[str, str] | None = None,
     runs: int | None = None,
+    device: str = "cpu",
+    batch_size: int = 32,
+    sentiment_inputs: list[str] | None = None,
 ) -> dict[str, tuple[float, float]]:
-    """(texts/s, CPU ms per text) of model.inference alone on the same inputs, batches of 32, on the CPU
-    with torch's default threads (all cores: the best model-only figure) and, for classifiers, the compiled
+    """(texts/s, CPU ms per text) of model.inference alone on the same inputs, batches of `batch_size`
+    (32), on `device` (the CPU with torch's default threads: all cores, the best model-only figure) and,
+    for classifiers, the compiled
     graph the server runs (APP_TORCHSCRIPT); the best of 20 runs (translators: of 3). Input work (tokenizing,
     hashing n-grams) is left out: the server does it too, it is not the model's. Models load in the
     server's dtype (`settings`: the --set APP_* values, e.g. APP_DTYPE=bfloat16), and translators decode with
     its APP_TRANSLATION_ENGINE. `runs` replaces every best-of count (the
-    tests' smoke runs: 1)."""
+    tests' smoke runs: 1). `sentiment_inputs`: the /sentiment texts (default: bench.load's); /translate
+    decodes 2 batches of sentences (at least 64)."""
     import torch
 
     from model import DecodeOptions, SentimentClassifier, load_checkpoint
@@ -45,9 +50,11 @@ def ceiling(
     dtype = server_settings(settings or {}).torch_dtype(torch.device("cpu"))
     out = {}
     if sentiment:
-        sm = m = load_checkpoint(checkpoint_dir / sentiment["model"], dtype=dtype)  # sm: for server_work too
+        sm = m = load_checkpoint(
+            checkpoint_dir / sentiment["model"], device, dtype=dtype
+        )  # server_work's too
         model: SentimentClassifier = m.model  # type: ignore[assignment]
-        inputs = sentiment_texts(checkpoint_dir, sentiment)
+        inputs = sentiment_inputs or sentiment_texts(checkpoint_dir, sentiment)
         seqs = [classifier_ids(m.tokenizer, t, m.config) for t in inputs]
         # an n-gram head's hashing is input work like tokenizing (the server's, not the model's): hashed
         # here, before the clock; the encoder and the head's forward on the bags are timed together
@@ -62,7 +69,7 @@ def ceiling(
 
             def forward() -> None:
                 for b, bag in zip(batches, hashed, strict=True):
-                    classify_ids(encoder, [seqs[i] for i in b], 32, graph)
+                    classify_ids(encoder, [seqs[i] for i in b], batch_size, graph)
                     if head is not None and bag is not None:
                         head(*bag)
 
@@ -74,12 +81,13 @@ def ceiling(
             out["/sentiment"] = (len(seqs) / wall, 1000 * cpu / len(seqs))
             # the same in arrival order, 32 at a time: what a server's batches of 32 can do without HTTP
             # (the ceiling above sorts all texts first, so its batches carry almost no padding)
-            arrival = [range(i, min(i + 32, len(seqs))) for i in range(0, len(seqs), 32)]
+            arrival = [range(i, min(i + batch_size, len(seqs))) for i in range(0, len(seqs), batch_size)]
             wall, cpu = best_of(run(arrival), runs or 20)
             out[ARRIVAL] = (len(seqs) / wall, 1000 * cpu / len(seqs))
     if translate:
-        m = load_checkpoint(checkpoint_dir / translate["model"], dtype=dtype)
-        seqs = [source_ids(m.tokenizer, t, m.config) for t in texts(FR_WORDS, lengths=SENTENCE_WORDS)[:64]]
+        m = load_checkpoint(checkpoint_dir / translate["model"], device, dtype=dtype)
+        n = max(64, 2 * batch_size)
+        seqs = [source_ids(m.tokenizer, t, m.config) for t in texts(FR_WORDS, n, lengths=SENTENCE_WORDS)]
         opts = DecodeOptions(beam_size=beam_size)
         run_ids: Callable[..., Any] = partial(translate_ids, m.model)
         if server_settings(settings or {}).translation_engine == "ctranslate2":  # the server's engine
@@ -91,11 +99,11 @@ def ceiling(
             run_ids = ct2.translate_ids
 
         def decode() -> None:
-            run_ids(seqs, opts, translate["target_lang"], 32)
+            run_ids(seqs, opts, translate["target_lang"], batch_size)
 
         wall, cpu = best_of(decode, runs or 3)  # ~1 s each: fewer runs than the classifier's
         out["/translate"] = (len(seqs) / wall, 1000 * cpu / len(seqs))
-    if sentiment:  # last: its worker threads set their own intra-op thread count
+    if sentiment and device == "cpu":  # last: its worker threads set their own intra-op thread count
         out[WORKERS] = server_work(sm, inputs, settings or {}, runs or 5)
     order = ["/sentiment", ARRIVAL, WORKERS, "/translate"]  # the /sentiment references together
     return {k: out[k] for k in order if k in out}

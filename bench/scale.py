@@ -1,8 +1,10 @@
-"""The scaling matrix of issue 28 on the machine at hand, in at most ~8 minutes: each server setup (one
-process, N HTTP processes + one model process, N full replicas, pinned to fewer cores; on a GPU: dtypes and
-batch sizes too) under the same load from several client processes (bench/blast.py), one text per request
-(/sentiment: a short English text; /translate: one sentence, beam 4). Prints a markdown table with the
-server's CPU (its whole process tree) and the clients' beside the throughput, and flags client-bound cells.
+"""The scaling matrix of issues 28 and 36 on the machine at hand, in at most ~8 minutes: each server setup (one
+process, N HTTP processes, several model processes (APP_MODEL_PROCESSES), N full replicas, plain replicas
+pinned to 2 cores each (cores / 2 of them, CPU only: the issue-36 comparison), pinned to fewer cores; on a
+GPU: dtypes and batch sizes too) under the same load from several client processes (bench/blast.py), one
+text per request (/sentiment: a short English text; /translate: one sentence, beam 4). Prints a markdown
+table with the server's CPU (its whole process tree) and the clients' beside the throughput, and flags
+client-bound cells; then the model alone on the same inputs (bench/ceilings.py: no HTTP), in the same run.
 
   python -m bench.scale [--duration 5] [--connections 64] [--baseline /path/to/main/checkout] [--quick]
 
@@ -41,6 +43,7 @@ class Setup:
     env: dict[str, str] = field(default_factory=dict)
     replicas: int = 1  # full servers on their own ports, the clients spread over them
     cores: str | None = None  # taskset -c CORES
+    pins: list[str] | None = None  # taskset -c per replica (instead of `cores`)
     cwd: Path = REPO  # another checkout: the baseline
     routes: tuple[str, ...] = ("/sentiment", "/translate")
 
@@ -53,9 +56,10 @@ def setups(cores: int, cuda: bool, baseline: Path | None) -> list[Setup]:
     """The matrix rows for this machine: the defaults first (also measured at the other connection counts),
     then the baseline's (adjacent: the no-regression ratio), then the variants."""
     auto = Settings().http_workers_count()  # APP_HTTP_WORKERS=0
+    auto_m = Settings().model_processes_count()  # APP_MODEL_PROCESSES=0
     n = max(2, auto)
-    one = {"APP_HTTP_WORKERS": "1"}
-    rows = [Setup(f"defaults ({auto} HTTP process{'es' if auto > 1 else ''})")]
+    one = {"APP_HTTP_WORKERS": "1", "APP_MODEL_PROCESSES": "1"}
+    rows = [Setup(f"defaults ({_count(auto, 'HTTP process')}, {_count(auto_m, 'model process')})")]
     if baseline is not None:
         only = ("/sentiment",)
         rows += [
@@ -63,8 +67,17 @@ def setups(cores: int, cuda: bool, baseline: Path | None) -> list[Setup]:
             Setup("unbatched", {"APP_MAX_BATCH_SIZE": "1"}, routes=only),
             Setup("baseline: unbatched", {"APP_MAX_BATCH_SIZE": "1"}, cwd=baseline, routes=only),
         ]
-    if auto > 1:
+    if auto > 1 or auto_m > 1:
         rows.append(Setup("1 process", one))
+    if auto_m > 1:
+        rows.append(Setup("1 model process", {"APP_MODEL_PROCESSES": "1"}))
+    # model processes of 2 cores each (as the pinned replicas below), the queue work raised to allow them
+    m = max(2, min(16, (cores - (auto if auto > 1 else 0)) // 2))
+    if m != auto_m:
+        work = str(max(Settings().max_queue_work, m * Settings().max_work))
+        rows.append(
+            Setup(f"APP_MODEL_PROCESSES={m}", {"APP_MODEL_PROCESSES": str(m), "APP_MAX_QUEUE_WORK": work})
+        )
     if cuda:  # the issue's rows: main's CUDA defaults were float16 in batches of 32 items
         main_cuda = {"APP_DTYPE": "float16", "APP_MAX_BATCH_SIZE": "32", "APP_MAX_BATCH_WORK": "8192"}
         rows += [
@@ -85,9 +98,18 @@ def setups(cores: int, cuda: bool, baseline: Path | None) -> list[Setup]:
             Setup("CPU only", {"APP_DEVICE": "cpu"}),
             Setup("CPU only, 1 process", one | {"APP_DEVICE": "cpu"}),
         ]
+    # plain replicas, each one process pinned to 2 cores, sharing no batches and no limits (issue 36)
+    usable = sorted(os.sched_getaffinity(0))
+    pins = [f"{usable[i]},{usable[i + 1]}" for i in range(0, len(usable) - 1, 2)] or [str(usable[0])]
+    plain = one | {"APP_DEVICE": "cpu"}
+    rows.append(Setup(f"{len(pins)} plain replica(s) x 2 cores (CPU)", plain, len(pins), pins=pins))
     pin = "0,1" if cores > 2 else "0"
     rows.append(Setup(f"CPU pinned to {len(pin.split(','))} core(s)", {"APP_DEVICE": "cpu"}, cores=pin))
     return rows
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'es' if n > 1 else ''}"
 
 
 def model_dir(root: Path, tmp: Path) -> Path:
@@ -133,12 +155,12 @@ class Launched:
 def launch(setup: Setup, checkpoints: Path, stack: ExitStack) -> Launched:
     """Start the setup's server(s) (SIGTERM when `stack` closes)."""
     out = Launched(setup, [], [], [], time.monotonic())
-    for _ in range(setup.replicas):
+    for i in range(setup.replicas):
         port = free_port()
         env = {"APP_CHECKPOINT_DIR": str(checkpoints), "APP_PORT": str(port), "APP_LOG_LEVEL": "warning"}
         cmd = [sys.executable, "-m", "app"]
-        if setup.cores is not None:
-            cmd = ["taskset", "-c", setup.cores, *cmd]
+        if (pin := setup.pins[i] if setup.pins else setup.cores) is not None:
+            cmd = ["taskset", "-c", pin, *cmd]
         log = stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 (closed with the stack)
         proc = subprocess.Popen(cmd, env=server_env(env | setup.env), cwd=setup.cwd, stdout=log, stderr=log)
         stack.callback(stop, proc, 30)
@@ -204,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="*", default=None, help="setup names to run (default: all)")
     p.add_argument("--routes", nargs="*", default=None, help="routes to measure (default: both)")
     p.add_argument("--budget-s", type=float, default=400.0, help="no new cell after this many seconds")
+    p.add_argument("--no-ceiling", action="store_true", help="skip the model-alone ceiling")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the servers are stopped on the way out
     cores, cuda = usable_cores(), torch.cuda.is_available()
@@ -274,7 +297,32 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.baseline is not None:
         _no_regression(results, conns[0])
+    if not args.no_ceiling:
+        _model_alone(args.checkpoint_dir, cuda, args.routes)
     return 0
+
+
+def _model_alone(checkpoints: Path, cuda: bool, routes: list[str] | None) -> None:
+    """The model alone (model.inference, no HTTP) on the same inputs, after the servers have stopped: the
+    ceiling the rows above are compared with (issue 36's targets)."""
+    from bench.ceilings import ceiling
+
+    batch = 256 if cuda else 32  # the issue's GPU ceiling: batches of 256 (translation: 128-512)
+    sentiment = {"model": SENTIMENT_MODEL} if routes is None or "/sentiment" in routes else {}
+    translate = (
+        {"model": TRANSLATE_MODEL, "target_lang": "en"} if routes is None or "/translate" in routes else {}
+    )
+    inputs = [b["text"] for b in bodies("/sentiment")]
+    found = ceiling(
+        checkpoints, sentiment, translate, 4, device="cuda" if cuda else "cpu", batch_size=batch,
+        sentiment_inputs=inputs,
+    )  # fmt: skip
+    print(
+        f"\n| the model alone (no HTTP, batches of {batch}, {'CUDA' if cuda else 'CPU'}) | texts/s | CPU ms/text |"
+    )
+    print("|---|---:|---:|")
+    for name, (rate, cpu_ms) in found.items():
+        print(f"| {name} | {rate:,.0f} | {cpu_ms:.2f} |")
 
 
 HEADER = """| setup | route | conns | req/s (median, range) | p50 ms | p99 ms | errors | server CPU ms/req | busiest loop ms/req | model loop ms/req | client CPU ms/req | busiest client | ready s |
