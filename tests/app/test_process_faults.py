@@ -21,7 +21,7 @@ import pytest
 
 from app.parallel.heartbeat import DEADLINE_MARGIN_S, STALL_S, wedged_after
 from app.parallel.remote import METRICS_WAIT_S
-from tests.app.test_parallel import Server, eventually, serve
+from tests.app.test_parallel import Server, _alive, eventually, serve
 
 pytestmark = pytest.mark.slow  # starts python -m app: not in `make test-fast`
 
@@ -186,8 +186,11 @@ def refused(port: int) -> bool:
 
 @pytest.mark.parametrize("fault", ["SIGTERM", "a dead model process"])
 def test_a_drain_refuses_new_connections(sentiment_only_dir: Path, fault: str) -> None:
+    """SIGTERM drains every process of two model processes too; a dead one (of one) stops the server."""
     env = {"APP_HTTP_WORKERS": "2", "APP_MIN_BODY_RATE": "0", "APP_SHUTDOWN_TIMEOUT_S": "10"}
+    env["APP_MODEL_PROCESSES"] = "2" if fault == "SIGTERM" else "1"
     with serve(sentiment_only_dir, **env) as server:
+        children = server.pids("engine") + server.pids("http")
         port = int(server.url.rsplit(":", 1)[1])
         body = json.dumps({"text": "a good film"}).encode()
         head = (
@@ -208,6 +211,7 @@ def test_a_drain_refuses_new_connections(sentiment_only_dir: Path, fault: str) -
             answer = held.recv(65536)
         assert answer.startswith(b"HTTP/1.1 200" if fault == "SIGTERM" else b"HTTP/1.1 503"), answer
         assert server.proc.wait(timeout=30) == (0 if fault == "SIGTERM" else 1)
+        assert not any(_alive(pid) for pid in children)
 
 
 # --- 5. one HTTP process restarting leaves the replica ready ----------------------------------------------
