@@ -64,7 +64,8 @@ def ceiling(
 
         def run(batches: list[range]) -> Callable[[], None]:
             hashed = [
-                bags([inputs[i] for i in b], spec, m.config.ngram_buckets) if spec else None for b in batches
+                bags([inputs[i] for i in b], spec, m.config.ngram_buckets, device) if spec else None
+                for b in batches
             ]
 
             def forward() -> None:
