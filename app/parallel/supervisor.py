@@ -20,7 +20,7 @@ import time
 from collections import deque
 from types import FrameType
 
-from app.core.settings import Settings
+from app.core.settings import Settings, usable_cores
 from app.parallel.heartbeat import STALL_S, Listen, wedged_after
 from app.parallel.shares import core_slices, gpu_env, pinned
 
@@ -83,7 +83,9 @@ class Supervisor:
         n = self.model_processes
         slices = None
         if pinned(self.settings, n):
-            slices = core_slices(sorted(os.sched_getaffinity(0)), n, self.http_workers)
+            # under a CPU quota (a container's limit) without a cpuset, as many cores as the quota allows
+            cores = sorted(os.sched_getaffinity(0))[: usable_cores()]
+            slices = core_slices(cores, n, self.http_workers)
         mine = os.sched_getaffinity(0) if slices else None
         engines, heartbeats = [], []
         try:
