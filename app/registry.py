@@ -26,9 +26,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from app.core.errors import NotFound, Unavailable, invalid
 from app.core.settings import ENV_PREFIX, SettingsError
@@ -41,8 +39,13 @@ from engines.argos import (
     is_argos_package,
     read_argos_package,
 )
-from model import LoadedModel, ModelConfig, load_checkpoint
-from model.checkpoint import CONFIG, CheckpointError, read_config
+from model.config import ModelConfig
+from model.files import CONFIG, CheckpointError, read_config
+
+if TYPE_CHECKING:  # torch: where weights load (the model process); routing (an HTTP process) needs none
+    import torch
+
+    from model import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -175,15 +178,16 @@ class Registry:
         self,
         entries: list[ModelEntry],
         pairs: dict[tuple[str, str], str],
-        device: torch.device,
-        dtype: torch.dtype,
+        device: torch.device | None,
+        dtype: torch.dtype | None,
         quantize: str | None = None,
         failed: dict[str, str] | None = None,
         origin_order: Sequence[str] = ORIGINS,
         routes: dict[str, str] | None = None,
     ) -> None:
         """pairs: `route_pairs`' choice of translator per language pair (for origin_order and routes);
-        failed: model -> reason, the models whose config.json could not be read."""
+        failed: model -> reason, the models whose config.json could not be read; device and dtype None: a
+        routing registry, which loads no weights (an HTTP process: app/parallel/remote.py)."""
         self.entries = {e.name: e for e in entries}
         self.pairs = pairs
         self.device, self.dtype, self.quantize = device, dtype, quantize
@@ -227,8 +231,8 @@ class Registry:
     def discover(
         cls,
         root: Path,
-        device: torch.device,
-        dtype: torch.dtype,
+        device: torch.device | None,
+        dtype: torch.dtype | None,
         quantize: str | None = None,
         origin_order: Sequence[str] = ORIGINS,
         routes: dict[str, str] | None = None,
@@ -285,8 +289,12 @@ class Registry:
     def load(self, name: str) -> LoadedModel:
         """Load one checkpoint's weights (blocking: run it in the inference thread); not for an Argos
         package (its handler opens it in CTranslate2)."""
+        from model.checkpoint import load_checkpoint
+
         entry = self.entries[name]
         assert entry.package is None, f"{name} is an Argos package"
+        assert self.device is not None, "a routing registry loads no weights"
+        assert self.dtype is not None
         start = time.perf_counter()
         entry.loaded = load_checkpoint(entry.path, self.device, self.dtype, self.quantize)
         log.info(

@@ -6,19 +6,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from app.batching.wait import Disconnected, wait_all
 from app.core.limits import Limits
 from app.core.metrics import Metrics
 from app.core.settings import Settings
-from app.lifecycle import Lifecycle
-from app.queues import BatcherPool, Queues
-from app.registry import Registry
 from app.schemas import ModelInfo, Readiness
 from app.tasks.served import default_tasks
 from app.tasks.task import Job, Task
 from app.text.langid import Detection, LanguageDetector
+
+# the model machinery (torch) is imported where a Service is built: an HTTP process never is
+if TYPE_CHECKING:
+    from app.queues import BatcherPool, Queues
+    from app.registry import Registry
 
 T = TypeVar("T", bound=Task)
 
@@ -96,6 +98,8 @@ class Service(TaskContext):
     """Every task's flow on the models its Lifecycle serves; `tasks`: default_tasks() unless given."""
 
     def __init__(self, settings: Settings, metrics: Metrics, tasks: Sequence[Task] | None = None) -> None:
+        from app.lifecycle import Lifecycle
+
         self.settings, self.metrics = settings, metrics
         self.limits = Limits(settings)
         self.life = Lifecycle(settings, metrics, default_tasks() if tasks is None else list(tasks))

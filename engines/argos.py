@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engines.ct2_convert import require_ctranslate2
-from engines.ct2_decode import CT2Decoder
 from model.config import ModelConfig
 from model.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from engines.ct2_decode import CT2Decoder
 
 METADATA, MODEL_DIR, SENTENCEPIECE = "metadata.json", "model", "sentencepiece.model"
 MAX_LEN = 1024  # source tokens: CTranslate2's default max_input_length
@@ -98,6 +99,9 @@ def read_argos_package(path: Path) -> ArgosPackage:
 def load_argos_decoder(package: ArgosPackage, **translator_kwargs: Any) -> tuple[CT2Decoder, Tokenizer]:
     """The package's CTranslate2 model opened with `translator_kwargs` (device, compute_type, inter_threads,
     intra_threads) and its sentencepiece tokenizer."""
+    from engines.ct2_convert import require_ctranslate2  # torch: reading a package (discovery) needs none
+    from engines.ct2_decode import CT2Decoder
+
     ctranslate2 = require_ctranslate2()
     translator = ctranslate2.Translator(str(package.path / MODEL_DIR), **translator_kwargs)
     tokenizer = Tokenizer(package.tokenizer_path)

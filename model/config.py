@@ -3,13 +3,36 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from model.ngram import NgramSpec
-
 Task = Literal["sentiment", "translation"]
 Activation = Literal["relu", "gelu", "swish"]  # swish = SiLU (x * sigmoid(x)), Marian's default
+
+
+_SPEC = re.compile(r"w(\d)c(\d)")
+
+
+@dataclass(frozen=True)
+class NgramSpec:
+    """A classifier's n-gram head (model.ngram): its word and character orders, "wWcC"."""
+
+    words: int  # word n-grams of order 1..words
+    chars: int  # character n-grams of order 1..chars (0 = none), over the space-joined words
+
+    @staticmethod
+    @functools.cache  # parsed once per spec string
+    def parse(spec: str) -> NgramSpec:
+        """'w3c4' -> NgramSpec(3, 4); ValueError naming the format otherwise."""
+        m = _SPEC.fullmatch(spec)
+        if not m or int(m[1]) < 1:
+            raise ValueError(f"n-gram spec {spec!r} is not 'wWcC' (word orders 1..W >= 1, char orders 1..C)")
+        return NgramSpec(int(m[1]), int(m[2]))
+
+    def __str__(self) -> str:
+        return f"w{self.words}c{self.chars}"
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from model.alignment import align, eager
 from model.classifier import SentimentClassifier, calibrated
 from model.decoding import Decodable, DecodeOptions, Hypothesis, StopCheck, decode
 from model.ngram import CHUNK, text_units
 from model.preprocess import classifier_ids, pad_ids, source_ids
 from model.tokenizer import Tokenizer
-from model.unknowns import ITEMS_OUT, align, eager, encode_source, restore_text
+from model.unknowns import ITEMS_OUT, encode_source, restore_text
 
 
 def _device(model: Any) -> torch.device:

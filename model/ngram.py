@@ -10,19 +10,18 @@ the classifier's one graph call, without the GIL).
 
 from __future__ import annotations
 
-import functools
 import re
 import warnings
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
+from model.config import NgramSpec
+
 # texts hashed at once when there are many: bounded memory (a long review has thousands of n-grams)
 CHUNK = 1024
-_SPEC = re.compile(r"w(\d)c(\d)")
 _WORD = re.compile(r"\w+|[^\w\s]")
 
 
@@ -44,24 +43,6 @@ SALT = 0xD6E8FEB86659FD93  # n-grams of (kind, order n) are salted by (kind * 10
 MIX1, MIX2 = _int64(0xBF58476D1CE4E5B9), _int64(0x94D049BB133111EB)  # splitmix64's finalizer multipliers
 # (kind, n) -> salt for kind 0 (word n-grams) and 1 (character n-grams), orders n = 1..9 (the spec's digits)
 SALTS = torch.tensor([[_int64((kind * 10 + n + 1) * SALT) for n in range(10)] for kind in range(2)])
-
-
-@dataclass(frozen=True)
-class NgramSpec:
-    words: int  # word n-grams of order 1..words
-    chars: int  # character n-grams of order 1..chars (0 = none), over the space-joined words
-
-    @staticmethod
-    @functools.cache  # parsed once per spec string
-    def parse(spec: str) -> NgramSpec:
-        """'w3c4' -> NgramSpec(3, 4); ValueError naming the format otherwise."""
-        m = _SPEC.fullmatch(spec)
-        if not m or int(m[1]) < 1:
-            raise ValueError(f"n-gram spec {spec!r} is not 'wWcC' (word orders 1..W >= 1, char orders 1..C)")
-        return NgramSpec(int(m[1]), int(m[2]))
-
-    def __str__(self) -> str:
-        return f"w{self.words}c{self.chars}"
 
 
 def text_units(texts: Sequence[str], device: torch.device | str = "cpu") -> list[Tensor]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from model.config import ModelConfig
 from model.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
 
 
 def truncate(ids: list[int], limit: int, mode: str) -> list[int]:
@@ -41,6 +44,8 @@ def target_ids(
 
 def pad_ids(seqs: list[list[int]], pad_id: int, device: torch.device | str = "cpu") -> Tensor:
     """Right-pad token id lists into a (B, S) long tensor."""
+    import torch  # here: the id functions above serve processes that never import torch
+
     width = max(len(s) for s in seqs)
     # padded in Python, then one tensor op: per-row tensor ops would each release and re-take the GIL
     return torch.tensor([s + [pad_id] * (width - len(s)) for s in seqs], dtype=torch.long, device=device)

@@ -13,7 +13,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
@@ -95,7 +94,10 @@ class Metrics:
         self._batch_children: dict[str, tuple[Any, Any]] = {}
 
     def set_build_info(self, version: str, device: str, dtype: str, quantize: str) -> None:
-        """build_info{...} = 1 (set at start-up, once the device and dtype are resolved)."""
+        """build_info{...} = 1 (set at start-up, once the device and dtype are resolved; where the models are:
+        an HTTP process never imports torch)."""
+        import torch
+
         self.build.clear()
         python = ".".join(map(str, sys.version_info[:3]))
         self.build.labels(version, torch.__version__, python, device, dtype, quantize).set(1)

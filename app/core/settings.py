@@ -6,13 +6,16 @@ import importlib.util
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import torch
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.schemas import MAX_TEXTS
+
+# torch is imported where a method needs it: an HTTP process never does (app/parallel/http.py)
+if TYPE_CHECKING:
+    import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENV_PREFIX = "APP_"
@@ -243,6 +246,8 @@ class Settings(BaseSettings):
         """APP_INFERENCE_WORKERS, or for 0: on a CPU with 2+ cores 2, and from MANY_CORES on a quarter of
         the cores (at most MAX_AUTO_INFERENCE_WORKERS: small models gain little from intra-op threads, so
         many cores are better used as more batches side by side); on CUDA 1."""
+        import torch
+
         if self.inference_workers:
             return self.inference_workers
         cores = torch.get_num_threads()
@@ -267,6 +272,8 @@ class Settings(BaseSettings):
         CPU one below MANY_CORES cores, else one per CORES_PER_MODEL_PROCESS cores left after the HTTP
         processes, at most MAX_AUTO_MODEL_PROCESSES and at most as many as the admission limits can be
         shared out between (split_limits_error)."""
+        import torch
+
         if self.model_processes:
             return self.model_processes
         device = self.torch_device()
@@ -315,6 +322,8 @@ class Settings(BaseSettings):
     def inference_threads(self) -> int:
         """APP_TORCH_THREADS, or for 0: on CPU the cores left after the event loop and the HTTP processes
         (APP_HTTP_WORKERS > 1), shared by the workers, at least 1 each; on CUDA torch's default."""
+        import torch
+
         if self.torch_threads:
             return self.torch_threads
         cores = torch.get_num_threads()
@@ -325,6 +334,8 @@ class Settings(BaseSettings):
 
     def torch_device(self) -> torch.device:
         """The device to serve on; `auto` takes CUDA when present. Raises SettingsError if unavailable."""
+        import torch
+
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         dev = torch.device(self.device)
@@ -342,6 +353,8 @@ class Settings(BaseSettings):
     def torch_dtype(self, device: torch.device) -> torch.dtype:
         """float32 for `auto`, on CUDA too: float16 runs a batch of a new shape (every batch, under real
         traffic) many times slower, for a small gain on repeated shapes (docs/scaling.md)."""
+        import torch
+
         if self.dtype == "auto":
             return torch.float32
         return getattr(torch, self.dtype)  # type: ignore[no-any-return]
@@ -362,6 +375,8 @@ class Settings(BaseSettings):
 
     def quantize_mode(self, device: torch.device, dtype: torch.dtype) -> str | None:
         """The load_checkpoint quantize mode, or None; SettingsError where it cannot run."""
+        import torch
+
         if self.quantize == "none":
             return None
         if device.type != "cpu" or dtype != torch.float32:
@@ -412,6 +427,8 @@ class Settings(BaseSettings):
 
     def dtype_warning(self, device: torch.device, dtype: torch.dtype) -> str | None:
         """Why `dtype` will be slow on this CPU, if it will (start-up logs it; serving goes on)."""
+        import torch
+
         if device.type != "cpu" or dtype == torch.float32:
             return None
         if dtype == torch.bfloat16 and (

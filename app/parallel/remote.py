@@ -81,17 +81,10 @@ class RemoteService(TaskContext):
         self._models: list[ModelInfo] = []
 
     async def start(self) -> None:
-        """Read the configs (routing), build the language detector, connect to every model process and say
-        hello."""
-        s = self.settings
-        device = s.torch_device()
-        dtype = s.torch_dtype(device)
-        quantize = s.quantize_mode(device, dtype)
-        self.registry = Registry.discover(
-            s.check_checkpoint_dir(), device, dtype, quantize, s.origin_order, s.routes
-        )
-        self.detector = await asyncio.to_thread(LanguageDetector, self.registry.languages)
-        await asyncio.to_thread(self._load_text, self.registry)
+        """Read the configs (routing), build the language detector and the tokenizers, connect to every model
+        process and say hello. No torch and no device: the model processes resolve those (an HTTP process
+        imports no torch at all, and on CUDA touching the driver would cost each process seconds at start)."""
+        await asyncio.to_thread(self._load_local)
         for reader, writer in await asyncio.gather(*map(_connect, self.socket_paths)):
             i = len(self.pool.channels)
             handlers = {"state": partial(self._on_state, i), "families": self._families, "alive": self._alive}
@@ -102,6 +95,15 @@ class RemoteService(TaskContext):
         hellos = await asyncio.gather(*(c.call("hello", os.getpid()) for c in self.pool.channels))
         for i, state in enumerate(hellos):
             await self._on_state(i, *state)
+
+    def _load_local(self) -> None:
+        """This process's own start-up work, all text: the routing registry (configs, no weights), the language
+        detector, and the text half of each splitting task's handlers."""
+        s = self.settings
+        registry = Registry.discover(s.check_checkpoint_dir(), None, None, None, s.origin_order, s.routes)
+        self.detector = LanguageDetector(registry.languages)
+        self._load_text(registry)
+        self.registry = registry
 
     async def stop(self) -> None:
         self.status, self.reason = "shutting_down", "the server is shutting down"

@@ -4,14 +4,18 @@ JSON body (app/tasks/attention_png.py renders the same maps as a PNG)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from app.core.errors import invalid
 from app.schemas import AttentionResponse
 from app.tasks.handlers import checked_source_ids, uncut_length
-from model import LoadedModel, SentimentClassifier
 from model.preprocess import classifier_ids, target_ids
+
+# torch is imported where the maps are computed: an HTTP process imports this module, never it
+if TYPE_CHECKING:
+    import torch
+
+    from model import LoadedModel
 
 MAX_ATTENTION_WEIGHTS = 2_000_000  # e.g. 4 layers x 8 heads of a 250-token text
 
@@ -45,6 +49,8 @@ class LayerSelection:
 
 def pick(maps: list[torch.Tensor], layers: list[int], heads: list[int]) -> torch.Tensor:
     """Per-layer (H, Q, K) maps -> (L', H', Q, K) for the selected layers and heads, rounded for JSON."""
+    import torch
+
     if not layers:  # e.g. only encoder layers selected: no decoder map
         return torch.empty(0, len(heads), 0, 0, dtype=torch.float64)
     return torch.stack([maps[layer][heads] for layer in layers]).double().round(decimals=5)
@@ -120,10 +126,16 @@ class AttentionHandler:
 
     def run(self, items: list[AttentionItem]) -> list[TextMaps]:
         """The maps of each item (in an inference worker; its batcher sends one item at a time)."""
+        import torch
+
         with torch.inference_mode():
             return [self._maps(item) for item in items]
 
     def _maps(self, item: AttentionItem) -> TextMaps:
+        import torch
+
+        from model.classifier import SentimentClassifier
+
         dev = next(self.model.parameters()).device
         src = torch.tensor([item.source], device=dev)
         if isinstance(self.model, SentimentClassifier):

@@ -19,30 +19,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from app.core.errors import invalid
 from app.schemas import DEFAULT_LENGTH_PENALTY, ScoredTranslation, SentimentResult, TranslationResult
 from app.text.passthrough import has_letters
-from model import (
-    DecodeOptions,
-    DecodingStopped,
-    Hypothesis,
-    LoadedModel,
-    ModelConfig,
-    SentimentClassifier,
-    Tokenizer,
-    Translator,
-)
-from model.decoding import Decodable, StopCheck
-from model.inference import classify_ids, translate_ids
-from model.jit import compile_classifier, trace_translator
+from model.config import ModelConfig
+from model.options import DecodeOptions, DecodingStopped, Hypothesis
 from model.preprocess import classifier_ids, source_ids
-from model.tokenizer import PairTokenizer
-from model.unknowns import Source, align, encode_source, restore_hypothesis
+from model.tokenizer import PairTokenizer, Tokenizer
+from model.unknowns import Source, encode_source, restore_hypothesis
 
 if TYPE_CHECKING:
     from engines.ct2_decode import CT2Decoder
+    from model import LoadedModel
+    from model.decoding import Decodable, StopCheck
 
 WARMUP_TEXT = "warm up"
 ClassifierItem = tuple[list[int], str]  # token ids and the text (for an n-gram head; else "")
@@ -113,6 +102,9 @@ class SentimentHandler(SentimentText):
     """Text -> [CLS]? ids + EOS -> class probabilities."""
 
     def __init__(self, loaded: LoadedModel, torchscript: bool = True) -> None:
+        from model.classifier import SentimentClassifier  # torch: the text half above needs none
+        from model.jit import compile_classifier
+
         assert isinstance(loaded.model, SentimentClassifier)
         assert isinstance(loaded.tokenizer, Tokenizer)
         super().__init__(loaded.name, loaded.tokenizer, loaded.model.cfg)
@@ -126,6 +118,10 @@ class SentimentHandler(SentimentText):
 
     def run(self, items: list[ClassifierItem]) -> list[list[float]]:
         """Class probabilities per item; classify_ids sorts by length and pads (B, S) per length bucket."""
+        import torch
+
+        from model.inference import classify_ids
+
         ids, texts = [i for i, _ in items], [t for _, t in items]  # texts: an n-gram head hashes them here
         with torch.inference_mode():
             return classify_ids(self.model, ids, max(1, len(items)), self._graph, texts).tolist()  # (N, C)
@@ -284,6 +280,9 @@ class TranslationHandler(TranslationText):
     def __init__(self, loaded: LoadedModel, torchscript: bool = True) -> None:
         """torchscript: decode with the model's traced encoder and step graphs (model.jit.trace_translator);
         /attention keeps the eager path, which returns every attention map."""
+        from model.jit import trace_translator  # torch: the text half above needs none
+        from model.translator import Translator
+
         assert isinstance(loaded.model, Translator)
         self.name, self.model, self.tokenizer = loaded.name, loaded.model, loaded.tokenizer
         self.decoder: Decodable[Any] = trace_translator(self.model) if torchscript else self.model
@@ -339,6 +338,11 @@ class TranslationHandler(TranslationText):
             if should_stop is not None and should_stop():
                 raise DecodingStopped(0)
             return self.engine.translate_per_row(seqs, opts, target_lang, align_unknowns)
+        import torch
+
+        from model.alignment import align
+        from model.inference import translate_ids
+
         with torch.inference_mode():
             out = translate_ids(self.decoder, seqs, opts, target_lang, batch_size, should_stop)
             if align_unknowns is not None and any(align_unknowns):

@@ -9,7 +9,7 @@ from app.schemas import SentimentRequest, SentimentResponse
 from app.tasks.groups import group_by_model, scatter
 from app.tasks.handlers import SentimentHandler, SentimentText
 from app.tasks.task import Context, Disconnected, Job, Task
-from model.checkpoint import load_tokenizer
+from model.files import load_tokenizer
 from model.tokenizer import Tokenizer
 
 if TYPE_CHECKING:

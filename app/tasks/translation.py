@@ -10,18 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.settings import Settings
 from app.schemas import AUTO, DetectedLanguage, TranslateRequest, TranslateResponse, TranslationResult
-from app.tasks.argos import ArgosTranslationHandler
-from app.tasks.ctranslate2 import CT2TranslationHandler
-from app.tasks.handlers import DecodeKey, TranslationHandler, TranslationText
+from app.tasks.handlers import DecodeKey, TranslationText
 from app.tasks.task import BatchSpec, Context, Disconnected, Job, Task
 from app.text.langid import Detection
 from app.text.passthrough import PASSTHROUGH, passed
 from app.text.sentences import split_sentences
 from model import Tokenizer
-from model.checkpoint import load_tokenizer
+from model.files import load_tokenizer
 
 if TYPE_CHECKING:
     from app.registry import ModelEntry, Registry
+    from app.tasks.handlers import TranslationHandler
     from model import LoadedModel
 
 
@@ -46,6 +45,10 @@ class TranslationTask(Task):
             self._argos_kwargs = settings.ctranslate2_kwargs(device, dtype, always=True)
 
     def load(self, entry: ModelEntry, loaded: LoadedModel | None) -> TranslationHandler:
+        from app.tasks.argos import ArgosTranslationHandler  # the kinds import torch: the text half none
+        from app.tasks.ctranslate2 import CT2TranslationHandler
+        from app.tasks.handlers import TranslationHandler
+
         assert self.settings is not None
         if entry.package is not None:  # an Argos package: CTranslate2, no torch model
             assert self._argos_kwargs is not None

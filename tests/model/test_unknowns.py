@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from model import DecodeOptions, Hypothesis, Tokenizer, Translator
+from model.alignment import pick_sources
 from model.inference import translate_texts
 from model.preprocess import source_ids
 from model.protect import find_items
@@ -17,7 +18,6 @@ from model.unknowns import (
     SENTINEL,
     chunks,
     encode_source,
-    pick_sources,
     restore,
     restore_hypothesis,
 )
