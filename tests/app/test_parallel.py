@@ -148,6 +148,18 @@ def test_two_http_processes_and_two_model_processes_on_their_cores(two: Server) 
         assert all(os.sched_getaffinity(pid) == set(cores) for pid in two.pids("http"))
 
 
+def test_http_processes_serve_every_route_without_torch(two: Server) -> None:
+    """Text work only: after every route, no HTTP process has torch's library mapped (the model process
+    has: the check can see it)."""
+    answers(two.url)
+
+    def torch_mapped(pid: int) -> bool:
+        return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+
+    assert [torch_mapped(pid) for pid in two.pids("http")] == [False, False]
+    assert torch_mapped(two.pids("engine")[0])
+
+
 def test_one_scrape_sums_every_process(two: Server) -> None:
     def count(text: str, line: str) -> float:
         return sum(float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(line))
