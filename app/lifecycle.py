@@ -64,7 +64,6 @@ class Lifecycle:
         self.model_status = dict.fromkeys(self.registry.entries, "loading")
         for name, reason in self.registry.failed.items():  # config.json unreadable: failed already
             self._failed(name, reason)
-        self.detector = await asyncio.to_thread(LanguageDetector, self.registry.languages)  # loads its model
         cheap = any(not t.expensive and t.serves(e) for t in self.tasks for e in entries)
         self.workers = InferenceWorkers(  # forward passes off the event loop
             s.inference_workers_count(),
@@ -79,11 +78,13 @@ class Lifecycle:
 
     async def _load_all(self) -> None:
         """Load, compile and warm up every model, as many at a time as there are inference workers (each
-        step runs on one thread: with several workers, ready sooner than one model after the other)."""
+        step runs on one thread: with several workers, ready sooner than one model after the other), and
+        build the language detector beside them (half a second: its model decompresses without the GIL)."""
         assert self.registry is not None
         names = list(self.registry.entries)
         self.reason = f"loading {len(names)} models"
         tasks = [asyncio.create_task(self._load_or_fail(name), name=f"load:{name}") for name in names]
+        tasks.append(asyncio.create_task(self._build_detector(), name="language-detector"))
         try:
             for task in asyncio.as_completed(tasks):
                 await task
@@ -106,6 +107,10 @@ class Lifecycle:
         gc.collect()
         gc.freeze()  # what loading left alive is permanent: full collections stop rescanning it (p99 spikes)
         log.info("ready: %s", ", ".join(names))
+
+    async def _build_detector(self) -> None:
+        assert self.registry is not None
+        self.detector = await asyncio.to_thread(LanguageDetector, self.registry.languages)
 
     async def _load_or_fail(self, name: str) -> None:
         """_load_one; an error fails this model only (its reason recorded, its path kept to the log)."""
