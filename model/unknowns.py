@@ -9,9 +9,9 @@ A tokenizer without byte fallback maps characters it never saw (digits, `€ % @
   `chunk`) becomes one <unk> of the source, so the model sees one unknown where the text has one item (a run
   split by known characters, "2025" -> "▁ <unk> 0 <unk>", would need the model to copy that pattern), and each
   source id keeps its surface text.
-- `pick_sources` (model/alignment.py, with torch): per output token, the source position of highest attention (last decoder layer, mean
-  over heads); for an output <unk>, among the source's <unk>s when it has some. Both engines compute the
-  same matrix: torch by one teacher-forced pass over the hypotheses that need it (`align`), CTranslate2
+- `pick_sources` (model/alignment.py, the torch half): per output token, the source position of highest
+  attention (last decoder layer, mean over heads); for an output <unk>, among the source's <unk>s when it
+  has some. Both engines compute the same matrix: torch by one teacher-forced pass over the hypotheses that need it (`align`), CTranslate2
   during its search (`return_attention`).
 - `restore`: the detokenized text with each output <unk> replaced by its source surface (a run of <unk>s
   that pick the same position gives it once), and each chunk the model dropped put back after the output

@@ -6,7 +6,8 @@ Batcher makes, in an inference worker, on one dynamic batch (results in item ord
 `cost(item)`: the item's work units, what admission and batch cutting count. The rest runs on the event loop
 and is named for what it does: a request's texts become batch items (`tokenize`, `sentences`), results become
 response schemas (`result`, `join`). Model calls go through model.inference, the code path shared with the
-evaluate CLI.
+evaluate CLI. The text halves (SentimentText, TranslationText) import no torch: an HTTP process runs them
+(app/parallel/remote.py); the handlers import the model code in the methods that load and run a model.
 
 A work unit is one token through a model: a classifier item costs its tokens; a translated sentence costs its
 source tokens (the encoder) plus beam_size x its output length limit (decoder token-steps: the most its
