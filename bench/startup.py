@@ -146,13 +146,13 @@ def log_times(log: str, start: float) -> tuple[float | None, float | None, float
     return spawned, models, http
 
 
-def launch(tree: Path, workers: int) -> dict[str, float | None]:
+def launch(tree: Path, workers: int, checkpoints: Path = CHECKPOINTS) -> dict[str, float | None]:
     """One start of `python -m app` from `tree` -> ready s, CPU s at ready, processes started at, models
     loaded at, last HTTP process up at."""
     port = free_port()
     env = server_env({
         "APP_HOST": "127.0.0.1", "APP_PORT": str(port), "APP_HTTP_WORKERS": str(workers),
-        "APP_CHECKPOINT_DIR": str(CHECKPOINTS), "APP_LOG_LEVEL": "info", "APP_LOG_FORMAT": "text",
+        "APP_CHECKPOINT_DIR": str(checkpoints), "APP_LOG_LEVEL": "info", "APP_LOG_FORMAT": "text",
         "PYTHONPATH": str(tree),
     })  # fmt: skip
     with tempfile.TemporaryFile() as log:
@@ -168,9 +168,10 @@ def launch(tree: Path, workers: int) -> dict[str, float | None]:
     return {"ready": ready, "cpu": cpu, "spawned": spawned, "models": models, "http": http}
 
 
-def probe(tree: Path, code: str) -> dict[str, object]:
+def probe(tree: Path, code: str, checkpoints: Path = CHECKPOINTS) -> dict[str, object]:
+    """HTTP_PROBE or MODEL_PROBE run on `tree`'s code -> step -> [wall s, CPU s] (and "torch imported")."""
     env = server_env(
-        {"APP_CHECKPOINT_DIR": str(CHECKPOINTS), "APP_LOG_LEVEL": "warning", "PYTHONPATH": str(tree)}
+        {"APP_CHECKPOINT_DIR": str(checkpoints), "APP_LOG_LEVEL": "warning", "PYTHONPATH": str(tree)}
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True, check=True
@@ -187,6 +188,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--repeats", type=int, default=1, help="starts per setup (median; interleaved)")
     p.add_argument("--baseline", type=Path, help="another checkout (e.g. main), measured first in this run")
+    p.add_argument("--checkpoints", type=Path, default=CHECKPOINTS, help="APP_CHECKPOINT_DIR for both trees")
     args = p.parse_args()
     trees = ([("before", args.baseline.resolve())] if args.baseline else []) + [("after", REPO)]
     print(
@@ -196,7 +198,7 @@ def main() -> None:
     for _ in range(args.repeats):
         for workers in args.workers:
             for label, tree in trees:
-                runs.setdefault((label, workers), []).append(launch(tree, workers))
+                runs.setdefault((label, workers), []).append(launch(tree, workers, args.checkpoints))
     print(
         "\n| tree | HTTP processes | ready s | CPU s at ready (all processes) | processes started at s | "
         "models loaded at s | last HTTP process up at s |"
@@ -215,7 +217,7 @@ def main() -> None:
                 f"{fmt(med('models'))} | {fmt(med('http'))} |"
             )
     for role, code in (("HTTP process", HTTP_PROBE), ("model process", MODEL_PROBE)):
-        phases = {label: probe(tree, code) for label, tree in trees}
+        phases = {label: probe(tree, code, args.checkpoints) for label, tree in trees}
         names = list(next(iter(phases.values())))
         print(f"\n| {role}: step, each alone in a fresh process | " + " | ".join(
             f"{label} wall s | {label} CPU s" for label, _ in trees) + " |")  # fmt: skip
