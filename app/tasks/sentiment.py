@@ -39,7 +39,7 @@ class SentimentTask(Task):
     ) -> SentimentResponse:
         registry, texts, field = ctx.ready_registry(), req.items, req.field
         ctx.limits.check_texts(texts, field)
-        groups = group_by_model(registry.sentiment_for(text, req.model) for text in texts)
+        groups = group_by_model([registry.sentiment_for(text, req.model) for text in texts])
         deadline = ctx.deadline()
         jobs = [
             Job(self, name, None, [self.handlers[name].tokenize(texts[i]) for i in idxs])
