@@ -84,7 +84,7 @@ def create_app(
     every = (*app.routes, *(r for router in (*routers, demo.router) for r in router.routes))
     routes = [r for r in every if isinstance(r, Route | Mount)]
     if settings.fast_path:  # inside the gate: added first
-        app.add_middleware(FastPath, routes=routes)
+        app.add_middleware(FastPath, routes=routes, max_body_bytes=settings.max_body_bytes)
     if "*" not in settings.allowed_hosts:  # inside the gate, which counts its 400s
         app.add_middleware(AllowedHosts, hosts=settings.allowed_hosts)
     app.add_middleware(Gate, settings=settings, metrics=metrics, routes=routes)

@@ -1,6 +1,6 @@
 """The service's batchers: one per task, model and batch key (created on first use; those of dynamic keys,
 the decoding options, are retired when idle, at most APP_MAX_DECODE_QUEUES live); every batcher of a model is
-admitted against the model's one ModelQueue (app/batching/admission.py)."""
+admitted against the model's one ModelQueue (app/batching/batcher.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from collections.abc import Callable, Hashable
 from functools import partial
 from typing import Any
 
-from app.batching.admission import ModelQueue
-from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers, OnIdle
+from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers, ModelQueue, OnIdle
 from app.core.errors import QueueFull
 from app.core.metrics import Metrics
 from app.core.settings import Settings

@@ -5,7 +5,7 @@ routing, language detection, and `submit`, which queues its items in their batch
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from app.batching.wait import Disconnected, wait_all
@@ -104,12 +104,16 @@ class Service(TaskContext):
         self.limits = Limits(settings)
         self.life = Lifecycle(settings, metrics, default_tasks() if tasks is None else list(tasks))
         self.tasks = {t.name: t for t in self.life.tasks}
+        self.ready_registry = self.life.ready_registry  # a task's call goes straight to the lifecycle
 
     # --- the routes' calls ---------------------------------------------------------------------------
 
-    async def answer(self, task: str, req: Any, disconnected: Disconnected = None, **options: Any) -> Any:
-        """The response of task `task` (its name) to `req`; options: the route's (e.g. png=)."""
-        return await self.tasks[task].answer(self, req, disconnected, **options)
+    def answer(
+        self, task: str, req: Any, disconnected: Disconnected = None, **options: Any
+    ) -> Coroutine[Any, Any, Any]:
+        """The response of task `task` (its name) to `req`; options: the route's (e.g. png=). The task's own
+        coroutine: the route awaits it directly (one frame fewer each time the request resumes)."""
+        return self.tasks[task].answer(self, req, disconnected, **options)
 
     async def detect(self, texts: Sequence[str], field: str = "texts") -> list[list[Detection]]:
         return await detect_texts(self.limits, self.life.ready_detector, texts, field)
@@ -151,25 +155,24 @@ class Service(TaskContext):
 
     # --- what a task runs on (app.tasks.task.Context) ------------------------------------------------
 
-    def ready_registry(self) -> Registry:
-        return self.life.ready_registry()
-
-    async def submit(
+    def submit(
         self, jobs: list[Job], deadline: float, disconnected: Disconnected, field: str = "text"
-    ) -> list[list[Any]]:
-        """Enqueue each job's items in its batcher and wait for all results, the deadline, or the client
-        leaving. 422 when the request's work exceeds APP_MAX_WORK or a model's queue could never hold it."""
+    ) -> Coroutine[Any, Any, list[list[Any]]]:
+        """Enqueue each job's items in its batcher now; the coroutine returned waits for all results, the
+        deadline, or the client leaving (and cancels what is left: the batch loop then skips those items).
+        422 when the request's work exceeds APP_MAX_WORK or a model's queue could never hold it."""
         batchers = [self.life.queues.batcher(job.task, job.model, job.key) for job in jobs]
-        futures: list[asyncio.Future[list[Any]]] = []
         costs = [batcher.costs(job.items) for batcher, job in zip(batchers, jobs, strict=True)]
         queues = [
             (len(job.items), batcher.queue.max_items) for batcher, job in zip(batchers, jobs, strict=True)
         ]
         self.limits.check_jobs(sum(map(sum, costs)), queues, field)
+        futures: list[asyncio.Future[list[Any]]] = []
         try:
             for batcher, job, item_costs in zip(batchers, jobs, costs, strict=True):
                 futures.append(batcher.enqueue(job.items, deadline, item_costs))
-            return await wait_all(futures, deadline, disconnected, self.settings.request_timeout_s)
-        finally:
-            for f in futures:  # no-op when done; otherwise the batch loop skips the items
+        except BaseException:  # a later job refused (429): the earlier ones' items are dropped
+            for f in futures:
                 f.cancel()
+            raise
+        return wait_all(futures, deadline, disconnected, self.settings.request_timeout_s)

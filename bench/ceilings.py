@@ -115,14 +115,14 @@ def server_work(
 ) -> tuple[float, float]:
     """(texts/s, CPU ms per text) of the server's inference path without HTTP: as many threads as the
     server's inference workers, with its intra-op threads each (`settings`: the --set APP_* values over the
-    defaults; on 2 CPU cores, 2 workers of 1 thread), run app.tasks.handlers.SentimentHandler.run (one compiled
+    defaults; on 2 CPU cores, 2 workers of 1 thread), run app.tasks.sentiment.SentimentHandler.run (one compiled
     graph for the encoder and the n-gram hashing and head, then the output lists) on the inputs in arrival order, 32 at a time,
     one batch per worker side by side; best of `runs` runs of every batch on every worker."""
     from concurrent.futures import ThreadPoolExecutor
 
     import torch
 
-    from app.tasks.handlers import SentimentHandler
+    from app.tasks.sentiment import SentimentHandler
 
     s = server_settings(settings)
     workers, threads = s.inference_workers_count(), s.inference_threads()

@@ -1,98 +1,160 @@
-"""Cross-request dynamic batching (MLServer's AdaptiveBatcher, LitServe's collate loop).
+"""The scheduling of one model's batches, in the order a request meets it: admit, share, batch, run.
 
-One Batcher per batch-compatible key (model + decoding options). A request enqueues its items (texts or
-sentences) and gets one Future for all of them; the loop flushes at `max_batch_size` items or
-`max_batch_work` work units, when the monotonic deadline `first item queued + max_delay` passes, or as soon
-as an inference worker is free for it (waiting longer would only leave it idle: no added latency at low
-load, and under load batches grow while the workers run the previous ones). The batch runs in a worker
-thread (app/batching/workers.py: expensive batches leave a lane to cheap ones); each result goes back to its own
-request. Items of requests that are already done (timed out, disconnected, failed elsewhere) are skipped at
-batch time, and a decoding batch whose requests have all gone stops between two steps. A failing batch
-fails only its requests. Admission is per model (app/batching/admission.py: ModelQueue). Clients share a
-queue fairly (app/batching/fair.py: by work units, per client address, and cut into batches there), not first
-come first served.
+1. Admit (`ModelQueue.admit`): what waits for a model in all of its batchers (each decoding mode,
+   attention), items and work units, against the model's limits (APP_MAX_QUEUE, APP_MAX_QUEUE_WORK): 429
+   with Retry-After (the recent batch rate) when they would not fit, after dropping the items of requests
+   that have left.
+2. Share (`FairQueue.add`): one Batcher per batch-compatible key (model + decoding options) queues a
+   request's items in start-time fair order (Goyal, Vin and Cheng, 1996), weighted by work units, per
+   client (its address: app.core.request_id.RequestInfo.client). Each client has a finish tag: the virtual
+   time at which what it has queued would be served if every client were served at an equal rate; an
+   item's start tag is max(virtual time, its client's finish tag). So a client that queues 45 heavy
+   sentences does not make a client with one sentence wait behind all 45; a client alone is plain FIFO.
+3. Batch (`Batcher._collect`, then `FairQueue.take`): a batch goes when its items fill `max_batch_size`
+   items or `max_batch_work` units, when the oldest item has waited `max_delay`, or as soon as an
+   inference worker is free for it (waiting longer would only leave it idle: no added latency at low load,
+   and under load batches grow while the workers run the previous ones). `take` hands out the smallest
+   start tags first, FIFO within a client and among equal tags, cut at the batch's limits.
+4. Run (`Batcher._execute`): the batch runs in a worker thread (app/batching/workers.py: expensive batches
+   leave a lane to cheap ones; app/batching/batch.py: run_live); each result goes back to its own
+   request's Future. Items of requests already done (timed out, disconnected, failed elsewhere) are skipped
+   at batch time, and a decoding batch whose requests have all gone stops between two steps. A failing
+   batch fails only its requests.
+
+The batchers themselves (one per task, model and key) are made by app/queues.py from each task's `batching`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import heapq
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
-from app.batching.admission import ModelQueue
-from app.batching.fair import FairQueue
+from app.batching.batch import Batch, BatchSettings, BatchStats, Item, Pending, run_live
 from app.batching.workers import InferenceWorkers
-from app.core.errors import DeadlineExceeded, InferenceFailed, Unavailable
+from app.core.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
 from app.core.metrics import Metrics
-from app.core.request_id import CURRENT, RequestInfo, serving
-from model.decoding import DecodingStopped
+from app.core.request_id import CURRENT, serving
 
-__all__ = ["BatchSettings", "BatchStats", "Batcher", "InferenceWorkers", "OnIdle"]
+__all__ = ["BatchSettings", "BatchStats", "Batcher", "FairQueue", "InferenceWorkers", "ModelQueue", "OnIdle"]
 log = logging.getLogger(__name__)
 I = TypeVar("I")  # noqa: E741 - one item in
 O = TypeVar("O")  # noqa: E741 - one result out
+T = TypeVar("T")
 
 
-@dataclass(eq=False)
-class _Pending(Generic[O]):
-    """One request: its Future resolves once every one of its items has a result."""
+class ModelQueue:
+    """1. Admit: what waits for one model in all of its batchers: the items and work units not yet on a
+    worker, queued or in a batch waiting for one. Distinct decoding options share one limit."""
 
-    future: asyncio.Future[list[O]]
-    results: list[Any]
-    remaining: int
-    deadline: float  # loop.time() (monotonic)
-    failed: bool = False  # set by the inference thread when one of its batches raised
-    request: RequestInfo | None = None  # its X-Request-ID (batch logs name it); told its model and batch size
+    def __init__(self, model: str, max_items: int, max_work: int | None = None) -> None:
+        assert max_items >= 1, max_items
+        self.model, self.max_items, self.max_work = model, max_items, max_work
+        self.batchers: set[Batcher[Any, Any]] = set()  # live ones; a batcher adds and removes itself
 
-    def gone(self, now: float) -> bool:
-        """Nobody waits for its results (done elsewhere, failed, or past its deadline)."""
-        return self.failed or self.future.done() or now >= self.deadline
+    def waiting(self) -> tuple[int, int]:
+        """(items, work units) waiting in every batcher of the model."""
+        items = work = 0
+        for b in self.batchers:
+            i, w = b.waiting()
+            items, work = items + i, work + w
+        return items, work
+
+    def admit(self, items: int, work: int) -> None:
+        """QueueFull (429 + Retry-After) unless `items` and `work` more fit under the limits."""
+        queued, queued_work = self.waiting()
+        if not self._fits(queued + items, queued_work + work):  # first drop what requests that left queue
+            for b in self.batchers:
+                b.purge()
+            queued, queued_work = self.waiting()
+        if queued + items > self.max_items:
+            raise QueueFull(
+                f"the queue of {self.model} is full ({queued} of {self.max_items} items waiting, "
+                "APP_MAX_QUEUE); retry later",
+                self.retry_after(),
+            )
+        if self.max_work is not None and queued_work + work > self.max_work:
+            raise QueueFull(
+                f"the queue of {self.model} is full ({queued_work:,} of {self.max_work:,} work units "
+                "waiting, APP_MAX_QUEUE_WORK); retry later",
+                self.retry_after(),
+            )
+
+    def _fits(self, items: int, work: int) -> bool:
+        return items <= self.max_items and (self.max_work is None or work <= self.max_work)
+
+    def retry_after(self) -> int:
+        """Seconds until what waits has run at the recent batch rates (at least 1)."""
+        return max(1, math.ceil(sum(b.drain_seconds() for b in self.batchers)))
 
 
-@dataclass(eq=False, slots=True)
-class _Item:
-    pending: _Pending[Any]
-    index: int
-    payload: Any
-    queued_at: float
+class FairQueue(Generic[T]):
+    """2. Share: items in start-tag order, each with its work units; `work`: the units of everything
+    queued."""
 
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, int, T]] = []  # (start tag, arrival number, work units, item)
+        self._finish: dict[str, float] = {}  # client -> finish tag of its last queued item
+        self._vtime = 0.0  # the start tag of the item handed out last
+        self._arrivals = 0
+        self.work = 0
 
-@dataclass(eq=False, slots=True)
-class _Batch:
-    items: list[_Item]
-    work: int
-    started: bool = False  # set by the worker thread that runs it
+    def add(self, client: str, items: Sequence[T], works: Sequence[int]) -> None:
+        """Queue one client's items (one request's), each after the one before it."""
+        tag = max(self._vtime, self._finish.get(client, 0.0))
+        for item, work in zip(items, works, strict=True):
+            heapq.heappush(self._heap, (tag, self._arrivals, work, item))
+            self._arrivals += 1
+            tag += max(1, work)
+        self._finish[client] = tag
+        self.work += sum(works)
 
+    def full(self, max_items: int, max_work: int | None) -> bool:
+        """Whether the queue holds a whole batch, by items or by work units."""
+        return len(self._heap) >= max_items or (max_work is not None and self.work >= max_work)
 
-@dataclass
-class BatchStats:
-    batches: int = 0
-    items: int = 0
-    skipped: int = 0  # not computed: their request was gone when the batch started
-    stopped: int = 0  # decoding stopped between steps: every request of the batch had gone
-    abandoned: int = 0  # computed, but their request had gone by the time the batch ended
-    seconds_ewma: float = field(default=0.0)
+    def take(self, max_items: int, max_work: int | None) -> tuple[list[T], int]:
+        """3. The next batch and its work units: the first item whatever its work, then the next turns
+        while they fit in max_items items and max_work units (None: no limit)."""
+        heap = self._heap
+        start, _, work, item = heapq.heappop(heap)
+        batch = [item]
+        while heap and len(batch) < max_items:
+            if max_work is not None and work + heap[0][2] > max_work:
+                break
+            start, _, units, item = heapq.heappop(heap)
+            batch.append(item)
+            work += units
+        self._vtime = start
+        self.work -= work
+        if len(self._finish) > 2 * len(heap) + 64:  # clients that are all served: their tags are past
+            self._finish = {c: f for c, f in self._finish.items() if f > self._vtime}
+        return batch, work
 
+    def keep(self, wanted: Callable[[T], bool]) -> int:
+        """Drop the items that are not `wanted` -> how many were dropped."""
+        kept = [entry for entry in self._heap if wanted(entry[3])]
+        dropped = len(self._heap) - len(kept)
+        if dropped:
+            heapq.heapify(kept)
+            self._heap = kept
+            self.work = sum(entry[2] for entry in kept)
+        return dropped
 
-@dataclass(frozen=True)
-class BatchSettings:
-    """How one batcher forms and runs its batches."""
+    def oldest(self) -> T:
+        """The item that has waited longest (the first arrival still queued), whatever its turn: O(n)."""
+        return min(self._heap, key=lambda entry: entry[1])[3]
 
-    max_batch_size: int  # items per batch
-    max_delay_s: float  # the longest the first queued item waits for more
-    max_batch_work: int | None = None  # work units per batch (None: no limit; one item at least)
-    expensive: bool = False  # runs in the workers' expensive lane (decoding, attention maps)
-    stoppable: bool = False  # run takes should_stop= and may raise model.DecodingStopped
-    idle_timeout_s: float | None = None  # with on_idle: retired after this long without items
+    def __len__(self) -> int:
+        return len(self._heap)
 
-    def __post_init__(self) -> None:
-        assert self.max_batch_size >= 1, self.max_batch_size
-        assert self.max_delay_s >= 0, self.max_delay_s
+    def __iter__(self) -> Iterator[T]:
+        return (entry[3] for entry in self._heap)
 
 
 class Batcher(Generic[I, O]):
@@ -121,9 +183,9 @@ class Batcher(Generic[I, O]):
         self.queue.batchers.add(self)
         self._run, self._worker, self._metrics, self._cost = run, workers, metrics, cost
         self._on_idle = on_idle
-        self._queue: FairQueue[_Item] = FairQueue()  # fair turns and batch cuts (app/batching/fair.py)
+        self._queue: FairQueue[Item] = FairQueue()  # 2. share, 3. cut
         # this key's submitted, unfinished batches (running or waiting for a worker), oldest first
-        self._submitted: dict[asyncio.Task[None], _Batch] = {}
+        self._submitted: dict[asyncio.Task[None], Batch] = {}
         self._wakeup = asyncio.Event()
         self._closing = self._closed = False
         self.stats = BatchStats()
@@ -164,12 +226,12 @@ class Batcher(Generic[I, O]):
         self.queue.admit(len(payloads), sum(works))
         loop = asyncio.get_running_loop()
         now = loop.time()
-        pending: _Pending[O] = _Pending(
+        pending: Pending[O] = Pending(
             loop.create_future(), [None] * len(payloads), len(payloads), deadline, request=CURRENT.get()
         )
         if not payloads:
             pending.future.set_result([])
-        items = [_Item(pending, i, p, now) for i, p in enumerate(payloads)]
+        items = [Item(pending, i, p, now) for i, p in enumerate(payloads)]
         self._queue.add(pending.request.client if pending.request is not None else "", items, works)
         self._wakeup.set()
         return pending.future
@@ -215,7 +277,7 @@ class Batcher(Generic[I, O]):
             self._closed = True
             self.queue.batchers.discard(self)
 
-    async def _collect(self) -> _Batch | None:
+    async def _collect(self) -> Batch | None:
         """The next batch (None: stop), as soon as one of these holds:
 
         - they fill a batch and at most `capacity` of this key's batches are submitted (capacity: the
@@ -261,10 +323,12 @@ class Batcher(Generic[I, O]):
             await self._wakeup.wait()  # a new item, the first item's deadline, a free worker, a batch done
             if timer is not None:
                 timer.cancel()
-        return _Batch(*self._queue.take(s.max_batch_size, s.max_batch_work))  # fair turns, cut to the limits
+        return Batch(*self._queue.take(s.max_batch_size, s.max_batch_work))  # fair turns, cut to the limits
 
-    async def _execute_guarded(self, batch: _Batch) -> None:
-        serving(item.pending.request for item in batch.items)  # this task's (and its thread's) logs name them
+    async def _execute_guarded(self, batch: Batch) -> None:
+        serving(
+            [item.pending.request for item in batch.items]
+        )  # this task's (and its thread's) logs name them
         try:
             await self._execute(batch)
         except Exception:  # a bug here must not wedge the queue: fail the batch, keep serving
@@ -273,15 +337,16 @@ class Batcher(Generic[I, O]):
                 if not item.pending.future.done():
                     item.pending.future.set_exception(InferenceFailed("internal batching error"))
 
-    async def _execute(self, info: _Batch) -> None:
+    async def _execute(self, info: Batch) -> None:
         loop = asyncio.get_running_loop()
         batch = info.items
         start = time.perf_counter()
         try:
-            offset = loop.time() - time.monotonic()  # the loop's clock, readable from the worker thread
+            offset = loop.time() - time.monotonic()  # the loop's clock, read in the worker thread
             live, outputs = await self._worker.run(
-                self._run_live, info, lambda: time.monotonic() + offset, expensive=self.settings.expensive
-            )
+                run_live, info, self._run, self.settings.stoppable, offset,
+                expensive=self.settings.expensive,
+            )  # fmt: skip
         except Exception as e:
             log.exception("batch of %d item(s) failed in %s", len(batch), self.name)
             error = InferenceFailed(f"inference failed for this batch ({type(e).__name__}: {e})")
@@ -325,41 +390,6 @@ class Batcher(Generic[I, O]):
             self.stats.abandoned += abandoned
             if self._metrics is not None:
                 self._metrics.observe_dropped(self.model, abandoned=abandoned)
-
-    def _run_live(self, info: _Batch, now: Callable[[], float]) -> tuple[list[_Item], list[O] | None]:
-        """In a worker thread: run the items still wanted when the worker gets to them (a batch may have
-        waited behind another); outputs None when decoding stopped because every request had gone.
-        done() is a plain read; `now` is the loop's clock (loop.time() itself may not be called off the
-        loop: uvloop updates its clock there)."""
-        info.started = True
-        t = now()
-        live = [i for i in info.items if not i.pending.gone(t)]
-        if not live:
-            return live, []
-        try:
-            return live, self._run_checked(live, now)
-        except DecodingStopped:
-            return live, None
-        except Exception:  # the loop fails these requests soon; a batch queued behind must skip them now
-            for item in live:
-                item.pending.failed = True
-            raise
-
-    def _run_checked(self, live: list[_Item], now: Callable[[], float]) -> list[O]:
-        payloads = [i.payload for i in live]
-        if self.settings.stoppable:
-            pendings = list({id(i.pending): i.pending for i in live}.values())
-
-            def should_stop() -> bool:  # between decoder steps: a few reads per request of the batch
-                t = now()
-                return all(p.gone(t) for p in pendings)
-
-            outputs = self._run(payloads, should_stop=should_stop)
-        else:
-            outputs = self._run(payloads)
-        if len(outputs) != len(payloads):  # LitServe's "Batch size mismatch"
-            raise RuntimeError(f"batch size mismatch: {len(payloads)} items in, {len(outputs)} results out")
-        return outputs
 
     def _record(self, size: int, seconds: float) -> None:
         s = self.stats

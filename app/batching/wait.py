@@ -22,7 +22,8 @@ WATCH_AFTER_S = 0.05
 async def wait_all(
     futures: list[asyncio.Future[list[Any]]], deadline: float, disconnected: Disconnected, timeout_s: float
 ) -> list[list[Any]]:
-    """Every future's result in order; the first error; 504 past the deadline; ClientDisconnected.
+    """Every future's result in order; the first error; 504 past the deadline; ClientDisconnected. The futures
+    still pending when it ends are cancelled (a batch loop then skips their items).
 
     Callbacks (a timer, the disconnect watcher) cancel the combined future: no asyncio.wait per request.
     """
@@ -61,6 +62,8 @@ async def wait_all(
         timer.cancel()
         if watcher is not None:
             watcher.cancel()
+        for f in futures:  # no-op when done
+            f.cancel()
     return [result] if len(futures) == 1 else list(result)
 
 

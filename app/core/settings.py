@@ -68,7 +68,7 @@ class Settings(BaseSettings):
         default=5.0, ge=0, le=10_000
     )  # while a batch of its key runs or every worker is busy: the longest a partial batch waits for more
     max_queue: int = Field(default=1024, ge=1)  # items waiting per model (all its queues) before 429
-    # work units (app/batching/admission.py: tokens through a model; a translated sentence: its source tokens +
+    # work units (app/batching/batcher.py: tokens through a model; a translated sentence: its source tokens +
     # beam_size x its output length limit): one request's budget (422 above), what may wait per model
     # (429 above), and the most one translation or attention batch takes (a bound on its duration)
     max_work: int = Field(default=50_000, ge=1)

@@ -37,6 +37,11 @@ _HEADER = _Documented(
 API_KEY: list[Any] = [Security(_BEARER), Security(_HEADER)]  # a router's or route's `dependencies`
 
 
+def documents_only(call: Any) -> bool:
+    """Whether a dependency is one of API_KEY's (it checks nothing: app.edge.fastpath need not call it)."""
+    return isinstance(call, _Documented)
+
+
 def needs_key(route: BaseRoute) -> bool:
     """Whether the route declares API_KEY."""
     return isinstance(route, APIRoute) and any(d.call is _BEARER for d in route.dependant.dependencies)

@@ -6,8 +6,10 @@ response model again) costs more CPU per request than the whole rest of a reques
 BENCHMARKS.md. This path is generated from the APIRoutes and runs the same code: the route's body
 model validates the body, its dependencies are called as FastAPI calls them (so deps.client_disconnect is
 the one disconnect watcher), the route function itself runs, and its response_model is serialized with its
-response_model_exclude_none. It sits inside app.edge.gate.Gate, which keeps the limits, the API key, CORS and the
-metrics of every request, and hands FastAPI what it does not serve: another content type, a body that does
+response_model_exclude_none (API_KEY's dependencies, which only document the key, are not called: the gate has
+checked it). It sits inside app.edge.gate.Gate, which keeps the limits, the API key, CORS and the metrics of
+every request; it reads the bodies itself, counting them against APP_MAX_BODY_BYTES (BodyTooLarge: the gate
+answers 413), and hands FastAPI, with a counting receive, what it does not serve: another content type, a body that does
 not validate (FastAPI's 422 then, from the replayed body), everything while dependency overrides are set.
 """
 
@@ -27,6 +29,8 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.core.errors import ClientDisconnected
+from app.edge.api_key import documents_only
+from app.edge.body_limit import BodyTooLarge, limited
 
 _JSON = b"application/json"
 
@@ -37,6 +41,7 @@ class LeanRoute:
     body: str  # the route function's parameter for the request model
     request: type[BaseModel]
     response: TypeAdapter[Any]
+    dependencies: list[Dependant]  # those that do something (not API_KEY's)
 
 
 def lean_routes(routes: Sequence[BaseRoute]) -> dict[str, LeanRoute]:
@@ -45,7 +50,8 @@ def lean_routes(routes: Sequence[BaseRoute]) -> dict[str, LeanRoute]:
     for route in routes:
         if isinstance(route, APIRoute) and (model := _lean_body(route)) is not None:
             name = route.dependant.body_params[0].name
-            lean[route.path] = LeanRoute(route, name, model, TypeAdapter(route.response_model))
+            deps = [d for d in route.dependant.dependencies if not documents_only(d.call)]
+            lean[route.path] = LeanRoute(route, name, model, TypeAdapter(route.response_model), deps)
     return lean
 
 
@@ -83,17 +89,18 @@ def _request_only(d: Dependant) -> bool:
 
 
 class FastPath:
-    """Added before app.edge.gate.Gate (so inside it); `routes`: every route of the app."""
+    """Added before app.edge.gate.Gate (so inside it); `routes`: every route of the app; max_body_bytes:
+    APP_MAX_BODY_BYTES."""
 
-    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute]) -> None:
-        self.app, self.routes = app, lean_routes(routes)
+    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute], max_body_bytes: int) -> None:
+        self.app, self.routes, self.max_body_bytes = app, lean_routes(routes), max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         lean = self._lean(scope)
         if lean is None:
-            await self.app(scope, receive, send)
+            await self.app(scope, limited(receive, self.max_body_bytes), send)
             return
-        body = await _read_body(receive)  # BodyTooLarge past APP_MAX_BODY_BYTES: the gate answers 413
+        body = await _read_body(receive, self.max_body_bytes)  # BodyTooLarge: the gate answers 413
         try:
             request = lean.request.model_validate_json(body)
         except ValidationError:  # FastAPI's 422 message, from the replayed body
@@ -102,7 +109,7 @@ class FastPath:
         scope["route"] = lean.route  # as routing would: the gate's metric label
         connection = Request(scope, receive)
         kwargs = {lean.body: request}
-        for dep in lean.route.dependant.dependencies:
+        for dep in lean.dependencies:
             value = await dep.call(**({dep.request_param_name: connection} if dep.request_param_name else {}))
             if dep.name is not None:
                 kwargs[dep.name] = value
@@ -132,13 +139,19 @@ def _route_path(scope: Scope) -> str:
     return str(path)
 
 
-async def _read_body(receive: Receive) -> bytes:
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    """The whole body; BodyTooLarge once more than `limit` bytes have arrived."""
     chunks: list[bytes] = []
+    seen = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":  # the client left before sending its body: 499
             raise ClientDisconnected()
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        seen += len(chunk)
+        if seen > limit:
+            raise BodyTooLarge(limit)
+        chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
 

@@ -3,11 +3,12 @@
 From the outside in: the request id (X-Request-ID on every answer, app/core/request_id.py), request metrics
 and the access line (every answer counted and timed, labelled by route template), CORS (APP_CORS_ORIGINS; the
 LibreTranslate API's prefix: open, app/edge/open_cors.py; so that the answers given here carry its headers
-too), then the checks that must come before the body is read: two Host headers are a 400 (app/edge/hosts.py),
-a declared Content-Length over APP_MAX_BODY_BYTES is a 413 (413/415/501 as {"error": ...} under the
-LibreTranslate API's prefix), a request for a route that declares API_KEY without the key a 401 (GET /metrics
-also takes APP_METRICS_API_KEY, or no key with APP_METRICS_PUBLIC). A chunked body is counted as it streams
-(BodyTooLarge once past the limit). An unexpected error becomes a JSON 500 inside CORS (Starlette's own 500
+too), then the checks that must come before the body is read: what the headers alone refuse
+(app/edge/body_limit.py: two Host headers 400, a declared Content-Length over APP_MAX_BODY_BYTES 413, a coded
+body 415/501; as {"error": ...} under the LibreTranslate API's prefix), a request for a route that declares
+API_KEY without the key a 401 (GET /metrics also takes APP_METRICS_API_KEY, or no key with
+APP_METRICS_PUBLIC). A chunked body is counted as it streams (BodyTooLarge once past the limit), by the fast
+path when it is on (app/edge/fastpath.py reads the bodies), else here. An unexpected error becomes a JSON 500 inside CORS (Starlette's own 500
 handler runs outside every middleware: a browser page would see a network error instead).
 """
 
@@ -28,8 +29,7 @@ from app.core.metrics import METRICS_PATH, Metrics
 from app.core.request_id import CURRENT, HEADER, RequestInfo, incoming_id
 from app.core.settings import Settings
 from app.edge.api_key import authorized, needs_key
-from app.edge.body_limit import BodyTooLarge, coded_body, declared_length, limited
-from app.edge.hosts import two_hosts
+from app.edge.body_limit import limited, refusal
 from app.edge.open_cors import OpenCors
 
 
@@ -41,6 +41,7 @@ class Gate:
     ) -> None:
         self.app, self.metrics, self.routes = app, metrics, list(routes)
         self.max_body_bytes = settings.max_body_bytes
+        self.counted = settings.fast_path  # app.edge.fastpath.FastPath counts every body it passes on
         self.lt_prefix = settings.libretranslate_prefix
         self.access_log = settings.access_log
         self.key, self.metrics_key = (
@@ -94,13 +95,7 @@ class Gate:
             CURRENT.reset(token)
 
     async def _checked(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (refused := two_hosts(scope)) is not None:  # first: which host the request is for is unclear
-            await self._refuse(refused, scope)(scope, receive, send)
-            return
-        if (size := declared_length(scope)) is not None and size > self.max_body_bytes:
-            await self._refuse(BodyTooLarge(self.max_body_bytes, size), scope)(scope, receive, send)
-            return
-        if (refused := coded_body(scope)) is not None:  # 415 or 501: a body in a coding not decoded here
+        if (refused := refusal(scope, self.max_body_bytes)) is not None:  # 400, 413, 415 or 501
             await self._refuse(refused, scope)(scope, receive, send)
             return
         if (self.key is not None or self.scrape) and not self._allowed(scope):
@@ -114,7 +109,9 @@ class Gate:
             await send(message)
 
         try:
-            await self.app(scope, limited(receive, self.max_body_bytes), send_started)
+            await self.app(
+                scope, receive if self.counted else limited(receive, self.max_body_bytes), send_started
+            )
         except Exception as exc:
             if started:  # too late for an error answer: the server closes the connection
                 raise

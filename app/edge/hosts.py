@@ -4,16 +4,14 @@ sends its own Host, which is not in the list. Default "*": any host (behind a pr
 
 GET /health and /ready are answered whatever the Host: Kubernetes' HTTP probes send the pod's IP.
 
-Whatever APP_ALLOWED_HOSTS says, a request with more than one Host header is a 400 (`two_hosts`, checked by
-the gate before anything else): RFC 9112 section 3.2 requires it, as proxies and servers that read different
-ones of the two can be made to disagree about where a request goes (request smuggling, cache poisoning).
+Whatever APP_ALLOWED_HOSTS says, a request with more than one Host header is a 400, checked by the gate
+before anything else (app.edge.body_limit.refusal).
 """
 
 from __future__ import annotations
 
 import json
 
-from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.core.settings import ENV_PREFIX
@@ -29,15 +27,6 @@ def host_of(scope: Scope) -> str:
                 return host.split("]", 1)[0] + "]"
             return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
     return ""
-
-
-def two_hosts(scope: Scope) -> HTTPException | None:
-    """The 400 for a request with more than one Host header (the connection closes: its body is not read)."""
-    if sum(name == b"host" for name, _ in scope["headers"]) < 2:
-        return None
-    return HTTPException(
-        400, "more than one Host header: send exactly one (RFC 9112)", headers={"Connection": "close"}
-    )
 
 
 def allowed(host: str, patterns: list[str]) -> bool:

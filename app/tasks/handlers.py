@@ -1,12 +1,12 @@
-"""The torch kinds of the sentiment and translation tasks (app/tasks/sentiment.py, translation.py): what a
-task object does with one model around its batcher.
+"""The torch kind of the translation task (app/tasks/translation.py): what a task object does with one model
+around its batcher. The sentiment task's kinds are in its own module (app/tasks/sentiment.py).
 
-Each handler (and app.tasks.attention_maps.AttentionHandler) has `run(items) -> results`: the one call its
+Each handler (these, SentimentHandler and attention_maps.AttentionHandler) has `run(items) -> results`: the one call its
 Batcher makes, in an inference worker, on one dynamic batch (results in item order, one per item), and
 `cost(item)`: the item's work units, what admission and batch cutting count. The rest runs on the event loop
 and is named for what it does: a request's texts become batch items (`tokenize`, `sentences`), results become
 response schemas (`result`, `join`). Model calls go through model.inference, the code path shared with the
-evaluate CLI. The text halves (SentimentText, TranslationText) import no torch: an HTTP process runs them
+evaluate CLI. The text halves (TranslationText, sentiment.SentimentText) import no torch: an HTTP process runs them
 (app/parallel/remote.py); the handlers import the model code in the methods that load and run a model.
 
 A work unit is one token through a model: a classifier item costs its tokens; a translated sentence costs its
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.core.errors import invalid
-from app.schemas import DEFAULT_LENGTH_PENALTY, ScoredTranslation, SentimentResult, TranslationResult
+from app.schemas import DEFAULT_LENGTH_PENALTY, ScoredTranslation, TranslationResult
 from app.text.passthrough import has_letters
 from model.config import ModelConfig
 from model.options import DecodeOptions, DecodingStopped, Hypothesis
-from model.preprocess import classifier_ids, source_ids
+from model.preprocess import source_ids
 from model.tokenizer import PairTokenizer, Tokenizer
 from model.unknowns import Source, encode_source, restore_hypothesis
 
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from model.decoding import Decodable, StopCheck
 
 WARMUP_TEXT = "warm up"
-ClassifierItem = tuple[list[int], str]  # token ids and the text (for an n-gram head; else "")
 
 
 def uncut_length(tokenizer: Tokenizer, text: str, ids: list[int], max_len: int, specials: int) -> int | None:
@@ -73,62 +72,6 @@ def checked_source(
     if len(src.ids) > cfg.max_source_len:
         raise _too_long(name, cfg, text, len(src.ids), loc)
     return src
-
-
-class SentimentText:
-    """The text half of a classifier: text -> [CLS]? ids + EOS (`tokenize`), probabilities -> result
-    (`result`). No weights: an HTTP process (app.parallel.remote) runs it beside the model process's
-    SentimentHandler, which is one too."""
-
-    def __init__(self, name: str, tokenizer: Tokenizer, cfg: ModelConfig) -> None:
-        self.name, self.tokenizer, self.cfg = name, tokenizer, cfg
-        self.labels = list(cfg.labels)
-        self._texts = bool(cfg.ngram)  # an n-gram head hashes the text itself: it goes with the ids
-
-    def tokenize(self, text: str) -> ClassifierItem:
-        ids = classifier_ids(self.tokenizer, text, self.cfg)  # truncated to max_len like training
-        return ids, text if self._texts else ""
-
-    def result(self, probs: list[float]) -> SentimentResult:
-        best = max(range(len(probs)), key=probs.__getitem__)
-        return SentimentResult.model_construct(  # no validation: every field is built right here
-            model=self.name,
-            label=self.labels[best],
-            score=probs[best],
-            probabilities=dict(zip(self.labels, probs, strict=True)),
-        )
-
-
-class SentimentHandler(SentimentText):
-    """Text -> [CLS]? ids + EOS -> class probabilities."""
-
-    def __init__(self, loaded: LoadedModel, torchscript: bool = True) -> None:
-        from model.classifier import SentimentClassifier  # torch: the text half above needs none
-        from model.jit import compile_classifier
-
-        assert isinstance(loaded.model, SentimentClassifier)
-        assert isinstance(loaded.tokenizer, Tokenizer)
-        super().__init__(loaded.name, loaded.tokenizer, loaded.model.cfg)
-        self.model = loaded.model
-        # one graph call per batch keeps the GIL free while it runs (see ClassifierGraph): built off the loop
-        self._graph = compile_classifier(self.model) if torchscript else None
-
-    def cost(self, item: ClassifierItem) -> int:
-        """Work units: its tokens."""
-        return len(item[0])
-
-    def run(self, items: list[ClassifierItem]) -> list[list[float]]:
-        """Class probabilities per item; classify_ids sorts by length and pads (B, S) per length bucket."""
-        import torch
-
-        from model.inference import classify_ids
-
-        ids, texts = [i for i, _ in items], [t for _, t in items]  # texts: an n-gram head hashes them here
-        with torch.inference_mode():
-            return classify_ids(self.model, ids, max(1, len(items)), self._graph, texts).tolist()  # (N, C)
-
-    def warmup(self) -> None:
-        self.run([self.tokenize(WARMUP_TEXT)])
 
 
 @dataclass(frozen=True)

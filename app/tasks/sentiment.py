@@ -1,20 +1,25 @@
 """POST /sentiment as a task: texts routed by language (or the request's model) -> token ids -> class
-probabilities -> one result per text."""
+probabilities -> one result per text. Its kinds: the text half (SentimentText: tokenizer and labels, what an
+HTTP process runs) and the torch classifier (SentimentHandler), here beside the task that uses them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from app.schemas import SentimentRequest, SentimentResponse
-from app.tasks.groups import group_by_model, scatter
-from app.tasks.handlers import SentimentHandler, SentimentText
+from app.schemas import SentimentRequest, SentimentResponse, SentimentResult
 from app.tasks.task import Context, Disconnected, Job, Task
+from model.config import ModelConfig
 from model.files import load_tokenizer
+from model.preprocess import classifier_ids
 from model.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     from app.registry import ModelEntry
     from model import LoadedModel
+
+R = TypeVar("R")
+WARMUP_TEXT = "warm up"
+ClassifierItem = tuple[list[int], str]  # token ids and the text (for an n-gram head; else "")
 
 
 class SentimentTask(Task):
@@ -37,9 +42,10 @@ class SentimentTask(Task):
     async def answer(
         self, ctx: Context, req: SentimentRequest, disconnected: Disconnected = None, **options: Any
     ) -> SentimentResponse:
+        """Request -> items (limits, a model per text, token ids), one submit, outputs -> results."""
         registry, texts, field = ctx.ready_registry(), req.items, req.field
         ctx.limits.check_texts(texts, field)
-        groups = group_by_model(registry.sentiment_for(text, req.model) for text in texts)
+        groups = group_by_model([registry.sentiment_for(text, req.model) for text in texts])
         deadline = ctx.deadline()
         jobs = [
             Job(self, name, None, [self.handlers[name].tokenize(texts[i]) for i in idxs])
@@ -48,3 +54,76 @@ class SentimentTask(Task):
         outputs = await ctx.submit(jobs, deadline, disconnected, field)
         results = [self.handlers[name].result(probs) for name, probs in scatter(groups, outputs)]
         return SentimentResponse.model_construct(model=",".join(groups), results=results)  # built here: valid
+
+
+def group_by_model(models: list[str]) -> dict[str, list[int]]:
+    """Model -> the indices of its texts, models in first-appearance order."""
+    groups: dict[str, list[int]] = {}
+    for i, model in enumerate(models):
+        groups.setdefault(model, []).append(i)
+    return groups
+
+
+def scatter(groups: dict[str, list[int]], outputs: list[list[R]]) -> list[tuple[str, R]]:
+    """Per text, in request order: its model and its output (`outputs`: per group, one per text)."""
+    placed: list[Any] = [None] * sum(map(len, groups.values()))
+    for (name, idxs), outs in zip(groups.items(), outputs, strict=True):
+        for i, out in zip(idxs, outs, strict=True):
+            placed[i] = (name, out)
+    return placed
+
+
+class SentimentText:
+    """The text half of a classifier: text -> [CLS]? ids + EOS (`tokenize`), probabilities -> result
+    (`result`). No weights: an HTTP process (app.parallel.remote) runs it beside the model process's
+    SentimentHandler, which is one too."""
+
+    def __init__(self, name: str, tokenizer: Tokenizer, cfg: ModelConfig) -> None:
+        self.name, self.tokenizer, self.cfg = name, tokenizer, cfg
+        self.labels = list(cfg.labels)
+        self._texts = bool(cfg.ngram)  # an n-gram head hashes the text itself: it goes with the ids
+
+    def tokenize(self, text: str) -> ClassifierItem:
+        ids = classifier_ids(self.tokenizer, text, self.cfg)  # truncated to max_len like training
+        return ids, text if self._texts else ""
+
+    def result(self, probs: list[float]) -> SentimentResult:
+        best = max(range(len(probs)), key=probs.__getitem__)
+        return SentimentResult.model_construct(  # no validation: every field is built right here
+            model=self.name,
+            label=self.labels[best],
+            score=probs[best],
+            probabilities=dict(zip(self.labels, probs, strict=True)),
+        )
+
+
+class SentimentHandler(SentimentText):
+    """Text -> [CLS]? ids + EOS -> class probabilities."""
+
+    def __init__(self, loaded: LoadedModel, torchscript: bool = True) -> None:
+        from model.classifier import SentimentClassifier  # torch: the text half above needs none
+        from model.jit import compile_classifier
+
+        assert isinstance(loaded.model, SentimentClassifier)
+        assert isinstance(loaded.tokenizer, Tokenizer)
+        super().__init__(loaded.name, loaded.tokenizer, loaded.model.cfg)
+        self.model = loaded.model
+        # one graph call per batch keeps the GIL free while it runs (see ClassifierGraph): built off the loop
+        self._graph = compile_classifier(self.model) if torchscript else None
+
+    def cost(self, item: ClassifierItem) -> int:
+        """Work units: its tokens."""
+        return len(item[0])
+
+    def run(self, items: list[ClassifierItem]) -> list[list[float]]:
+        """Class probabilities per item; classify_ids sorts by length and pads (B, S) per length bucket."""
+        import torch
+
+        from model.inference import classify_ids
+
+        ids, texts = [i for i, _ in items], [t for _, t in items]  # texts: an n-gram head hashes them here
+        with torch.inference_mode():
+            return classify_ids(self.model, ids, max(1, len(items)), self._graph, texts).tolist()  # (N, C)
+
+    def warmup(self) -> None:
+        self.run([self.tokenize(WARMUP_TEXT)])

@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.batching.admission import ModelQueue
-from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers
+from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers, ModelQueue
 from app.core.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
 from app.core.metrics import Metrics
 from app.queues import BatcherPool
@@ -361,12 +360,12 @@ async def test_a_part_skipped_because_another_failed_gets_500_not_504(
     make: Callable[..., Batcher[int, int]],
 ) -> None:
     """The thread skips it before the failure of the other batch reaches the loop (two workers)."""
-    from app.batching.batcher import _Batch, _Item, _Pending
+    from app.batching.batch import Batch, Item, Pending
 
     b = make(Recorder())
     loop = asyncio.get_running_loop()
-    pending: _Pending[int] = _Pending(loop.create_future(), [None, None], 2, FAR, failed=True)
-    await b._execute(_Batch([_Item(pending, 1, 2, loop.time())], 1))
+    pending: Pending[int] = Pending(loop.create_future(), [None, None], 2, FAR, failed=True)
+    await b._execute(Batch([Item(pending, 1, 2, loop.time())], 1))
     with pytest.raises(InferenceFailed, match="another part"):
         await pending.future
     await b.close()

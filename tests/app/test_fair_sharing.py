@@ -8,9 +8,7 @@ import threading
 
 import pytest
 
-from app.batching.admission import ModelQueue
-from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers
-from app.batching.fair import FairQueue
+from app.batching.batcher import Batcher, BatchSettings, FairQueue, InferenceWorkers, ModelQueue
 from app.core.request_id import CURRENT, RequestInfo
 from tests.app.conftest import eventually
 

@@ -23,7 +23,7 @@ from app import __version__
 from app.core.logs import JsonFormatter, RequestIdFilter, TextFormatter
 from app.core.metrics import NAMESPACE
 from app.core.settings import REPO_ROOT, Settings, SettingsError, load_settings
-from app.tasks.handlers import ClassifierItem, SentimentHandler
+from app.tasks.sentiment import ClassifierItem, SentimentHandler
 from bench.server import free_port, server_env, stop, wait_ready
 from tests.app.conftest import eventually, serve
 from tests.app.test_concurrency import SLOW, Held, queued

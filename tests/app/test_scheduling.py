@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 from torch import Tensor
 
-from app.batching.admission import ModelQueue
-from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers
+from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers, ModelQueue
 from app.core.errors import QueueFull
 from app.core.metrics import NAMESPACE
 from app.core.settings import Settings

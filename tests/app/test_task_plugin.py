@@ -24,7 +24,7 @@ from app.parallel.engine import Engine
 from app.parallel.remote import RemoteService
 from app.registry import ModelEntry
 from app.service import Service
-from app.tasks.groups import group_by_model, scatter
+from app.tasks.sentiment import group_by_model, scatter
 from app.tasks.served import default_tasks
 from app.tasks.task import BatchSpec, Context, Disconnected, Job, Task
 from model import LoadedModel, Tokenizer, load_checkpoint
@@ -82,7 +82,7 @@ class LengthTask(Task):
     ) -> LengthResponse:
         registry, texts = ctx.ready_registry(), req.texts
         ctx.limits.check_texts(texts, "texts")
-        groups = group_by_model(registry.sentiment_for(text, req.model) for text in texts)
+        groups = group_by_model([registry.sentiment_for(text, req.model) for text in texts])
         jobs = [Job(self, name, None, [texts[i] for i in idxs]) for name, idxs in groups.items()]
         outputs = await ctx.submit(jobs, ctx.deadline(), disconnected, "texts")
         results = [
