@@ -155,6 +155,19 @@ class Service(TaskContext):
     ) -> list[list[Any]]:
         """Enqueue each job's items in its batcher and wait for all results, the deadline, or the client
         leaving. 422 when the request's work exceeds APP_MAX_WORK or a model's queue could never hold it."""
+        futures = self.enqueue(jobs, deadline, field)
+        try:
+            return await wait_all(futures, deadline, disconnected, self.settings.request_timeout_s)
+        finally:
+            for f in futures:  # no-op when done; otherwise the batch loop skips the items
+                f.cancel()
+
+    def enqueue(
+        self, jobs: list[Job], deadline: float, field: str = "text"
+    ) -> list[asyncio.Future[list[Any]]]:
+        """`submit`'s checks and queueing, without the wait: per job the Future of its items' outputs (the
+        model process waits for them without a task: app/parallel/waiting.py). Nothing is queued when a job
+        is refused (422, 429)."""
         batchers = [self.life.queues.batcher(job.task, job.model, job.key) for job in jobs]
         futures: list[asyncio.Future[list[Any]]] = []
         costs = [batcher.costs(job.items) for batcher, job in zip(batchers, jobs, strict=True)]
@@ -165,7 +178,8 @@ class Service(TaskContext):
         try:
             for batcher, job, item_costs in zip(batchers, jobs, costs, strict=True):
                 futures.append(batcher.enqueue(job.items, deadline, item_costs))
-            return await wait_all(futures, deadline, disconnected, self.settings.request_timeout_s)
-        finally:
-            for f in futures:  # no-op when done; otherwise the batch loop skips the items
+        except BaseException:
+            for f in futures:  # a later job refused (its queue full): the earlier ones' items are skipped
                 f.cancel()
+            raise
+        return futures
