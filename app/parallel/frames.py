@@ -189,9 +189,11 @@ def _outputs_fit(value: Any) -> bool:
     for rows in value:
         if type(rows) is not list:
             return False
-        width = len(rows[0]) if rows else 0
+        width = None
         for row in rows:
-            if type(row) is not list or len(row) != width or any(type(x) is not float for x in row):
+            if type(row) is not list or any(type(x) is not float for x in row):
+                return False
+            if len(row) != (width := len(row) if width is None else width):
                 return False
     return True
 

@@ -58,8 +58,9 @@ def test_everything_else_goes_pickled_in_order_after_the_compact_ones() -> None:
     error = (REPLY, 3, False, portable(QueueFull("full", 2)), (["m"], 0))
     ragged = (REPLY, 4, True, [[[0.5], [0.5, 0.5]]], ([], 0))
     ints = (REPLY, 5, True, [[[1, 2]]], ([], 0))  # not floats: pickled, so they stay ints
+    flat = (REPLY, 6, True, [[0.5, 0.25], []], ([], 0))  # floats, not rows of them
     control = [(NOTE, -1, "state", ("ready",), {}, None, False), (LEFT, 2), (CANCEL, 1)]
-    rest = [translate, error, ragged, ints, *control]
+    rest = [translate, error, ragged, ints, flat, *control]
     assert round_trip([rest[0], SUBMIT, *rest[1:], OUTPUT]) == [SUBMIT, OUTPUT, *rest]
     back = round_trip([error])[0]
     assert back[3][0] is QueueFull
