@@ -8,8 +8,9 @@ client-bound cells; then the model alone on the same inputs (bench/ceilings.py: 
 
   python -m bench.scale [--duration 5] [--connections 64] [--baseline /path/to/main/checkout] [--quick]
 
---baseline also runs that checkout's `python -m app` (its defaults, batched and not) in the same run: the
-no-regression check (this branch's defaults vs main's /sentiment throughput and batching gain).
+--baseline also runs that checkout's `python -m app` (its defaults, batched and not, and with N HTTP processes
+when the defaults are one: its model process's loop) in the same run: the no-regression check (this
+branch's defaults vs main's /sentiment throughput and batching gain).
 """
 
 from __future__ import annotations
