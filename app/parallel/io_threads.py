@@ -93,7 +93,12 @@ class IOThreads:
                         stop = True
                         break
                     messages += more
-                self.sock.sendall(frames.encode(messages))
+                try:
+                    data = frames.encode(messages)
+                except Exception:  # a bug (a value that does not pickle): its callers time out, others go on
+                    log.exception("could not encode %d message(s): dropped", len(messages))
+                    continue
+                self.sock.sendall(data)
         except OSError:
             pass  # the stream has gone; the reader sees its end
         finally:
