@@ -161,6 +161,15 @@ class Service(TaskContext):
         """Enqueue each job's items in its batcher now; the coroutine returned waits for all results, the
         deadline, or the client leaving (and cancels what is left: the batch loop then skips those items).
         422 when the request's work exceeds APP_MAX_WORK or a model's queue could never hold it."""
+        futures = self.enqueue(jobs, deadline, field)
+        return wait_all(futures, deadline, disconnected, self.settings.request_timeout_s)
+
+    def enqueue(
+        self, jobs: list[Job], deadline: float, field: str = "text"
+    ) -> list[asyncio.Future[list[Any]]]:
+        """`submit`'s checks and queueing, without the wait: per job the Future of its items' outputs (the
+        model process waits for them without a task: app/parallel/waiting.py). Nothing is queued when a job
+        is refused (422, 429)."""
         batchers = [self.life.queues.batcher(job.task, job.model, job.key) for job in jobs]
         costs = [batcher.costs(job.items) for batcher, job in zip(batchers, jobs, strict=True)]
         queues = [
@@ -171,8 +180,8 @@ class Service(TaskContext):
         try:
             for batcher, job, item_costs in zip(batchers, jobs, costs, strict=True):
                 futures.append(batcher.enqueue(job.items, deadline, item_costs))
-        except BaseException:  # a later job refused (429): the earlier ones' items are dropped
-            for f in futures:
+        except BaseException:
+            for f in futures:  # a later job refused (its queue full): the earlier ones' items are skipped
                 f.cancel()
             raise
-        return wait_all(futures, deadline, disconnected, self.settings.request_timeout_s)
+        return futures

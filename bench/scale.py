@@ -8,8 +8,9 @@ client-bound cells; then the model alone on the same inputs (bench/ceilings.py: 
 
   python -m bench.scale [--duration 5] [--connections 64] [--baseline /path/to/main/checkout] [--quick]
 
---baseline also runs that checkout's `python -m app` (its defaults, batched and not) in the same run: the
-no-regression check (this branch's defaults vs main's /sentiment throughput and batching gain).
+--baseline also runs that checkout's `python -m app` (its defaults, batched and not, and with N HTTP processes
+when the defaults are one: its model process's loop) in the same run: the no-regression check (this
+branch's defaults vs main's /sentiment throughput and batching gain).
 """
 
 from __future__ import annotations
@@ -86,7 +87,12 @@ def setups(cores: int, cuda: bool, baseline: Path | None) -> list[Setup]:
             Setup("eager (APP_TORCHSCRIPT=false)", {"APP_TORCHSCRIPT": "false"}),  # new shapes; ready
         ]
     if auto != n:
-        rows.append(Setup(f"APP_HTTP_WORKERS={n}", {"APP_HTTP_WORKERS": str(n)}))
+        several = {"APP_HTTP_WORKERS": str(n)}
+        rows.append(Setup(f"APP_HTTP_WORKERS={n}", several))
+        if baseline is not None:  # the model process's loop, against main's in the same run
+            rows.append(
+                Setup(f"baseline: APP_HTTP_WORKERS={n}", several, cwd=baseline, routes=("/sentiment",))
+            )
     # the cores shared out: each replica runs its part of one server's inference workers
     workers = str(max(1, Settings().inference_workers_count() // min(n, MAX_REPLICAS)))
     replicas = min(n, MAX_REPLICAS)
@@ -158,6 +164,7 @@ def launch(setup: Setup, checkpoints: Path, stack: ExitStack) -> Launched:
     for i in range(setup.replicas):
         port = free_port()
         env = {"APP_CHECKPOINT_DIR": str(checkpoints), "APP_PORT": str(port), "APP_LOG_LEVEL": "warning"}
+        env["PYTHONPATH"] = str(setup.cwd)  # its own code, whatever this process's PYTHONPATH names
         cmd = [sys.executable, "-m", "app"]
         if (pin := setup.pins[i] if setup.pins else setup.cores) is not None:
             cmd = ["taskset", "-c", pin, *cmd]

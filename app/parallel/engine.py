@@ -14,6 +14,8 @@ import contextlib
 import logging
 import os
 import signal
+import socket
+import stat
 import sys
 from collections.abc import Hashable
 from functools import partial
@@ -21,16 +23,16 @@ from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
-from app.batching.wait import Disconnected
 from app.core.logs import configure_logging
 from app.core.metrics import Metrics
 from app.core.settings import Settings, load_settings
-from app.parallel.channel import Channel, Handler
+from app.parallel.channel import Channel, Handler, Immediate
 from app.parallel.departed import Departed
 from app.parallel.heartbeat import HEARTBEAT_S, Beat
 from app.parallel.lifeline import die_with_parent
 from app.parallel.merge import METRICS_TIMEOUT_S, count_process, merge, render
 from app.parallel.shares import model_settings, pinned, share
+from app.parallel.waiting import Deadlines
 from app.schemas import ModelInfo, Readiness
 from app.service import Service
 from app.tasks.attention import AttentionTask
@@ -56,28 +58,39 @@ class Engine:
         self._told: tuple[Readiness, list[ModelInfo]] | None = None
         self.draining = False  # an HTTP process said bye: the server is shutting down
         self.all_up_once = False  # every HTTP process has said hello at least once
+        self.deadlines = Deadlines(service.settings.request_timeout_s)  # of the requests submitted
 
     async def serve(self, path: str, stop: asyncio.Event) -> None:
         """Start the service, listen on `path` until `stop`, then drain the service (SIGTERM comes after
         the HTTP processes have finished their requests)."""
         await self.service.start()
-        server = await asyncio.start_unix_server(self._connected, path=path)
+        listener = _listen(path)
+        accepting = asyncio.create_task(self._accept(listener))
         poll = asyncio.create_task(self._push_state())
         try:
             await stop.wait()
         finally:
             poll.cancel()
-            server.close()
+            accepting.cancel()
+            listener.close()
             await self.service.stop()
             for channel in list(self.channels):
                 channel.close()
 
-    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        handlers: dict[str, Handler] = {
-            "answer": _logged(self.service.answer), "submit": self._submit, "metrics": self._metrics,
-            "model_families": self._own_families,
+    async def _accept(self, listener: socket.socket) -> None:
+        """Each HTTP process's connection, served on a channel whose socket two threads read and write."""
+        loop, attending = asyncio.get_running_loop(), set()
+        while True:
+            sock, _ = await loop.sock_accept(listener)
+            attending.add(task := asyncio.create_task(self._connected(sock)))
+            task.add_done_callback(attending.discard)
+
+    async def _connected(self, sock: socket.socket) -> None:
+        handlers: dict[str, Handler | Immediate] = {
+            "answer": _logged(self.service.answer), "submit": Immediate(self._submit),
+            "metrics": self._metrics, "model_families": self._own_families,
         }  # fmt: skip
-        channel = Channel(reader, writer, handlers)
+        channel = Channel.threaded(sock, handlers)
         handlers["hello"] = partial(self._hello, channel)
         handlers["bye"] = partial(self._bye, channel)
         self.channels[channel] = None
@@ -145,20 +158,18 @@ class Engine:
                         channel.note("alive")
             await asyncio.sleep(STATE_POLL_S)
 
-    async def _submit(
-        self,
-        task: str,
-        jobs: list[tuple[str, Hashable, list[Any]]],
-        deadline: float,
-        field: str,
-        disconnected: Disconnected = None,
-    ) -> list[list[Any]]:
+    def _submit(
+        self, task: str, jobs: list[tuple[str, Hashable, list[Any]]], deadline: float, field: str
+    ) -> list[asyncio.Future[list[Any]]]:
         """The batches of a request whose task's `answer` runs in the HTTP process (RemoteService.submit):
         per job its model, batch key and items -> per job its items' outputs. Service.submit's admission,
-        queues and deadline, as in one process (the deadline: loop.time(), one clock for both processes)."""
+        queues and deadline, as in one process (the deadline: loop.time(), one clock for both processes),
+        with no task per request: called as the frame is read (the channel's Immediate, which answers with
+        their results), it queues the items and returns their Futures, failed at the deadline here."""
         log.debug("%s batches from an HTTP process", task)  # under the request's id, like `answer`
         owner = self.service.tasks[task]
-        return await self.service.submit([Job(owner, *job) for job in jobs], deadline, disconnected, field)
+        futures = self.service.enqueue([Job(owner, *job) for job in jobs], deadline, field)
+        return self.deadlines.track(futures, deadline)
 
     async def _own_families(self) -> list[Metric]:
         """This process's metric families alone (the other model processes' part of a scrape)."""
@@ -182,6 +193,18 @@ class Engine:
         if others:
             families.append(others)
         return render(merge(families))
+
+
+def _listen(path: str) -> socket.socket:
+    """A Unix socket listening at `path` (a stale one left there is replaced)."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(os.stat(path).st_mode):
+            os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(128)
+    listener.setblocking(False)
+    return listener
 
 
 def _logged(answer: Any) -> Handler:

@@ -108,10 +108,12 @@ class AttentionTask(Task):
         if req.target is not None:
             tagged = entry.config.source_prefix(lang) + item.source  # OPUS-MT ">>fra<<": what the model reads
             return AttentionItem(tagged, handler.decoder_input(req.target, lang)), None
-        greedy = Job(ctx.task(TranslationTask), entry.name, DecodeKey(lang, 1), [Sentence(item.source)])
+        translation, sentence = ctx.task(TranslationTask), Sentence(item.source)
+        greedy = Job(translation, entry.name, DecodeKey(lang, 1), [sentence])
         [[[best]]] = await ctx.submit([greedy], deadline, disconnected)  # like /translate with beam_size=1
         tagged = entry.config.source_prefix(lang) + item.source  # the tag is part of what the model reads
-        return AttentionItem(tagged, [entry.config.start_id(lang), *best.tokens]), best.text
+        text = translation.handlers[entry.name].detokenize(best, sentence)
+        return AttentionItem(tagged, [entry.config.start_id(lang), *best.tokens]), text
 
     async def _body(
         self,

@@ -136,8 +136,9 @@ class TextLayout:
 
 class TranslationText:
     """The text half of a translator: text -> sentences -> source ids (`sentences`, priced by `least_cost`),
-    sentence outputs -> a text joined back (`join`). No weights: an HTTP process (app.parallel.remote) runs it
-    beside the model process's TranslationHandler, which is one too."""
+    each sentence's hypotheses (`run`'s outputs: token ids and scores) -> its texts (`texts`: detokenized) ->
+    a text joined back (`join`). No weights: an HTTP process (app.parallel.remote) runs it beside the model
+    process's TranslationHandler, which is one too."""
 
     def __init__(self, name: str, tokenizer: Tokenizer | PairTokenizer, cfg: ModelConfig) -> None:
         self.name, self.tokenizer, self.cfg, self.max_len = name, tokenizer, cfg, cfg.max_len
@@ -193,6 +194,25 @@ class TranslationText:
             layouts.append(TextLayout(lines))
         return items, layouts
 
+    def texts(
+        self, items: Sequence[Sentence], outputs: Sequence[list[Hypothesis]]
+    ) -> list[list[SentenceTranslation]]:
+        """Each sentence's n-best (`run`'s outputs for `items`), detokenized; a sentence with nothing to
+        translate as it came."""
+        results = []
+        for s, hyps in zip(items, outputs, strict=True):
+            if s.verbatim is not None:
+                results.append([SentenceTranslation(s.verbatim, 0.0, [], passed=True)])
+            else:
+                results.append([SentenceTranslation(self.detokenize(h, s), h.score, h.tokens) for h in hyps])
+        return results
+
+    def detokenize(self, hyp: Hypothesis, item: Sentence) -> str:
+        """The hypothesis' text: its <unk>s replaced and the items taken out put back (with replacement on)."""
+        if item.surfaces is None:
+            return self.tokenizer.decode(hyp.tokens)
+        return restore_hypothesis(self.tokenizer, hyp, item.ids, item.surfaces, item.items)
+
     def join(
         self, layout: TextLayout, outputs: list[list[SentenceTranslation]], n: int, return_scores: bool
     ) -> TranslationResult:
@@ -240,30 +260,18 @@ class TranslationHandler(TranslationText):
 
     def run(
         self, items: list[Sentence], key: DecodeKey, should_stop: StopCheck = None
-    ) -> list[list[SentenceTranslation]]:
-        """Per item its own n-best, detokenized, under its own options (length penalty, length limit, n-best
-        count: per row in one batch; translate_ids sorts by length and pads per chunk). should_stop: checked
-        between decoder steps (True raises model.DecodingStopped)."""
+    ) -> list[list[Hypothesis]]:
+        """Per item its own n-best (token ids, scores; `texts` detokenizes them, in the HTTP process when
+        there are several) under its own options (length penalty, length limit, n-best count: per row in one
+        batch; translate_ids sorts by length and pads per chunk); none for a sentence that passes through.
+        should_stop: checked between decoder steps (True raises model.DecodingStopped)."""
         todo = [s for s in items if s.verbatim is None]  # the others pass through
         opts = [s.options(key.beam_size, self.max_len) for s in todo]
         want = [s.align for s in todo]
         output = iter(
             self.decode([s.ids for s in todo], opts, key.target_lang, should_stop, want) if todo else []
         )
-        results = []
-        for s in items:
-            if s.verbatim is not None:
-                results.append([SentenceTranslation(s.verbatim, 0.0, [], passed=True)])
-            else:
-                hyps = next(output)[: s.num_hypotheses]
-                results.append([SentenceTranslation(self.detokenize(h, s), h.score, h.tokens) for h in hyps])
-        return results
-
-    def detokenize(self, hyp: Hypothesis, item: Sentence) -> str:
-        """The hypothesis' text: its <unk>s replaced and the items taken out put back (with replacement on)."""
-        if item.surfaces is None:
-            return self.tokenizer.decode(hyp.tokens)
-        return restore_hypothesis(self.tokenizer, hyp, item.ids, item.surfaces, item.items)
+        return [[] if s.verbatim is not None else next(output)[: s.num_hypotheses] for s in items]
 
     def decode(
         self,

@@ -106,7 +106,8 @@ class TranslationTask(Task):
             sentences = sum(len(line) for i in idxs for line in split[i])
             floor += sentences * self.handlers[name].least_cost(key, req.max_length)
         ctx.limits.check_work(floor, field, "at least ")
-        jobs, layouts = [], []
+        jobs: list[Job] = []
+        layouts = []
         for name, idxs in groups.items():
             handler, rows = self.handlers[name], [split[i] for i in idxs]
             options = (req.num_hypotheses, idxs, req.length_penalty, req.max_length, req.replace_unknowns)
@@ -114,6 +115,7 @@ class TranslationTask(Task):
             jobs.append(Job(self, name, key, items))
             layouts.append(lays)
         outputs = await ctx.submit(jobs, ctx.deadline(), disconnected, field) if jobs else []
+        outputs = [self.handlers[j.model].texts(j.items, out) for j, out in zip(jobs, outputs, strict=True)]
         return self._joined(req, detected, through, groups, [*zip(layouts, outputs, strict=True)])
 
     def _joined(

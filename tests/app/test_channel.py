@@ -4,6 +4,7 @@ merging, and the split of the connection limit."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from app.core.errors import QueueFull, invalid
+from app.core.errors import ClientDisconnected, QueueFull, invalid
 from app.core.request_id import CURRENT, RequestInfo
 from app.core.settings import Settings
-from app.parallel.channel import Channel, ChannelClosed
+from app.parallel.channel import Channel, ChannelClosed, Immediate
+from app.parallel.frames import HEADER
 from app.parallel.http import share
 from app.parallel.merge import merge, render
 
@@ -52,6 +54,15 @@ class Callee:
         self.left.set()
         return "left"
 
+    def parts(self, n: int, fail: bool = False) -> list[asyncio.Future[Any]]:
+        """An Immediate handler: n futures, settled later (the model process's submit)."""
+        self.futures = [asyncio.get_running_loop().create_future() for _ in range(n)]
+        self.request = CURRENT.get()
+        if fail:
+            raise QueueFull("the queue of m is full", 3)
+        self.started.set()
+        return list(self.futures)  # the channel empties the list it gets once answered
+
     async def forever(self) -> None:
         self.started.set()
         try:
@@ -60,18 +71,42 @@ class Callee:
             self.cancelled.set()
 
 
-@pytest.fixture
-async def pair(tmp_path: Path) -> AsyncIterator[tuple[Channel, Callee]]:
+@pytest.fixture(params=["streams", "threads"])
+async def pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[Channel, Callee]]:
+    """A caller on asyncio streams; the callee on streams too, or (as in the model process) on a socket
+    read and written by threads."""
     callee = Callee()
-    handlers = {n: getattr(callee, n) for n in ("echo", "full", "bad", "wait_for_leaving", "forever")}
+    handlers: dict[str, Any] = {
+        n: getattr(callee, n) for n in ("echo", "full", "bad", "wait_for_leaving", "forever")
+    }
+    handlers["parts"] = Immediate(callee.parts)
     served: list[Channel] = []
 
     async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         served.append(channel := Channel(reader, writer, handlers))
         await channel.serve()
 
+    async def accepted(sock: socket.socket) -> None:
+        served.append(channel := Channel.threaded(sock, handlers))
+        await channel.serve()
+
     path = str(tmp_path / "s.sock")
-    server = await asyncio.start_unix_server(connected, path=path)
+    if request.param == "threads":
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)
+        listener.listen()
+        listener.setblocking(False)
+
+        async def accept() -> None:
+            while True:
+                sock, _ = await asyncio.get_running_loop().sock_accept(listener)
+                tasks.add(asyncio.create_task(accepted(sock)))
+
+        tasks: set[asyncio.Task[None]] = set()
+        server: Any = asyncio.create_task(accept())
+        server.close = lambda: (server.cancel(), listener.close())
+    else:
+        server = await asyncio.start_unix_server(connected, path=path)
     caller = Channel(*await asyncio.open_unix_connection(path), {})
     task = asyncio.create_task(caller.serve())
     try:
@@ -133,6 +168,64 @@ async def test_calls_fail_when_the_other_end_goes(pair: tuple[Channel, Callee]) 
         await call
     with pytest.raises(ChannelClosed):
         await caller.call("echo")
+
+
+async def test_an_immediate_handler_is_answered_with_its_futures_results(
+    pair: tuple[Channel, Callee],
+) -> None:
+    caller, callee = pair
+    CURRENT.set(RequestInfo("rid-2", client="10.0.0.8"))
+    call = asyncio.create_task(caller.call("parts", 2))
+    await callee.started.wait()
+    assert callee.request is not None
+    assert (callee.request.id, callee.request.client) == ("rid-2", "10.0.0.8")
+    callee.request.ran("m", 5)
+    callee.futures[1].set_result([0.5])
+    callee.futures[0].set_result([0.25, 0.75])
+    assert await call == [[0.25, 0.75], [0.5]]
+    assert await caller.call("parts", 0) == []
+    with pytest.raises(QueueFull):
+        await caller.call("parts", 1, fail=True)
+
+
+async def test_an_immediate_calls_first_error_is_its_answer_and_the_rest_cancelled(
+    pair: tuple[Channel, Callee],
+) -> None:
+    caller, callee = pair
+    call = asyncio.create_task(caller.call("parts", 2))
+    await callee.started.wait()
+    callee.futures[1].set_exception(QueueFull("late", 1))
+    with pytest.raises(QueueFull):
+        await call
+    assert callee.futures[0].cancelled()
+
+
+async def test_a_client_that_leaves_an_immediate_call_cancels_its_futures(
+    pair: tuple[Channel, Callee],
+) -> None:
+    caller, callee = pair
+    gone = asyncio.Event()
+    call = asyncio.create_task(caller.call("parts", 1, disconnected=gone.wait))
+    await callee.started.wait()
+    gone.set()  # the watcher starts after WATCH_AFTER_S; then LEFT crosses
+    with pytest.raises(ClientDisconnected):
+        await call
+    assert callee.futures[0].cancelled()
+    callee.started.clear()
+    call = asyncio.create_task(caller.call("parts", 1))
+    await callee.started.wait()
+    call.cancel()  # CANCEL
+    while not callee.futures[0].cancelled():
+        await asyncio.sleep(0)
+
+
+async def test_a_bad_frame_closes_the_channel(pair: tuple[Channel, Callee]) -> None:
+    caller, _ = pair
+    assert caller.writer is not None
+    call = asyncio.create_task(caller.call("forever"))
+    caller.writer.write(HEADER.pack(3) + b"xyz")  # not a frame: the callee closes, the caller sees the end
+    with pytest.raises(ChannelClosed):
+        await call
 
 
 def test_metrics_of_processes_are_summed() -> None:
