@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 
 from bench.scale import process_tree
-from bench.server import free_port, server_env, stop, wait_ready
+from bench.server import code_path, free_port, server_env, stop, wait_ready
 
 REPO = Path(__file__).resolve().parents[1]
 HTTP_UP = 'transformer_serving_processes{role="http"}'
@@ -88,7 +88,7 @@ def run(label: str, root: Path, checkpoint_dir: Path, clients: int) -> str:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {"APP_CHECKPOINT_DIR": str(checkpoint_dir), "APP_PORT": str(port), "APP_HTTP_WORKERS": "2"}
-    env = server_env(env | {"APP_LOG_LEVEL": "warning", "PYTHONPATH": str(root)})
+    env = server_env(env | {"APP_LOG_LEVEL": "warning", "PYTHONPATH": code_path(root)})
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen([sys.executable, "-m", "app"], env=env, cwd=root, stdout=log, stderr=log)
         try:

@@ -32,7 +32,7 @@ import torch
 from app.core.settings import Settings
 from bench.blast import Load, blast, requests
 from bench.load import EN_WORDS, FR_WORDS, SENTENCE_WORDS, process_cpu_s, texts
-from bench.server import REPO, free_port, server_env, stop, wait_ready
+from bench.server import REPO, code_path, free_port, server_env, stop, wait_ready
 
 SENTIMENT_MODEL, TRANSLATE_MODEL = "sentiment-en", "translate-fr-en"
 MAX_REPLICAS = 4  # as the row (4 full replicas on one GPU)
@@ -164,7 +164,7 @@ def launch(setup: Setup, checkpoints: Path, stack: ExitStack) -> Launched:
     for i in range(setup.replicas):
         port = free_port()
         env = {"APP_CHECKPOINT_DIR": str(checkpoints), "APP_PORT": str(port), "APP_LOG_LEVEL": "warning"}
-        env["PYTHONPATH"] = str(setup.cwd)  # its own code, whatever this process's PYTHONPATH names
+        env["PYTHONPATH"] = code_path(setup.cwd)  # its own code, whatever this process's PYTHONPATH names
         cmd = [sys.executable, "-m", "app"]
         if (pin := setup.pins[i] if setup.pins else setup.cores) is not None:
             cmd = ["taskset", "-c", pin, *cmd]

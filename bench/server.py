@@ -55,6 +55,14 @@ def server_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("APP_")} | env
 
 
+def code_path(tree: Path) -> str:
+    """PYTHONPATH for a server of checkout `tree`: its code first, then this process's other entries (e.g.
+    packages installed with pip --target on a GPU machine), never this checkout's."""
+    here = {str(REPO), "."}
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in here]
+    return os.pathsep.join([str(tree), *rest])
+
+
 def wait_ready(
     proc: subprocess.Popen, url: str, timeout: float = 60.0, output: Callable[[], str] | None = None
 ) -> float:

@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from statistics import median
 
-from bench.server import REPO, free_port, server_env, stop, wait_ready
+from bench.server import REPO, code_path, free_port, server_env, stop, wait_ready
 
 CHECKPOINTS = REPO / "checkpoints"
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
@@ -153,7 +153,7 @@ def launch(tree: Path, workers: int, checkpoints: Path = CHECKPOINTS) -> dict[st
     env = server_env({
         "APP_HOST": "127.0.0.1", "APP_PORT": str(port), "APP_HTTP_WORKERS": str(workers),
         "APP_CHECKPOINT_DIR": str(checkpoints), "APP_LOG_LEVEL": "info", "APP_LOG_FORMAT": "text",
-        "PYTHONPATH": str(tree),
+        "PYTHONPATH": code_path(tree),
     })  # fmt: skip
     with tempfile.TemporaryFile() as log:
         start = time.time()
@@ -171,7 +171,7 @@ def launch(tree: Path, workers: int, checkpoints: Path = CHECKPOINTS) -> dict[st
 def probe(tree: Path, code: str, checkpoints: Path = CHECKPOINTS) -> dict[str, object]:
     """HTTP_PROBE or MODEL_PROBE run on `tree`'s code -> step -> [wall s, CPU s] (and "torch imported")."""
     env = server_env(
-        {"APP_CHECKPOINT_DIR": str(checkpoints), "APP_LOG_LEVEL": "warning", "PYTHONPATH": str(tree)}
+        {"APP_CHECKPOINT_DIR": str(checkpoints), "APP_LOG_LEVEL": "warning", "PYTHONPATH": code_path(tree)}
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True, check=True
