@@ -24,6 +24,7 @@ ENV_PREFIX = "APP_"
 CHEAP_LANE_HOLD_S = 2.0
 
 
+CUDA_WORKERS = 2  # inference workers per model process on CUDA (auto)
 MANY_CORES = 8  # from this many usable cores, APP_HTTP_WORKERS=0 serves from several processes
 MAX_AUTO_HTTP_WORKERS = 8
 MAX_AUTO_INFERENCE_WORKERS = 8
@@ -98,7 +99,7 @@ class Settings(BaseSettings):
     # the others serve; false, /ready turns 200 and its pairs go to the next model in the routing order
     strict_readiness: bool = True
     # forward passes that run at once, each in its own thread; 0 = auto: 2 on a CPU with 2+ cores (two
-    # single-threaded batches side by side beat one batch on two threads), 1 on CUDA
+    # single-threaded batches side by side beat one batch on two threads), CUDA_WORKERS on CUDA
     inference_workers: int = Field(default=0, ge=0, le=64)
     # HTTP processes (app/parallel/): each runs the app on one shared socket, one model process runs the models;
     # 1 = one process for everything; 0 = auto (http_workers_count)
@@ -112,7 +113,7 @@ class Settings(BaseSettings):
     # CHEAP_LANE_HOLD_S after the last cheap batch (then all); else all
     expensive_workers: int = Field(default=0, ge=0, le=64)
     # intra-op threads per worker; 0 = auto: on CPU the cores left after one for the event loop, shared by
-    # the workers (at least 1 each); on CUDA torch's default
+    # the workers (at least 1 each); on CUDA 1 (the GPU runs the math; idle intra-op threads spin)
     torch_threads: int = Field(default=0, ge=0)
     # the LibreTranslate-compatible API (app/api/libretranslate/routes.py) under this path; "" = not served
     libretranslate_prefix: str = "/libretranslate"
@@ -245,13 +246,16 @@ class Settings(BaseSettings):
     def inference_workers_count(self) -> int:
         """APP_INFERENCE_WORKERS, or for 0: on a CPU with 2+ cores 2, and from MANY_CORES on a quarter of
         the cores (at most MAX_AUTO_INFERENCE_WORKERS: small models gain little from intra-op threads, so
-        many cores are better used as more batches side by side); on CUDA 1."""
+        many cores are better used as more batches side by side); on CUDA CUDA_WORKERS (one batch's CPU
+        side, padding and copies, overlaps another's kernels: BENCHMARKS.md, "GPU box")."""
         import torch
 
         if self.inference_workers:
             return self.inference_workers
         cores = torch.get_num_threads()
-        if self.torch_device().type != "cpu" or cores < 2:
+        if self.torch_device().type == "cuda":
+            return CUDA_WORKERS
+        if cores < 2:
             return 1
         return 2 if cores < MANY_CORES else min(MAX_AUTO_INFERENCE_WORKERS, cores // 4)
 
@@ -321,14 +325,15 @@ class Settings(BaseSettings):
 
     def inference_threads(self) -> int:
         """APP_TORCH_THREADS, or for 0: on CPU the cores left after the event loop and the HTTP processes
-        (APP_HTTP_WORKERS > 1), shared by the workers, at least 1 each; on CUDA torch's default."""
+        (APP_HTTP_WORKERS > 1), shared by the workers, at least 1 each; on CUDA 1: the GPU runs the math,
+        and idle intra-op threads spin on cores the HTTP processes need (4x the CPU per request)."""
         import torch
 
         if self.torch_threads:
             return self.torch_threads
         cores = torch.get_num_threads()
         if self.torch_device().type == "cuda":
-            return cores
+            return 1
         http = self.http_workers_count()
         return max(1, (cores - 1 - (http if http > 1 else 0)) // self.inference_workers_count())
 
