@@ -28,18 +28,20 @@ serve: install
 	$(PY) -m app
 
 # The whole suite (what CI runs) in TEST_WORKERS pytest-xdist processes (auto: one per core, at most 4), each
-# test file on one worker so that a module's shared server starts once; the 15 slowest tests are listed at the
-# end. Budget: 7 minutes on a quiet 2-core machine, no test over 10 s (CONTRIBUTING.md).
+# test file on one worker so that a module's shared server starts once, handed out in collection order (the
+# files with the most slow tests first: tests/conftest.py) so that no long file starts last; the 15 slowest
+# tests are listed at the end. Budget: 7 minutes on a quiet 2-core machine, no test over 10 s (CONTRIBUTING.md).
 TEST_WORKERS ?= auto
-XDIST = -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
+XDIST = -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 test: install
 	$(PY) -m pytest -q $(XDIST) --durations=15
 
 # The inner loop: unit and in-process API tests, not those marked slow (a server process, training, the
-# shipped checkpoints, the browser, the image): under 2 minutes on 2 cores.
+# shipped checkpoints, the browser, the image) or data (they read the real corpora in ../shared/data): under
+# 2 minutes on 2 cores.
 FAST_TESTS = tests/model tests/training tests/app tests/bench tests/test_docs.py tests/test_layering.py
 test-fast: install
-	$(PY) -m pytest -q $(XDIST) -m "not slow" --durations=15 $(FAST_TESTS)
+	$(PY) -m pytest -q $(XDIST) -m "not slow and not data" --durations=15 $(FAST_TESTS)
 
 # The browser tests (tests/e2e) on a fresh Debian machine: Debian's chromium (scripts/install_browser.sh: apt as root
 # or via sudo), then the tests (`make test` skips them while /usr/bin/chromium is missing).

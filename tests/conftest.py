@@ -25,6 +25,19 @@ Model = SentimentClassifier | Translator
 SEED = 1234
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering for fixtures: within a file, its order stays
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Test files with the most `slow` tests first (a stable sort: the rest keep their order). pytest-xdist
+    with `--dist loadfile --no-loadscope-reorder` (make test) hands files to its workers in this order, so the
+    long files (servers in subprocesses, training) start first and the many short ones fill in at the end,
+    rather than one long file starting last on one worker while the other waits."""
+    slow: dict[str, int] = {}
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            slow[item.path.as_posix()] = slow.get(item.path.as_posix(), 0) + 1
+    items.sort(key=lambda item: -slow.get(item.path.as_posix(), 0))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _one_torch_thread() -> Iterator[None]:
     """Tiny models run faster on one intra-op thread, and tests then leave the other core to real work."""

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.anyio
 TEXT = "Le chat dort. Il lit."
 
 
+@pytest.mark.slow  # 16 clients looping until 40 more requests are answered: not in `make test-fast`
 async def test_clients_with_distinct_modes_do_not_lock_others_out(app_checkpoint_dir: Path) -> None:
     """The issue's 64 modes at 64 queues, scaled down: 16 looping clients, each with its own (beam_size,
     length_penalty), at APP_MAX_DECODE_QUEUES=8; LibreTranslate and native beam-5 requests beside them."""

@@ -55,6 +55,7 @@ def test_average_refuses_empty_and_foreign_snapshots(tmp_path: Path) -> None:
         average_into(_model(0), kept)
 
 
+@pytest.mark.slow  # trains: not in `make test-fast`
 def test_training_evaluates_the_average_and_may_ship_it(synthetic_data_dir: Path, tmp_path: Path) -> None:
     cfg = parse_overrides(
         [

@@ -19,6 +19,7 @@ def _encoder(path: Path) -> dict[str, torch.Tensor]:
     return {k: v for k, v in load_checkpoint(path).model.state_dict().items() if not k.startswith("ngram.")}
 
 
+@pytest.mark.slow  # trains: not in `make test-fast`
 def test_ngram_head_is_fit_shipped_and_evaluated(
     synthetic_data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

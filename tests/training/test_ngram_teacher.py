@@ -48,6 +48,7 @@ def test_ngram_probs_are_out_of_fold_for_training_texts() -> None:
     assert ((noise[:, 1] - 0.5).abs() < 0.2).all()
 
 
+@pytest.mark.slow  # trains: not in `make test-fast`
 def test_distillation_with_an_ngram_teacher(synthetic_data_dir: Path, tmp_path: Path) -> None:
     cfg = parse_overrides(
         tiny(synthetic_data_dir, tmp_path, epochs=1, teachers="ngram-w2c3"),

@@ -95,6 +95,7 @@ def test_the_shipped_card_is_the_one_card_prints(name: str) -> None:
     assert model_card(CHECKPOINTS / name, name) == (CHECKPOINTS / name / "README.md").read_text()
 
 
+@pytest.mark.slow  # trains: not in `make test-fast`
 def test_a_chain_runs_end_to_end_and_resumes(
     synthetic_data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

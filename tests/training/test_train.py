@@ -79,6 +79,7 @@ def records(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # trains: not in `make test-fast`
 def test_translate_train_checkpoint_evaluate(
     synthetic_data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -108,6 +109,7 @@ def test_translate_train_checkpoint_evaluate(
     assert 0 <= half["bleu"] <= 100
 
 
+@pytest.mark.slow  # trains: not in `make test-fast`
 def test_sentiment_train_checkpoint_evaluate(
     synthetic_data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -128,6 +130,7 @@ def mlm_then_fine_tune(
     return [r for r in records(out_dir / name / "mlm") if "loss" in r]
 
 
+@pytest.mark.slow  # trains: not in `make test-fast`
 def test_sentiment_with_masked_lm_pretraining(synthetic_data_dir: Path, tmp_path: Path) -> None:
     mlm = mlm_then_fine_tune(synthetic_data_dir, tmp_path, "ko", pretrain_steps=6, pretrain_batch_tokens=400)
     assert [r["step"] for r in mlm] == [1, 2, 3, 4, 5, 6]
@@ -141,6 +144,7 @@ def test_sentiment_with_masked_lm_pretraining(synthetic_data_dir: Path, tmp_path
         assert torch.equal(fresh.state_dict()[name], tensor), name
 
 
+@pytest.mark.slow  # trains: not in `make test-fast`
 def test_multi30k_evaluate_reads_split_prefix(
     synthetic_data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -167,6 +171,7 @@ def test_multi30k_evaluate_reads_split_prefix(
     assert res["decoding"]["beam_size"] == 2
 
 
+@pytest.mark.slow  # trains: not in `make test-fast`
 def test_resume_continues_exactly(synthetic_data_dir: Path, tmp_path: Path) -> None:
     """An interrupted run resumed from state.pt has the same loss curve as an uninterrupted one."""
     common = tiny(synthetic_data_dir, tmp_path, epochs=3, dropout=0.2)
@@ -185,6 +190,7 @@ def test_resume_continues_exactly(synthetic_data_dir: Path, tmp_path: Path) -> N
     assert evals_part == evals_full
 
 
+@pytest.mark.slow  # trains: not in `make test-fast`
 def test_sigterm_saves_the_state_and_the_run_resumes(synthetic_data_dir: Path, tmp_path: Path) -> None:
     """kill PID stops a run after its current step with a resumable state; the same command finishes it."""
     cfg = parse_overrides(
@@ -215,6 +221,7 @@ def test_sigterm_saves_the_state_and_the_run_resumes(synthetic_data_dir: Path, t
     assert torch.load(tmp_path / "sig" / "state.pt", weights_only=True)["progress"]["done"]
 
 
+@pytest.mark.slow  # trains: not in `make test-fast`
 def test_a_finished_run_continues_on_a_longer_schedule(synthetic_data_dir: Path, tmp_path: Path) -> None:
     cfg = parse_overrides(
         ["--dataset=tatoeba-fr-en", "--name=ext", *tiny(synthetic_data_dir, tmp_path, epochs=1)],
@@ -233,6 +240,7 @@ def test_a_finished_run_continues_on_a_longer_schedule(synthetic_data_dir: Path,
     assert second["step"] > first["step"]
 
 
+@pytest.mark.slow  # trains: not in `make test-fast`
 def test_a_run_paused_at_a_step_goes_on_under_the_next_command(
     synthetic_data_dir: Path, tmp_path: Path
 ) -> None:
@@ -323,6 +331,7 @@ def test_preset_decides_the_task(capsys: pytest.CaptureFixture[str]) -> None:
     assert "not translation" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # trains: not in `make test-fast`
 def test_resume_refuses_changed_settings(synthetic_data_dir: Path, tmp_path: Path) -> None:
     base = ["--dataset=tatoeba-fr-en", "--name=r", *tiny(synthetic_data_dir, tmp_path)]
     train(parse_overrides([*base, "--stop-at-step", "2"], {"task": "translation"}))
@@ -331,6 +340,7 @@ def test_resume_refuses_changed_settings(synthetic_data_dir: Path, tmp_path: Pat
         train(changed)
 
 
+@pytest.mark.slow  # trains: not in `make test-fast`
 def test_ship_writes_card_and_selects_on_validation(
     synthetic_data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -361,6 +371,7 @@ def test_ship_writes_card_and_selects_on_validation(
     assert "not shipping" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # trains: not in `make test-fast`
 def test_masked_lm_phase_runs_pretrain_steps_past_the_fine_tuning_epochs(
     synthetic_data_dir: Path, tmp_path: Path
 ) -> None:
@@ -378,6 +389,7 @@ def test_masked_lm_phase_runs_pretrain_steps_past_the_fine_tuning_epochs(
     assert capped[0]["lr"] == mlm[0]["lr"]
 
 
+@pytest.mark.slow  # trains: not in `make test-fast`
 def test_distillation_adds_teacher_labelled_texts(synthetic_data_dir: Path, tmp_path: Path) -> None:
     teacher_args = tiny(synthetic_data_dir, tmp_path, epochs=1)
     assert main(["sentiment", "--dataset=nsmc", "--name=teacher", *teacher_args]) == 0
