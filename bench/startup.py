@@ -34,8 +34,8 @@ from bench.server import REPO, code_path, free_port, server_env, stop, wait_read
 CHECKPOINTS = REPO / "checkpoints"
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
-# an HTTP process's start-up, step by step (the baseline's RemoteService resolved the device for discovery)
-HTTP_PROBE = """
+# a probe's clock: mark(step) adds the wall and CPU seconds since the last mark to out[step]
+PROBE_CLOCK = """
 import json, resource, sys, time
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
@@ -43,8 +43,15 @@ def cpu():
 out, t, c = {}, time.monotonic(), cpu()
 def mark(name):
     global t, c
-    out[name] = (time.monotonic() - t, cpu() - c)
+    wall, used = out.get(name, (0.0, 0.0))
+    out[name] = (wall + time.monotonic() - t, used + cpu() - c)
     t, c = time.monotonic(), cpu()
+"""
+
+# an HTTP process's start-up, step by step (the baseline's RemoteService resolved the device for discovery)
+HTTP_PROBE = (
+    PROBE_CLOCK
+    + """
 import app.parallel.http
 from app.core.metrics import Metrics
 from app.core.settings import load_settings
@@ -67,19 +74,12 @@ mark("tokenizers")
 out["torch imported"] = "torch" in sys.modules
 print(json.dumps(out))
 """
+)
 
 # the model process's start-up, step by step, one model after another (as on CUDA: one inference worker)
-MODEL_PROBE = """
-import json, resource, sys, time
-def cpu():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-out, t, c = {}, time.monotonic(), cpu()
-def mark(name):
-    global t, c
-    wall, used = out.get(name, (0.0, 0.0))
-    out[name] = (wall + time.monotonic() - t, used + cpu() - c)
-    t, c = time.monotonic(), cpu()
+MODEL_PROBE = (
+    PROBE_CLOCK
+    + """
 import app.parallel.engine
 from app.core.settings import load_settings
 from app.registry import Registry
@@ -107,6 +107,7 @@ for name, entry in registry.entries.items():
     mark("warm-up")
 print(json.dumps(out))
 """
+)
 
 
 def tree_cpu(root: int) -> float:
