@@ -279,18 +279,21 @@ def test_queue_limits_are_global_and_sigterm_drains_every_process(app_checkpoint
         for c in clients:
             c.close()
         eventually(lambda: _metric(server, "transformer_serving_stopped_items_total") > stopped)
+        # their queued items leave the queue too (under load after the decoding stopped): else the next three
+        # could meet a full queue (429) and never be queued
+        eventually(lambda: not _queued(server))
 
         # SIGTERM while requests are in flight: they are answered, then every process ends
         children = process_tree(server.proc.pid)[1:]
-        with ThreadPoolExecutor(3) as pool:
-            flying = [
-                pool.submit(httpx.post, f"{server.url}/translate", json=SLOW_BODY, timeout=60)
-                for _ in range(3)
-            ]
-            # all three in (one decoding, two queued): the drain refuses connections that come after SIGTERM
-            eventually(lambda: "/translate" in _queued(server, at_least=2))
-            server.proc.send_signal(signal.SIGTERM)
-            assert [f.result().status_code for f in flying] == [200] * 3
+        # sent at once on connections opened first (one client each would start them seconds apart under
+        # load, and the first could be answered before the third came): all three in, one decoding and two
+        # queued, before SIGTERM; the drain refuses connections that come after it
+        flying = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        for c in flying:
+            c.sendall(head.replace("Host: x", "Host: x\r\nConnection: close").encode() + body)
+        eventually(lambda: "/translate" in _queued(server, at_least=2))
+        server.proc.send_signal(signal.SIGTERM)
+        assert [_status(c) for c in flying] == [200] * 3
         assert server.proc.wait(timeout=30) == 0
         assert not any(_alive(pid) for pid in children)
 
@@ -304,6 +307,16 @@ def _queued(server: Server, at_least: int = 1) -> str:
         if ln.startswith('transformer_serving_queue_depth{model="translate-fr-en"}')
     ]
     return "/translate" if depth and float(depth[0].rsplit(" ", 1)[1]) >= at_least else ""
+
+
+def _status(sock: socket.socket) -> int:
+    """The status code of the one answer on `sock` (Connection: close: read to the end), then close it."""
+    sock.settimeout(60)
+    with sock:
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return int(data.split(b" ", 2)[1])
 
 
 def _metric(server: Server, name: str) -> float:
