@@ -55,6 +55,15 @@ class SettingsError(ValueError):
     """An invalid setting; the message names the environment variable."""
 
 
+def cpu_workers(cores: int) -> int:
+    """Auto inference workers on `cores` CPU cores: 1 on one core, 2 below MANY_CORES, then a quarter of the
+    cores, at most MAX_AUTO_INFERENCE_WORKERS (Settings.inference_workers_count; each model process's slice:
+    app/parallel/shares.py)."""
+    if cores < 2:
+        return 1
+    return 2 if cores < MANY_CORES else min(MAX_AUTO_INFERENCE_WORKERS, cores // 4)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
@@ -255,9 +264,7 @@ class Settings(BaseSettings):
         cores = torch.get_num_threads()
         if self.torch_device().type == "cuda":
             return CUDA_WORKERS
-        if cores < 2:
-            return 1
-        return 2 if cores < MANY_CORES else min(MAX_AUTO_INFERENCE_WORKERS, cores // 4)
+        return cpu_workers(cores)
 
     def http_workers_count(self) -> int:
         """APP_HTTP_WORKERS, or for 0: one process below MANY_CORES cores (measured best on 2 cores:

@@ -8,7 +8,7 @@ import os
 
 import torch
 
-from app.core.settings import MANY_CORES, MAX_AUTO_INFERENCE_WORKERS, Settings
+from app.core.settings import Settings, cpu_workers
 
 
 def share(total: int, parts: int, index: int) -> int:
@@ -47,9 +47,7 @@ def model_settings(settings: Settings, index: int, processes: int, cores: int | 
         "max_decode_queues": share(s.max_decode_queues, processes, index),
     }
     if cores is not None:
-        workers = s.inference_workers or (
-            1 if cores < 2 else 2 if cores < MANY_CORES else min(MAX_AUTO_INFERENCE_WORKERS, cores // 4)
-        )
+        workers = s.inference_workers or cpu_workers(cores)
         update["inference_workers"] = workers
         update["torch_threads"] = s.torch_threads or max(1, (cores - 1) // workers)
     return s.model_copy(update=update)
