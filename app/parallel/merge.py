@@ -2,7 +2,9 @@
 sample (same name and labels), rendered in the Prometheus text format.
 
 Counters, histograms and most gauges add up (requests, CPU seconds, memory, queue depth); a few gauges do not:
-start times and `_created` take the earliest, info gauges (1 with labels) and limits the largest.
+start times and `_created` take the earliest, info gauges (1 with labels) and limits the largest, and so do
+the model counts: every model process loads the same models, so the server has as many as one of them has
+(several model processes report what one process would: 4 models, not 4 per model process).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from app.core.metrics import NAMESPACE
 
 METRICS_TIMEOUT_S = 2.0  # the model process's wait for an HTTP process's families, in a scrape
 EARLIEST = ("process_start_time_seconds",)
-LARGEST = ("process_max_fds", "python_info")
+LARGEST = ("process_max_fds", "python_info", f"{NAMESPACE}_models_loaded", f"{NAMESPACE}_models_failed")
 
 
 def count_process(registry: CollectorRegistry, role: str) -> None:

@@ -183,6 +183,7 @@ async def test_ready_and_metrics_cover_both_model_processes(sentiment_only_dir: 
 
         assert value('transformer_serving_processes{role="model"}') == 2
         assert value('transformer_serving_processes{role="http"}') == 1
+        assert value("transformer_serving_models_loaded") == 1  # the server's models, not one per process
         assert value('transformer_serving_batch_size_sum{model="sentiment-en"}') == 8
         assert (
             value('transformer_serving_http_requests_total{method="POST",route="/sentiment",status="200"}')
