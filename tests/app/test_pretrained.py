@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import subprocess
-import sys
 import zipfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,12 +27,12 @@ from app.core.settings import Settings, SettingsError
 from app.registry import Registry
 from engines.ct2_convert import export_ctranslate2
 from tests.app.conftest import serve
+from training.__main__ import main as training_cli
 
 pytest.importorskip("transformers")
 pytest.importorskip("ctranslate2")
 
 pytestmark = pytest.mark.anyio
-ROOT = Path(__file__).parents[2]
 ARGOS = "translate-es_en-1_0"  # the folder name argospm gives a package (its zip's top directory)
 FR = [
     "Le chat aime la maison.",
@@ -77,21 +75,16 @@ def mixed_dir(
     random, multilingual: >>spa<< / >>ita<< tags), an Argos package (es -> en)."""
     root = tmp_path_factory.mktemp("mixed")
     (root / "translate-fr-en").symlink_to(tiny_translator_checkpoint, target_is_directory=True)
-    subprocess.run(
-        [sys.executable, "-m", "training", "import", "marian", str(tiny_marian_dir), "--name", "opus-mt-fr-en",
-         "--out-dir", str(root)],
-        check=True, cwd=ROOT, capture_output=True,
-    )  # fmt: skip
+    # the CLI in this process (a subprocess would import torch and transformers again for each)
+    fr_en = ["marian", str(tiny_marian_dir), "--name", "opus-mt-fr-en", "--out-dir", str(root)]
+    assert training_cli(["import", *fr_en]) == 0
     from tests.tiny_marian import build_marian  # transformers: a test dependency
 
     romance = build_marian(
         root.parent / "hf" / "opus-mt-fr-ROMANCE", tags=("spa", "ita"), seed=3, train_steps=0
     )
-    subprocess.run(
-        [sys.executable, "-m", "training", "import", "marian", str(romance), "--name", "opus-mt-fr-ROMANCE",
-         "--out-dir", str(root)],
-        check=True, cwd=ROOT, capture_output=True,
-    )  # fmt: skip
+    romance_args = ["marian", str(romance), "--name", "opus-mt-fr-ROMANCE", "--out-dir", str(root)]
+    assert training_cli(["import", *romance_args]) == 0
     package = argos_zip(tiny_translator_checkpoint, root.parent / f"{ARGOS}.argosmodel", "es", "en")
     with zipfile.ZipFile(package) as z:  # what argospm's install_from_path does
         z.extractall(root)
