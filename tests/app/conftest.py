@@ -95,6 +95,20 @@ def make_settings(app_checkpoint_dir: Path) -> Callable[..., Settings]:
     return make
 
 
+# For a module whose apps of its own test routes, limits or scheduling, not the models' graphs: eager models
+# start without tracing (the traced graphs' parity is asserted by tests/model, by the batching and int8 parity
+# tests, and through the shared app, which runs the defaults). Use as `Settings(**EAGER, ...)`, or override
+# make_settings in the module with `eager_settings`.
+EAGER: dict[str, Any] = {"torchscript": False}
+
+
+def eager_settings(make: Callable[..., Settings]) -> Callable[..., Settings]:
+    def make_eager(**overrides: Any) -> Settings:
+        return make(**(EAGER | overrides))
+
+    return make_eager
+
+
 async def wait_ready(client: httpx.AsyncClient, timeout: float = 30.0) -> None:
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout

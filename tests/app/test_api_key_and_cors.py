@@ -10,10 +10,16 @@ import pytest
 from app.core.errors import UNAUTHORIZED
 from app.core.settings import Settings
 from app.edge.api_key import authorized
-from tests.app.conftest import serve
+from tests.app.conftest import eager_settings, serve
 
 pytestmark = pytest.mark.anyio
 KEY = "s3cret"
+
+
+@pytest.fixture
+def make_settings(make_settings: Callable[..., Settings]) -> Callable[..., Settings]:
+    """Apps of this module's own run eager models: they test the HTTP surface, not the graphs."""
+    return eager_settings(make_settings)
 
 
 def scope(*headers: tuple[bytes, bytes]) -> dict[str, Any]:

@@ -8,10 +8,16 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from app.core.settings import Settings
-from tests.app.conftest import serve
+from tests.app.conftest import eager_settings, serve
 
 pytestmark = pytest.mark.anyio
 LIMIT = 2048
+
+
+@pytest.fixture
+def make_settings(make_settings: Callable[..., Settings]) -> Callable[..., Settings]:
+    """Apps of this module's own run eager models: they test the HTTP surface, not the graphs."""
+    return eager_settings(make_settings)
 
 
 def _big(route: str) -> bytes:

@@ -23,11 +23,17 @@ from app.registry import Registry
 from app.schemas import MAX_MODEL_NAME
 from app.text.blank import is_blank
 from model import CheckpointError
-from tests.app.conftest import serve
+from tests.app.conftest import EAGER, eager_settings, serve
 
 pytestmark = pytest.mark.anyio
 JSON = {"content-type": "application/json"}
 KEY = "s3cret"
+
+
+@pytest.fixture
+def make_settings(make_settings: Callable[..., Settings]) -> Callable[..., Settings]:
+    """Apps of this module's own run eager models: they test the HTTP surface, not the graphs."""
+    return eager_settings(make_settings)
 
 
 # --- the API key: one that no header can carry fails start-up (how it is read: test_api_key_and_cors.py) ---
@@ -174,7 +180,7 @@ def test_every_character_the_tokenizers_drop_is_blank(tiny_tokenizer_path: Path)
 @pytest.fixture(scope="module")
 async def without(app_checkpoint_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
     """The same app with APP_FAST_PATH=false: every request through FastAPI."""
-    async with serve(Settings(checkpoint_dir=app_checkpoint_dir, fast_path=False)) as (_, client):
+    async with serve(Settings(checkpoint_dir=app_checkpoint_dir, fast_path=False, **EAGER)) as (_, client):
         yield client
 
 

@@ -17,10 +17,16 @@ import pytest
 from app.api.libretranslate.html_text import HtmlDocument
 from app.core.settings import Settings
 from app.tasks.handlers import TranslationHandler
-from tests.app.conftest import eventually, serve
+from tests.app.conftest import eager_settings, eventually, serve
 
 pytestmark = pytest.mark.anyio
 LT = "/libretranslate"
+
+
+@pytest.fixture
+def make_settings(make_settings: Callable[..., Settings]) -> Callable[..., Settings]:
+    """Apps of this module's own run eager models: they test the HTTP surface, not the graphs."""
+    return eager_settings(make_settings)
 
 
 async def native(client: httpx.AsyncClient, texts: list[str], source: str = "fr", **kw: Any) -> list[Any]:

@@ -23,12 +23,19 @@ import pytest
 from app.core.settings import Settings
 from app.tasks.handlers import TranslationHandler
 from bench.server import serve
+from tests.app.conftest import eager_settings
 from tests.app.conftest import serve as serve_in_process
 
 pytestmark = pytest.mark.slow  # starts python -m app: not in `make test-fast`
 
 LT = "/libretranslate"
 HELLO = "Bonjour"  # theirs: "Hello" (en -> es); here fr -> en
+
+
+@pytest.fixture
+def make_settings(make_settings: Callable[..., Settings]) -> Callable[..., Settings]:
+    """Apps of this module's own run eager models: they test the HTTP surface, not the graphs."""
+    return eager_settings(make_settings)
 
 
 @pytest.fixture(scope="module")

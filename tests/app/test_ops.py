@@ -25,7 +25,7 @@ from app.core.metrics import NAMESPACE
 from app.core.settings import REPO_ROOT, Settings, SettingsError, load_settings
 from app.tasks.sentiment import ClassifierItem, SentimentHandler
 from bench.server import free_port, server_env, stop, wait_ready
-from tests.app.conftest import eventually, serve
+from tests.app.conftest import EAGER, eventually, serve
 from tests.app.test_concurrency import SLOW, Held, queued
 
 pytestmark = pytest.mark.anyio
@@ -44,7 +44,10 @@ def generated(r: httpx.Response) -> bool:
 async def test_request_id_is_echoed_or_generated_on_both_paths(
     sentiment_only_dir: Path, fast_path: bool
 ) -> None:
-    async with serve(Settings(checkpoint_dir=sentiment_only_dir, fast_path=fast_path)) as (_, client):
+    async with serve(Settings(**EAGER, checkpoint_dir=sentiment_only_dir, fast_path=fast_path)) as (
+        _,
+        client,
+    ):
         for method, path, body, status in (
             ("POST", "/sentiment", SENTIMENT, 200),  # the lean path when fast_path, else FastAPI
             ("POST", "/sentiment", {"text": ""}, 422),
@@ -118,7 +121,7 @@ async def test_401_and_429_carry_the_request_id(
 
 
 async def test_cors_pages_may_send_and_read_the_request_id(sentiment_only_dir: Path) -> None:
-    settings = Settings(checkpoint_dir=sentiment_only_dir, cors_origins=["http://ui.example"])
+    settings = Settings(**EAGER, checkpoint_dir=sentiment_only_dir, cors_origins=["http://ui.example"])
     async with serve(settings) as (_, client):
         origin = {"Origin": "http://ui.example"}
         preflight = await client.options(
@@ -196,7 +199,7 @@ async def test_a_failed_batch_logs_the_ids_of_its_requests(
         return hold_run(handler, batch)
 
     monkeypatch.setattr(SentimentHandler, "run", run)
-    settings = Settings(checkpoint_dir=sentiment_only_dir, inference_workers=1)
+    settings = Settings(**EAGER, checkpoint_dir=sentiment_only_dir, inference_workers=1)
     async with serve(settings) as (app, client):
         blocker = asyncio.ensure_future(client.post("/sentiment", json={"text": SLOW}))
         await asyncio.to_thread(held.running.wait, 5)
@@ -321,7 +324,10 @@ async def test_metrics_scrape_with_a_key_set(
     scrape: dict[str | None, int],
     models: dict[str | None, int],
 ) -> None:
-    async with serve(Settings(checkpoint_dir=sentiment_only_dir, **settings), ready=False) as (_, client):
+    async with serve(Settings(**EAGER, checkpoint_dir=sentiment_only_dir, **settings), ready=False) as (
+        _,
+        client,
+    ):
         for path, expected in (("/metrics", scrape), ("/models", models)):
             for key, status in expected.items():
                 for headers in ({"Authorization": f"Bearer {key}"}, {"X-API-Key": str(key)}) if key else [{}]:

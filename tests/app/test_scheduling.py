@@ -25,7 +25,7 @@ from model import Translator
 from model.decoding import Decodable
 from model.jit import TracedTranslator
 from model.translator import DecoderState
-from tests.app.conftest import eventually, serve
+from tests.app.conftest import EAGER, eventually, serve
 
 pytestmark = pytest.mark.anyio
 FAR = 1e9  # a deadline that never passes
@@ -120,7 +120,7 @@ def test_a_queue_work_limit_below_the_budget_is_refused() -> None:
 async def test_a_request_over_budget_is_422_naming_the_setting_its_cost_and_the_limit(
     two_models_dir: Path,
 ) -> None:
-    async with serve(Settings(checkpoint_dir=two_models_dir, max_work=300)) as (_, client):
+    async with serve(Settings(**EAGER, checkpoint_dir=two_models_dir, max_work=300)) as (_, client):
         body = {"texts": ["Le chat dort. Il fait beau !"] * 4, "beam_size": 4} | FR
         r = await client.post("/translate", json=body)
         assert r.status_code == 422
@@ -136,7 +136,7 @@ async def test_a_request_over_budget_is_422_naming_the_setting_its_cost_and_the_
 async def test_a_request_far_over_budget_is_refused_before_tokenizing(
     two_models_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with serve(Settings(checkpoint_dir=two_models_dir, max_work=1000)) as (_, client):
+    async with serve(Settings(**EAGER, checkpoint_dir=two_models_dir, max_work=1000)) as (_, client):
         encoded: list[str] = []
         original = TranslationHandler.sentence  # one call per sentence tokenized
         monkeypatch.setattr(
@@ -160,7 +160,9 @@ async def test_a_request_far_over_budget_is_refused_before_tokenizing(
 async def test_distinct_length_penalties_share_the_models_queue_limit(
     two_models_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings = Settings(checkpoint_dir=two_models_dir, max_queue=2, max_batch_size=1, inference_workers=1)
+    settings = Settings(
+        **EAGER, checkpoint_dir=two_models_dir, max_queue=2, max_batch_size=1, inference_workers=1
+    )
     async with serve(settings) as (app, client):
         held = HeldTranslations(monkeypatch)  # once loaded: the warm-up translates too
         service: Service = app.state.service
@@ -183,7 +185,7 @@ async def test_distinct_length_penalties_share_the_models_queue_limit(
 
 
 async def test_a_length_penalty_off_the_grid_is_422(two_models_dir: Path) -> None:
-    async with serve(Settings(checkpoint_dir=two_models_dir)) as (_, client):
+    async with serve(Settings(**EAGER, checkpoint_dir=two_models_dir)) as (_, client):
         r = await client.post("/translate", json={"text": "le chat", "length_penalty": 0.61} | FR)
         assert r.status_code == 422
         assert r.json()["detail"][0]["msg"] == (
@@ -196,7 +198,7 @@ async def test_a_length_penalty_off_the_grid_is_422(two_models_dir: Path) -> Non
 async def test_live_decoding_queues_are_bounded(
     two_models_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings = Settings(checkpoint_dir=two_models_dir, max_decode_queues=2)
+    settings = Settings(**EAGER, checkpoint_dir=two_models_dir, max_decode_queues=2)
     async with serve(settings) as (app, client):
         service: Service = app.state.service
         for i in range(6):  # one after the other: an idle queue retires for each new mode
@@ -221,7 +223,7 @@ async def test_queue_depth_counts_a_batch_waiting_for_a_worker(
     two_models_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One worker, held by a translation: a sentiment batch submitted behind it waits, and is counted."""
-    async with serve(Settings(checkpoint_dir=two_models_dir, inference_workers=1)) as (app, client):
+    async with serve(Settings(**EAGER, checkpoint_dir=two_models_dir, inference_workers=1)) as (app, client):
         held = HeldTranslations(monkeypatch)
         translation = asyncio.ensure_future(client.post("/translate", json={"text": "le chat"} | FR))
         await eventually(lambda: held.started == 1)
@@ -266,7 +268,7 @@ async def test_expensive_calls_leave_a_worker_to_cheap_ones() -> None:
 async def test_sentiment_is_served_while_translations_hold_the_expensive_lane(
     two_models_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings = Settings(checkpoint_dir=two_models_dir, inference_workers=2, torch_threads=1)
+    settings = Settings(**EAGER, checkpoint_dir=two_models_dir, inference_workers=2, torch_threads=1)
     async with serve(settings) as (app, client):
         assert (await client.post("/sentiment", json={"text": "fine"})).status_code == 200  # the lane is held
         held = HeldTranslations(monkeypatch)
@@ -358,7 +360,7 @@ async def test_expensive_batches_are_cut_by_work(one_worker: InferenceWorkers) -
 async def test_a_batch_whose_requests_left_stops_decoding(
     two_models_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings = Settings(checkpoint_dir=two_models_dir, request_timeout_s=1.0)
+    settings = Settings(**EAGER, checkpoint_dir=two_models_dir, request_timeout_s=1.0)
     async with serve(settings) as (app, client):
         steps = CountedSteps(monkeypatch, hold_at=2)  # once loaded: tracing and warm-up decode too
         service: Service = app.state.service
@@ -436,7 +438,7 @@ def held_png(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
 async def test_png_rendering_has_a_process_of_its_own_and_a_bound(
     two_models_dir: Path, held_png: threading.Event
 ) -> None:
-    async with serve(Settings(checkpoint_dir=two_models_dir)) as (app, client):
+    async with serve(Settings(**EAGER, checkpoint_dir=two_models_dir)) as (app, client):
         service: Service = app.state.service
         service.tasks["attention"].png.limit = 2
         body = {"model": "sentiment-en", "text": "good", "format": "png"}
