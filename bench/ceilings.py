@@ -32,8 +32,8 @@ def ceiling(
 ) -> dict[str, tuple[float, float]]:
     """(texts/s, CPU ms per text) of model.inference alone on the same inputs, batches of `batch_size`
     (32), on `device` (the CPU with torch's default threads: all cores, the best model-only figure) and,
-    for classifiers, the compiled
-    graph the server runs (APP_TORCHSCRIPT); the best of 20 runs (translators: of 3). Input work (tokenizing,
+    for classifiers, the graph the server runs (compiled unless `settings` turn APP_TORCHSCRIPT off); the
+    best of 20 runs (translators: of 3). Input work (tokenizing,
     hashing n-grams) is left out: the server does it too, it is not the model's. Models load in the
     server's dtype (`settings`: the --set APP_* values, e.g. APP_DTYPE=bfloat16), and translators decode with
     its APP_TRANSLATION_ENGINE. `runs` replaces every best-of count (the
@@ -59,7 +59,7 @@ def ceiling(
         # an n-gram head's hashing is input work like tokenizing (the server's, not the model's): hashed
         # here, before the clock; the encoder and the head's forward on the bags are timed together
         encoder, head = model.encoder_only(), model.ngram
-        graph = compile_classifier(encoder)
+        graph = compile_classifier(encoder) if server_settings(settings or {}).torchscript else None
         spec = NgramSpec.parse(m.config.ngram) if m.config.ngram else None
 
         def run(batches: list[range]) -> Callable[[], None]:

@@ -4,6 +4,7 @@ request alone (APP_MAX_BATCH_SIZE=1, as LibreTranslate does) and with its cross-
 default) -> requests/s, latency percentiles, mean batch size.
 
     python -m bench.libretranslate [--checkpoint-dir checkpoints] [--concurrency 16] [--duration 20]
+                                   [--set APP_NAME=VALUE]
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import httpx
 
 from bench.load import FR_WORDS, httpx_load, percentile, texts
-from bench.server import REPO, serve
+from bench.server import REPO, serve_many
 
 MODES = {"one request per forward pass": {"APP_MAX_BATCH_SIZE": "1"}, "batched (default)": {}}
 
@@ -52,13 +53,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", default="fr", help="the pair's source language (target: en)")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--duration", type=float, default=20.0, help="seconds per mode")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="APP_NAME=VALUE", help="a server setting (both servers)"
+    )
     args = ap.parse_args(argv)
+    extra = dict(kv.split("=", 1) for kv in args.set)
+    if bad := [k for k in extra if not k.startswith("APP_")]:
+        ap.error(f"--set takes APP_* settings, got {bad}")
     bodies = [{"q": t, "source": args.source, "target": "en"} for t in texts(FR_WORDS, lengths=(3, 5, 8, 12))]
-    rows = []
-    for mode, env in MODES.items():
-        with serve(args.checkpoint_dir, env | {"APP_LOG_LEVEL": "warning"}) as (url, _, _):
-            cell = asyncio.run(load(url, bodies, args.concurrency, args.duration))
-        rows.append((mode, cell))
+    # both servers start side by side (no start time is reported here); each is measured while the other idles
+    envs = [extra | env | {"APP_LOG_LEVEL": "warning"} for env in MODES.values()]
+    with serve_many(args.checkpoint_dir, envs, side_by_side=True) as servers:
+        rows = [
+            (mode, asyncio.run(load(url, bodies, args.concurrency, args.duration)))
+            for mode, (url, _, _) in zip(MODES, servers, strict=True)
+        ]
     print(f"{args.concurrency} LibreTranslate clients, form bodies, one {args.source}->en sentence each:\n")
     print("| server | req/s | p50 ms | p95 ms | sentences per forward | errors |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -12,8 +12,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -94,38 +95,82 @@ def wait_ready(
 def stop(proc: subprocess.Popen, timeout: float = 20.0) -> str:
     """SIGTERM (a graceful shutdown), SIGKILL only if it has not exited after `timeout` s -> its piped
     output (the pipe is closed; "" when the output was not piped)."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+    return stop_all([proc], timeout)[0]
+
+
+def stop_all(procs: list[subprocess.Popen], timeout: float = 20.0) -> list[str]:
+    """`stop` for each, their graceful shutdowns side by side: SIGTERM to every one first, then SIGKILL to any
+    that has not exited `timeout` s later -> their piped outputs."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    outputs = []
+    for proc in procs:
         try:
-            proc.wait(timeout=timeout)
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    if proc.stdout is None:
-        return ""
-    with proc.stdout:
-        out = proc.stdout.read()
-    return out.decode(errors="replace") if isinstance(out, bytes) else out
+        if proc.stdout is None:
+            outputs.append("")
+            continue
+        with proc.stdout:
+            out = proc.stdout.read()
+        outputs.append(out.decode(errors="replace") if isinstance(out, bytes) else out)
+    return outputs
 
 
 @contextmanager
 def serve(checkpoint_dir: Path, env: dict[str, str]) -> Iterator[tuple[str, float, int]]:
     """`python -m app` in a subprocess -> (base url, seconds from spawn to /ready 200, pid); SIGTERM at exit."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    base = {"APP_CHECKPOINT_DIR": str(checkpoint_dir), "APP_PORT": str(port), "APP_LOG_LEVEL": "warning"}
-    with tempfile.TemporaryFile() as log:
+    with serve_many(checkpoint_dir, [env]) as [server]:
+        yield server
 
-        def output() -> str:
-            log.seek(0)
-            return log.read().decode(errors="replace")
 
-        start = time.monotonic()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "app"], env=server_env(base | env), cwd=REPO, stdout=log, stderr=log
-        )
+@contextmanager
+def serve_many(
+    checkpoint_dir: Path, envs: list[dict[str, str]], side_by_side: bool = False
+) -> Iterator[list[tuple[str, float, int]]]:
+    """A `serve` per env -> [(base url, seconds from spawn to /ready 200, pid)], all SIGTERMed at once at
+    exit. One after the other (each /ready time taken while the ones before it sit idle), or `side_by_side`:
+    all spawned, then each waited for (sooner ready, but on a machine the others are loading too)."""
+    procs: list[subprocess.Popen] = []
+    servers: list[tuple[str, float, int]] = []
+    with ExitStack() as logs:
         try:
-            wait_ready(proc, url, 120, output)
-            yield url, time.monotonic() - start, proc.pid
+            waiting = []
+            for env in envs:
+                waiting.append(_spawn(checkpoint_dir, env, logs.enter_context(tempfile.TemporaryFile())))
+                procs.append(waiting[-1][0])
+                if not side_by_side:
+                    servers.append(_wait(*waiting.pop()))
+            servers += [_wait(*w) for w in waiting]
+            yield servers
         finally:
-            stop(proc, timeout=30)
+            stop_all(procs, timeout=30)
+
+
+def _spawn(
+    checkpoint_dir: Path, env: dict[str, str], log: IO[bytes]
+) -> tuple[subprocess.Popen, str, float, Callable[[], str]]:
+    """`python -m app` on a free port, its output to `log` -> (process, url, spawn time, output so far)."""
+    port = free_port()
+    base = {"APP_CHECKPOINT_DIR": str(checkpoint_dir), "APP_PORT": str(port), "APP_LOG_LEVEL": "warning"}
+
+    def output() -> str:
+        log.seek(0)
+        return log.read().decode(errors="replace")
+
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app"], env=server_env(base | env), cwd=REPO, stdout=log, stderr=log
+    )
+    return proc, f"http://127.0.0.1:{port}", start, output
+
+
+def _wait(
+    proc: subprocess.Popen, url: str, start: float, output: Callable[[], str]
+) -> tuple[str, float, int]:
+    wait_ready(proc, url, 120, output)
+    return url, time.monotonic() - start, proc.pid
