@@ -85,15 +85,20 @@ def eventually(condition: Callable[[], Any], timeout: float = 60.0) -> Any:
     raise AssertionError(f"not within {timeout} s")
 
 
+# the process layer is what these compare, not TorchScript (tests/model and the in-process API tests serve
+# it): eager in both, so that no model process traces every model at start
+EAGER = {"APP_TORCHSCRIPT": "false"}
+
+
 @pytest.fixture(scope="module")
 def one(app_checkpoint_dir: Path) -> Iterator[Server]:
-    with serve(app_checkpoint_dir, APP_HTTP_WORKERS="1") as server:
+    with serve(app_checkpoint_dir, APP_HTTP_WORKERS="1", **EAGER) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def two(app_checkpoint_dir: Path) -> Iterator[Server]:
-    env = {"APP_LOG_LEVEL": "debug", "APP_LOG_FORMAT": "json", "APP_ACCESS_LOG": "true"}
+    env = {"APP_LOG_LEVEL": "debug", "APP_LOG_FORMAT": "json", "APP_ACCESS_LOG": "true"} | EAGER
     with serve(app_checkpoint_dir, APP_HTTP_WORKERS="2", APP_MODEL_PROCESSES="2", **env) as server:
         yield server
 
