@@ -132,14 +132,10 @@ def answers(url: str) -> list[tuple[int, Any]]:
     return out
 
 
-def test_answers_are_those_of_one_process(one: Server, two: Server) -> None:
-    theirs, ours = answers(one.url), answers(two.url)
-    assert [s for s, _ in ours] == [s for s, _ in theirs]
-    for (_, a), (_, b), what in zip(
-        ours, theirs, [p for p, _ in REQUESTS] + ["png", "models", "lt", "lt", "ready"], strict=True
-    ):
-        assert a == b, what
-    assert ours[-5][1][:8] == b"\x89PNG\r\n\x1a\n"
+@pytest.fixture(scope="module")
+def two_answers(two: Server) -> list[tuple[int, Any]]:
+    """`two`'s answers to every route, asked once: the tests that read them share them."""
+    return answers(two.url)
 
 
 def test_two_http_processes_and_two_model_processes_on_their_cores(two: Server) -> None:
@@ -153,10 +149,19 @@ def test_two_http_processes_and_two_model_processes_on_their_cores(two: Server) 
         assert all(os.sched_getaffinity(pid) == set(cores) for pid in two.pids("http"))
 
 
-def test_http_processes_serve_every_route_without_torch(two: Server) -> None:
-    """Text work only: after every route, no HTTP process has torch's library mapped (the model process
-    has: the check can see it)."""
-    answers(two.url)
+def test_answers_are_those_of_one_process(one: Server, two_answers: list[tuple[int, Any]]) -> None:
+    theirs, ours = answers(one.url), two_answers
+    assert [s for s, _ in ours] == [s for s, _ in theirs]
+    for (_, a), (_, b), what in zip(
+        ours, theirs, [p for p, _ in REQUESTS] + ["png", "models", "lt", "lt", "ready"], strict=True
+    ):
+        assert a == b, what
+    assert ours[-5][1][:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_http_processes_serve_every_route_without_torch(two: Server, two_answers: object) -> None:
+    """Text work only: after every route (two_answers), no HTTP process has torch's library mapped (the
+    model process has: the check can see it)."""
 
     def torch_mapped(pid: int) -> bool:
         return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
