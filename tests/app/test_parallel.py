@@ -263,8 +263,8 @@ SLOW_BODY = {
 }
 
 
-def test_queue_limits_are_global_and_sigterm_drains_every_process(app_checkpoint_dir: Path) -> None:
-    with serve(app_checkpoint_dir, **SLOW) as server:
+def test_queue_limits_are_global_and_sigterm_drains_every_process(two_models_dir: Path) -> None:
+    with serve(two_models_dir, **SLOW) as server:
         n = 24
         limits = httpx.Limits(max_connections=n)
         with httpx.Client(base_url=server.url, timeout=60, limits=limits) as c, ThreadPoolExecutor(n) as pool:
