@@ -227,17 +227,16 @@ def test_a_killed_http_process_is_noticed_and_replaced(two: Server) -> None:
     assert httpx.post(f"{two.url}/sentiment", json={"text": "a good film"}).status_code == 200
 
 
-def test_a_dead_model_process_stops_the_server_loudly(sentiment_only_dir: Path) -> None:
-    with serve(sentiment_only_dir, APP_HTTP_WORKERS="2", APP_MODEL_PROCESSES="2") as server:
-        https, engines = server.pids("http"), server.pids("engine")
-        victim = server.engine(1)  # the other model process still runs
-        os.kill(victim, signal.SIGKILL)
-        assert server.proc.wait(timeout=60) == 1
-        assert (
-            f"the model process exited with -9: stopping the server (2 of 2, pid {victim})" in server.output()
-        )
-        assert not any(_alive(pid) for pid in engines)
-        assert not any(Path(f"/proc/{pid}").exists() and _alive(pid) for pid in https)
+def test_a_dead_model_process_stops_the_server_loudly(two: Server) -> None:
+    """The last test on `two`: it stops it (a test after it would find no server)."""
+    https, engines = two.pids("http"), two.pids("engine")
+    assert (len(https), len(engines)) == (2, 2)
+    victim = two.engine(1)  # the other model process still runs
+    os.kill(victim, signal.SIGKILL)
+    assert two.proc.wait(timeout=60) == 1
+    assert f"the model process exited with -9: stopping the server (2 of 2, pid {victim})" in two.output()
+    assert not any(_alive(pid) for pid in engines)
+    assert not any(Path(f"/proc/{pid}").exists() and _alive(pid) for pid in https)
 
 
 def _alive(pid: int) -> bool:
