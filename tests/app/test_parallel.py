@@ -96,11 +96,23 @@ def one(app_checkpoint_dir: Path) -> Iterator[Server]:
         yield server
 
 
+def still_running(server: Server) -> Server:
+    """A module's server, for one more test: the test that stops it must be the last one to use it."""
+    code = server.proc.poll()
+    assert code is None, f"the module's server has exited ({code}): the test that stops it must come last"
+    return server
+
+
 @pytest.fixture(scope="module")
-def two(app_checkpoint_dir: Path) -> Iterator[Server]:
+def two_server(app_checkpoint_dir: Path) -> Iterator[Server]:
     env = {"APP_LOG_LEVEL": "debug", "APP_LOG_FORMAT": "json", "APP_ACCESS_LOG": "true"} | EAGER
     with serve(app_checkpoint_dir, APP_HTTP_WORKERS="2", APP_MODEL_PROCESSES="2", **env) as server:
         yield server
+
+
+@pytest.fixture
+def two(two_server: Server) -> Server:
+    return still_running(two_server)
 
 
 REQUESTS: list[tuple[str, dict[str, Any]]] = [
@@ -133,9 +145,9 @@ def answers(url: str) -> list[tuple[int, Any]]:
 
 
 @pytest.fixture(scope="module")
-def two_answers(two: Server) -> list[tuple[int, Any]]:
+def two_answers(two_server: Server) -> list[tuple[int, Any]]:
     """`two`'s answers to every route, asked once: the tests that read them share them."""
-    return answers(two.url)
+    return answers(still_running(two_server).url)
 
 
 def test_two_http_processes_and_two_model_processes_on_their_cores(two: Server) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from app.parallel.heartbeat import DEADLINE_MARGIN_S, STALL_S, wedged_after
 from app.parallel.remote import METRICS_WAIT_S
-from tests.app.test_parallel import Server, _alive, eventually, serve
+from tests.app.test_parallel import Server, _alive, eventually, serve, still_running
 
 pytestmark = pytest.mark.slow  # starts python -m app: not in `make test-fast`
 
@@ -34,20 +34,30 @@ DRAIN = {"APP_MIN_BODY_RATE": "0", "APP_SHUTDOWN_TIMEOUT_S": "10"}
 
 
 @pytest.fixture(scope="module")
-def server(sentiment_only_dir: Path) -> Iterator[Server]:
-    """One server (one model process) for the tests that leave it as they found it (every process up,
-    none stopped), and the last one, which stops it."""
+def one_model_server(sentiment_only_dir: Path) -> Iterator[Server]:
     env = {"APP_HTTP_WORKERS": "2", "APP_REQUEST_TIMEOUT_S": str(TIMEOUT_S)} | DRAIN
     with serve(sentiment_only_dir, **env) as s:
         yield s
 
 
+@pytest.fixture
+def server(one_model_server: Server) -> Server:
+    """One model process, for the tests that leave it as they found it (every process up, none stopped),
+    and the last one, which stops it."""
+    return still_running(one_model_server)
+
+
 @pytest.fixture(scope="module")
-def two_models(sentiment_only_dir: Path) -> Iterator[Server]:
-    """Two model processes: a test that stops one and lets it run again, then the one that stops the server."""
+def two_models_server(sentiment_only_dir: Path) -> Iterator[Server]:
     env = {"APP_HTTP_WORKERS": "2", "APP_MODEL_PROCESSES": "2", "APP_REQUEST_TIMEOUT_S": str(TIMEOUT_S)}
     with serve(sentiment_only_dir, **env) as s:
         yield s
+
+
+@pytest.fixture
+def two_models(two_models_server: Server) -> Server:
+    """Two model processes: a test that stops one and lets it run again, then the one that stops the server."""
+    return still_running(two_models_server)
 
 
 @contextlib.contextmanager
