@@ -9,6 +9,7 @@ then the HTTP processes'): a client that connects during a drain is refused, nev
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -49,6 +50,9 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         s = self.settings
+        # what start-up left alive (torch, imported for the device) is permanent: the collections at exit skip
+        # it too, which otherwise rescan torch's objects and hold the exit status back after every drain
+        gc.freeze()
         try:
             listener = listen(s.host, s.port)
         except OSError as e:  # one line and exit 1, as uvicorn

@@ -85,17 +85,34 @@ def eventually(condition: Callable[[], Any], timeout: float = 60.0) -> Any:
     raise AssertionError(f"not within {timeout} s")
 
 
+# the process layer is what these compare, not TorchScript (tests/model and the in-process API tests serve
+# it): eager in both, so that no model process traces every model at start
+EAGER = {"APP_TORCHSCRIPT": "false"}
+
+
 @pytest.fixture(scope="module")
 def one(app_checkpoint_dir: Path) -> Iterator[Server]:
-    with serve(app_checkpoint_dir, APP_HTTP_WORKERS="1") as server:
+    with serve(app_checkpoint_dir, APP_HTTP_WORKERS="1", **EAGER) as server:
         yield server
+
+
+def still_running(server: Server) -> Server:
+    """A module's server, for one more test: the test that stops it must be the last one to use it."""
+    code = server.proc.poll()
+    assert code is None, f"the module's server has exited ({code}): the test that stops it must come last"
+    return server
 
 
 @pytest.fixture(scope="module")
-def two(app_checkpoint_dir: Path) -> Iterator[Server]:
-    env = {"APP_LOG_LEVEL": "debug", "APP_LOG_FORMAT": "json", "APP_ACCESS_LOG": "true"}
+def two_server(app_checkpoint_dir: Path) -> Iterator[Server]:
+    env = {"APP_LOG_LEVEL": "debug", "APP_LOG_FORMAT": "json", "APP_ACCESS_LOG": "true"} | EAGER
     with serve(app_checkpoint_dir, APP_HTTP_WORKERS="2", APP_MODEL_PROCESSES="2", **env) as server:
         yield server
+
+
+@pytest.fixture
+def two(two_server: Server) -> Server:
+    return still_running(two_server)
 
 
 REQUESTS: list[tuple[str, dict[str, Any]]] = [
@@ -127,14 +144,10 @@ def answers(url: str) -> list[tuple[int, Any]]:
     return out
 
 
-def test_answers_are_those_of_one_process(one: Server, two: Server) -> None:
-    theirs, ours = answers(one.url), answers(two.url)
-    assert [s for s, _ in ours] == [s for s, _ in theirs]
-    for (_, a), (_, b), what in zip(
-        ours, theirs, [p for p, _ in REQUESTS] + ["png", "models", "lt", "lt", "ready"], strict=True
-    ):
-        assert a == b, what
-    assert ours[-5][1][:8] == b"\x89PNG\r\n\x1a\n"
+@pytest.fixture(scope="module")
+def two_answers(two_server: Server) -> list[tuple[int, Any]]:
+    """`two`'s answers to every route, asked once: the tests that read them share them."""
+    return answers(still_running(two_server).url)
 
 
 def test_two_http_processes_and_two_model_processes_on_their_cores(two: Server) -> None:
@@ -148,10 +161,19 @@ def test_two_http_processes_and_two_model_processes_on_their_cores(two: Server) 
         assert all(os.sched_getaffinity(pid) == set(cores) for pid in two.pids("http"))
 
 
-def test_http_processes_serve_every_route_without_torch(two: Server) -> None:
-    """Text work only: after every route, no HTTP process has torch's library mapped (the model process
-    has: the check can see it)."""
-    answers(two.url)
+def test_answers_are_those_of_one_process(one: Server, two_answers: list[tuple[int, Any]]) -> None:
+    theirs, ours = answers(one.url), two_answers
+    assert [s for s, _ in ours] == [s for s, _ in theirs]
+    for (_, a), (_, b), what in zip(
+        ours, theirs, [p for p, _ in REQUESTS] + ["png", "models", "lt", "lt", "ready"], strict=True
+    ):
+        assert a == b, what
+    assert ours[-5][1][:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_http_processes_serve_every_route_without_torch(two: Server, two_answers: object) -> None:
+    """Text work only: after every route (two_answers), no HTTP process has torch's library mapped (the
+    model process has: the check can see it)."""
 
     def torch_mapped(pid: int) -> bool:
         return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
@@ -217,17 +239,16 @@ def test_a_killed_http_process_is_noticed_and_replaced(two: Server) -> None:
     assert httpx.post(f"{two.url}/sentiment", json={"text": "a good film"}).status_code == 200
 
 
-def test_a_dead_model_process_stops_the_server_loudly(sentiment_only_dir: Path) -> None:
-    with serve(sentiment_only_dir, APP_HTTP_WORKERS="2", APP_MODEL_PROCESSES="2") as server:
-        https, engines = server.pids("http"), server.pids("engine")
-        victim = server.engine(1)  # the other model process still runs
-        os.kill(victim, signal.SIGKILL)
-        assert server.proc.wait(timeout=60) == 1
-        assert (
-            f"the model process exited with -9: stopping the server (2 of 2, pid {victim})" in server.output()
-        )
-        assert not any(_alive(pid) for pid in engines)
-        assert not any(Path(f"/proc/{pid}").exists() and _alive(pid) for pid in https)
+def test_a_dead_model_process_stops_the_server_loudly(two: Server) -> None:
+    """The last test on `two`: it stops it (a test after it would find no server)."""
+    https, engines = two.pids("http"), two.pids("engine")
+    assert (len(https), len(engines)) == (2, 2)
+    victim = two.engine(1)  # the other model process still runs
+    os.kill(victim, signal.SIGKILL)
+    assert two.proc.wait(timeout=60) == 1
+    assert f"the model process exited with -9: stopping the server (2 of 2, pid {victim})" in two.output()
+    assert not any(_alive(pid) for pid in engines)
+    assert not any(Path(f"/proc/{pid}").exists() and _alive(pid) for pid in https)
 
 
 def _alive(pid: int) -> bool:
@@ -253,8 +274,8 @@ SLOW_BODY = {
 }
 
 
-def test_queue_limits_are_global_and_sigterm_drains_every_process(app_checkpoint_dir: Path) -> None:
-    with serve(app_checkpoint_dir, **SLOW) as server:
+def test_queue_limits_are_global_and_sigterm_drains_every_process(two_models_dir: Path) -> None:
+    with serve(two_models_dir, **SLOW) as server:
         n = 24
         limits = httpx.Limits(max_connections=n)
         with httpx.Client(base_url=server.url, timeout=60, limits=limits) as c, ThreadPoolExecutor(n) as pool:

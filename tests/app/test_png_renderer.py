@@ -8,7 +8,6 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,21 +15,16 @@ from app.core.settings import Settings
 from app.service import Service
 from app.tasks import attention_png
 from tests.app.conftest import eventually, serve
+from tests.app.renderer_death import die
 
 pytestmark = pytest.mark.anyio
 BODY = {"model": "sentiment-en", "text": "good", "format": "png"}
 
 
-def die(*args: Any) -> bytes:
-    """A renderer that is killed while drawing (run in the renderer process)."""
-    os.kill(os.getpid(), signal.SIGKILL)
-    raise AssertionError("unreachable")
-
-
 async def test_pngs_in_flight_when_the_renderer_is_killed_are_drawn_by_a_new_one(
-    two_models_dir: Path,
+    sentiment_only_dir: Path,
 ) -> None:
-    async with serve(Settings(checkpoint_dir=two_models_dir)) as (app, client):
+    async with serve(Settings(checkpoint_dir=sentiment_only_dir)) as (app, client):
         service: Service = app.state.service
         pool = service.tasks["attention"].png.executor()
         loop = asyncio.get_running_loop()
@@ -47,10 +41,10 @@ async def test_pngs_in_flight_when_the_renderer_is_killed_are_drawn_by_a_new_one
 
 
 async def test_a_renderer_that_dies_again_gives_503_with_retry_after(
-    two_models_dir: Path, monkeypatch: pytest.MonkeyPatch
+    sentiment_only_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(attention_png, "heatmap_grid", die)
-    async with serve(Settings(checkpoint_dir=two_models_dir)) as (_, client):
+    async with serve(Settings(checkpoint_dir=sentiment_only_dir)) as (_, client):
         r = await client.post("/attention", json=BODY)
         assert r.status_code == 503, r.text
         assert "renderer process died" in r.json()["detail"]

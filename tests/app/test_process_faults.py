@@ -21,7 +21,7 @@ import pytest
 
 from app.parallel.heartbeat import DEADLINE_MARGIN_S, STALL_S, wedged_after
 from app.parallel.remote import METRICS_WAIT_S
-from tests.app.test_parallel import Server, _alive, eventually, serve
+from tests.app.test_parallel import Server, _alive, eventually, serve, still_running
 
 pytestmark = pytest.mark.slow  # starts python -m app: not in `make test-fast`
 
@@ -29,11 +29,35 @@ TIMEOUT_S = 2.0  # APP_REQUEST_TIMEOUT_S of these servers: the deadline tests wa
 SENTIMENT_200 = 'transformer_serving_http_requests_total{method="POST",route="/sentiment",status="200"}'
 
 
+# a client's held request waits through the drain: no minimum body rate; a bounded drain
+DRAIN = {"APP_MIN_BODY_RATE": "0", "APP_SHUTDOWN_TIMEOUT_S": "10"}
+
+
 @pytest.fixture(scope="module")
-def server(sentiment_only_dir: Path) -> Iterator[Server]:
-    """One server for the tests that leave it as they found it (every process up, none stopped)."""
-    with serve(sentiment_only_dir, APP_HTTP_WORKERS="2", APP_REQUEST_TIMEOUT_S=str(TIMEOUT_S)) as s:
+def one_model_server(sentiment_only_dir: Path) -> Iterator[Server]:
+    env = {"APP_HTTP_WORKERS": "2", "APP_REQUEST_TIMEOUT_S": str(TIMEOUT_S)} | DRAIN
+    with serve(sentiment_only_dir, **env) as s:
         yield s
+
+
+@pytest.fixture
+def server(one_model_server: Server) -> Server:
+    """One model process, for the tests that leave it as they found it (every process up, none stopped),
+    and the last one, which stops it."""
+    return still_running(one_model_server)
+
+
+@pytest.fixture(scope="module")
+def two_models_server(sentiment_only_dir: Path) -> Iterator[Server]:
+    env = {"APP_HTTP_WORKERS": "2", "APP_MODEL_PROCESSES": "2", "APP_REQUEST_TIMEOUT_S": str(TIMEOUT_S)}
+    with serve(sentiment_only_dir, **env) as s:
+        yield s
+
+
+@pytest.fixture
+def two_models(two_models_server: Server) -> Server:
+    """Two model processes: a test that stops one and lets it run again, then the one that stops the server."""
+    return still_running(two_models_server)
 
 
 @contextlib.contextmanager
@@ -92,32 +116,45 @@ def test_a_stopped_model_process_gets_504_at_the_deadline_and_drops_the_work(ser
 # --- 2. a model process that stops answering is seen ----------------------------------------------------
 
 
-def test_a_model_process_that_stops_answering_is_seen_and_stops_the_server(sentiment_only_dir: Path) -> None:
-    """One of two model processes stops: the other one does not hide it."""
-    env = {"APP_HTTP_WORKERS": "2", "APP_MODEL_PROCESSES": "2", "APP_REQUEST_TIMEOUT_S": str(TIMEOUT_S)}
-    with serve(sentiment_only_dir, **env) as server:
-        engine = server.engine(1)
-        with stopped(engine):
-            # within a few seconds /ready is 503 and says why (the heartbeat stopped arriving)
-            _, state = eventually(lambda: (s := ready(server))[0] == 503 and s, timeout=STALL_S + 2)
-            assert state["status"] == "failed", state
-            assert state["reason"].startswith("the model process has not answered for "), state
-            assert state["reason"].endswith(" s (model process 2 of 2)"), state
-            # /metrics answers, with what this HTTP process has: its gauges, no counter that would fall
-            text = metrics(server, timeout=METRICS_WAIT_S + 1)
-            assert sample(text, 'transformer_serving_processes{role="http"}') == 1
-            assert sample(text, 'transformer_serving_processes{role="model"}') == 0
-            assert not [line for line in text.splitlines() if line.endswith((" counter", " histogram"))]
-            # a new model call is refused at once, not held until its deadline
-            r = classify(server, timeout=TIMEOUT_S)
-            assert r.status_code == 503, r.text
-            assert "has not answered" in r.json()["detail"]
-            assert "retry-after" in r.headers
-            # then the supervisor kills it and stops the server, as for a death
-            assert server.proc.wait(timeout=wedged_after(TIMEOUT_S) + 5) == 1
-        log = server.output()
-        assert "the model process has not answered for" in log
-        assert f"killed, stopping the server (2 of 2, pid {engine})" in log
+def test_a_model_process_that_stops_answering_is_seen(two_models: Server) -> None:
+    """One of two model processes stops: the other one does not hide it; running again, it is ready again."""
+    server = two_models
+    engine = server.engine(1)
+    with stopped(engine):
+        # within a few seconds /ready is 503 and says why (the heartbeat stopped arriving)
+        _, state = eventually(lambda: (s := ready(server))[0] == 503 and s, timeout=STALL_S + 2)
+        assert state["status"] == "failed", state
+        assert state["reason"].startswith("the model process has not answered for "), state
+        assert state["reason"].endswith(" s (model process 2 of 2)"), state
+        # /metrics answers, with what this HTTP process has: its gauges, no counter that would fall
+        text = metrics(server, timeout=METRICS_WAIT_S + 1)
+        assert sample(text, 'transformer_serving_processes{role="http"}') == 1
+        assert sample(text, 'transformer_serving_processes{role="model"}') == 0
+        assert not [line for line in text.splitlines() if line.endswith((" counter", " histogram"))]
+        # a new model call is refused at once, not held until its deadline
+        r = classify(server, timeout=TIMEOUT_S)
+        assert r.status_code == 503, r.text
+        assert "has not answered" in r.json()["detail"]
+        assert "retry-after" in r.headers
+        # the supervisor has seen it too (it kills at wedged_after, not yet)
+        eventually(lambda: f"not ready (2 of 2, pid {engine})" in server.output(), timeout=STALL_S + 2)
+    # running again: ready again, and it serves
+    eventually(lambda: ready(server)[0] == 200, timeout=10)
+    eventually(lambda: f"the model process answers again (2 of 2, pid {engine})" in server.output())
+    assert server.proc.poll() is None
+    assert classify(server).status_code == 200
+
+
+def test_a_model_process_that_stops_answering_stops_the_server(two_models: Server) -> None:
+    """The last test on `two_models`: a model process stopped until the supervisor kills it and stops the
+    server, as for a death."""
+    server = two_models
+    engine = server.engine(1)
+    with stopped(engine):
+        assert server.proc.wait(timeout=wedged_after(TIMEOUT_S) + 5) == 1
+    log = server.output()
+    assert "the model process has not answered for" in log
+    assert f"killed, stopping the server (2 of 2, pid {engine})" in log
 
 
 # --- 3. counters are monotonic across HTTP process restarts --------------------------------------------
@@ -184,34 +221,39 @@ def refused(port: int) -> bool:
         return True
 
 
-@pytest.mark.parametrize("fault", ["SIGTERM", "a dead model process"])
-def test_a_drain_refuses_new_connections(sentiment_only_dir: Path, fault: str) -> None:
-    """SIGTERM drains every process of two model processes too; a dead one (of one) stops the server."""
-    env = {"APP_HTTP_WORKERS": "2", "APP_MIN_BODY_RATE": "0", "APP_SHUTDOWN_TIMEOUT_S": "10"}
-    env["APP_MODEL_PROCESSES"] = "2" if fault == "SIGTERM" else "1"
+def drain_refuses_new_connections(server: Server, fault: str) -> None:
+    """A request held in an HTTP process (its body not sent yet) when the drain starts: the server refuses
+    new connections while it still drains; the held request is answered (200 on SIGTERM; 503 when the model
+    process died), then every process ends."""
+    children = server.pids("engine") + server.pids("http")
+    port = int(server.url.rsplit(":", 1)[1])
+    body = json.dumps({"text": "a good film"}).encode()
+    head = (
+        f"POST /sentiment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Expect: 100-continue\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as held:
+        held.sendall(head.encode())
+        # its HTTP process is reading the body: the drain waits for this request
+        assert held.recv(1024).startswith(b"HTTP/1.1 100 Continue")
+        if fault == "SIGTERM":
+            server.proc.send_signal(signal.SIGTERM)
+        else:
+            os.kill(server.pids("engine")[0], signal.SIGKILL)
+        eventually(lambda: refused(port), timeout=5)
+        assert server.proc.poll() is None  # refused while the server still drains
+        held.sendall(body)
+        answer = held.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 200" if fault == "SIGTERM" else b"HTTP/1.1 503"), answer
+    assert server.proc.wait(timeout=30) == (0 if fault == "SIGTERM" else 1)
+    assert not any(_alive(pid) for pid in children)
+
+
+def test_a_drain_refuses_new_connections_on_sigterm(sentiment_only_dir: Path) -> None:
+    """SIGTERM drains every process of two model processes too."""
+    env = {"APP_HTTP_WORKERS": "2", "APP_MODEL_PROCESSES": "2"} | DRAIN
     with serve(sentiment_only_dir, **env) as server:
-        children = server.pids("engine") + server.pids("http")
-        port = int(server.url.rsplit(":", 1)[1])
-        body = json.dumps({"text": "a good film"}).encode()
-        head = (
-            f"POST /sentiment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"Expect: 100-continue\r\nContent-Length: {len(body)}\r\n\r\n"
-        )
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as held:
-            held.sendall(head.encode())
-            # its HTTP process is reading the body: the drain waits for this request
-            assert held.recv(1024).startswith(b"HTTP/1.1 100 Continue")
-            if fault == "SIGTERM":
-                server.proc.send_signal(signal.SIGTERM)
-            else:
-                os.kill(server.pids("engine")[0], signal.SIGKILL)
-            eventually(lambda: refused(port), timeout=5)
-            assert server.proc.poll() is None  # refused while the server still drains
-            held.sendall(body)
-            answer = held.recv(65536)
-        assert answer.startswith(b"HTTP/1.1 200" if fault == "SIGTERM" else b"HTTP/1.1 503"), answer
-        assert server.proc.wait(timeout=30) == (0 if fault == "SIGTERM" else 1)
-        assert not any(_alive(pid) for pid in children)
+        drain_refuses_new_connections(server, "SIGTERM")
 
 
 # --- 5. one HTTP process restarting leaves the replica ready ----------------------------------------------
@@ -226,3 +268,12 @@ def test_ready_stays_200_while_one_http_process_restarts(server: Server) -> None
     assert (status, state["status"]) == (200, "ready"), state
     assert state["reason"] == "1 of 2 HTTP processes up"  # the survivor answers, and serves:
     assert classify(server).status_code == 200
+
+
+# --- 6. a dead model process drains too --------------------------------------------------------------------
+
+
+def test_a_dead_model_process_drain_refuses_new_connections(server: Server) -> None:
+    """The last test on `server`: its model process (one) dies, and the server stops."""
+    eventually(http_processes_up(server, 2))  # a process a test before this one killed: back
+    drain_refuses_new_connections(server, "a dead model process")
