@@ -32,20 +32,21 @@ import heapq
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from app.batching.batch import Batch, BatchSettings, BatchStats, Item, Pending, run_live
 from app.batching.workers import InferenceWorkers
 from app.core.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
 from app.core.metrics import Metrics
-from app.core.request_id import CURRENT, serving
+from app.core.request_id import CURRENT, RequestInfo
 
 __all__ = ["BatchSettings", "BatchStats", "Batcher", "FairQueue", "InferenceWorkers", "ModelQueue", "OnIdle"]
 log = logging.getLogger(__name__)
 I = TypeVar("I")  # noqa: E741 - one item in
 O = TypeVar("O")  # noqa: E741 - one result out
 T = TypeVar("T")
+MAX_IDS_LOGGED = 32  # ids named by one batch's log lines
 
 
 class ModelQueue:
@@ -326,9 +327,7 @@ class Batcher(Generic[I, O]):
         return Batch(*self._queue.take(s.max_batch_size, s.max_batch_work))  # fair turns, cut to the limits
 
     async def _execute_guarded(self, batch: Batch) -> None:
-        serving(
-            [item.pending.request for item in batch.items]
-        )  # this task's (and its thread's) logs name them
+        _log_as(item.pending.request for item in batch.items)  # this task's (and its thread's) logs
         try:
             await self._execute(batch)
         except Exception:  # a bug here must not wedge the queue: fail the batch, keep serving
@@ -377,8 +376,10 @@ class Batcher(Generic[I, O]):
         abandoned = 0
         for item, out in zip(live, outputs or [], strict=True):
             pending = item.pending
-            if pending.request is not None:
-                pending.request.ran(self.model, len(live))
+            if (request := pending.request) is not None:  # the access line's model and batch size
+                if self.model not in request.models:
+                    request.models.append(self.model)
+                request.batch_size = max(request.batch_size, len(live))
             if pending.future.done():  # gone while the batch ran: its result is dropped
                 abandoned += 1
                 continue
@@ -400,3 +401,12 @@ class Batcher(Generic[I, O]):
 
 
 OnIdle = Callable[[Batcher[Any, Any]], None]
+
+
+def _log_as(requests: Iterable[RequestInfo | None]) -> None:
+    """Log the rest of this context (a batch's task, and the worker thread it runs in) under the ids of
+    `requests` (unique, in order; the first MAX_IDS_LOGGED, then how many more)."""
+    ids = list(dict.fromkeys(r.id for r in requests if r is not None))
+    if len(ids) > MAX_IDS_LOGGED:
+        ids[MAX_IDS_LOGGED:] = [f"+{len(ids) - MAX_IDS_LOGGED} more"]
+    CURRENT.set(RequestInfo(",".join(ids)) if ids else None)
