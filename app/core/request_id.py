@@ -8,18 +8,8 @@ logs under the ids of its requests, and records on each request which model ran 
 
 from __future__ import annotations
 
-import re
-import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-
-from starlette.types import Scope
-
-HEADER = b"x-request-id"
-MAX_LENGTH = 128
-# a client's id is kept when it is 1-128 of these (uuids, trace ids, base64): nothing that could break a log
-# line or a header; anything else is replaced by a new id
-_SANE = re.compile(rb"[A-Za-z0-9._:+/=@-]{1,%d}" % MAX_LENGTH)
 
 
 @dataclass(eq=False, slots=True)
@@ -41,17 +31,6 @@ class RequestInfo:
 CURRENT: ContextVar[RequestInfo | None] = ContextVar("request", default=None)
 
 
-def incoming_id(scope: Scope) -> str:
-    """The request's X-Request-ID (the first one) when it is sane, else a new uuid4 hex."""
-    for name, value in scope["headers"]:
-        if name == HEADER:
-            if _SANE.fullmatch(value):
-                return value.decode("ascii")
-            break
-    return uuid.uuid4().hex
-
-
 def current_id() -> str | None:
     info = CURRENT.get()
     return info.id if info is not None else None
-

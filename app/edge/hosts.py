@@ -5,7 +5,7 @@ sends its own Host, which is not in the list. Default "*": any host (behind a pr
 GET /health and /ready are answered whatever the Host: Kubernetes' HTTP probes send the pod's IP.
 
 Whatever APP_ALLOWED_HOSTS says, a request with more than one Host header is a 400, checked by the gate
-before anything else (app.edge.body_limit.refusal).
+before anything else (app.edge.gate.Gate._refusal).
 """
 
 from __future__ import annotations
