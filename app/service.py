@@ -156,11 +156,19 @@ class Service(TaskContext):
     # --- what a task runs on (app.tasks.task.Context) ------------------------------------------------
 
     def submit(
-        self, jobs: list[Job], deadline: float, disconnected: Disconnected, field: str = "text"
+        self,
+        jobs: list[Job],
+        disconnected: Disconnected,
+        field: str = "text",
+        *,
+        deadline: float | None = None,
     ) -> Coroutine[Any, Any, list[list[Any]]]:
         """Enqueue each job's items in its batcher now; the coroutine returned waits for all results, the
-        deadline, or the client leaving (and cancels what is left: the batch loop then skips those items).
-        422 when the request's work exceeds APP_MAX_WORK or a model's queue could never hold it."""
+        deadline (default: APP_REQUEST_TIMEOUT_S from now), or the client leaving (and cancels what is left:
+        the batch loop then skips those items). 422 when the request's work exceeds APP_MAX_WORK or a model's
+        queue could never hold it."""
+        if deadline is None:
+            deadline = self.deadline()
         futures = self.enqueue(jobs, deadline, field)
         return wait_all(futures, deadline, disconnected, self.settings.request_timeout_s)
 

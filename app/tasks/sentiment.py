@@ -46,12 +46,11 @@ class SentimentTask(Task):
         registry, texts, field = ctx.ready_registry(), req.items, req.field
         ctx.limits.check_texts(texts, field)
         groups = group_by_model([registry.sentiment_for(text, req.model) for text in texts])
-        deadline = ctx.deadline()
         jobs = [
             Job(self, name, None, [self.handlers[name].tokenize(texts[i]) for i in idxs])
             for name, idxs in groups.items()
         ]
-        outputs = await ctx.submit(jobs, deadline, disconnected, field)
+        outputs = await ctx.submit(jobs, disconnected, field)
         results = [self.handlers[name].result(probs) for name, probs in scatter(groups, outputs)]
         return SentimentResponse.model_construct(model=",".join(groups), results=results)  # built here: valid
 

@@ -82,8 +82,14 @@ class Context(Protocol):
     async def detect(self, texts: Sequence[str], field: str = "texts") -> list[list[Detection]]: ...
 
     async def submit(
-        self, jobs: list[Job], deadline: float, disconnected: Disconnected, field: str = "text"
-    ) -> list[list[Any]]: ...
+        self,
+        jobs: list[Job],
+        disconnected: Disconnected,
+        field: str = "text",
+        *,
+        deadline: float | None = None,
+    ) -> list[list[Any]]:
+        """The outputs of each job's items; deadline: `deadline()` when it was taken (default: now)."""
 
 
 class Task:

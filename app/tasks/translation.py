@@ -114,7 +114,7 @@ class TranslationTask(Task):
             items, lays = handler.sentences(rows, field, *options)
             jobs.append(Job(self, name, key, items))
             layouts.append(lays)
-        outputs = await ctx.submit(jobs, ctx.deadline(), disconnected, field) if jobs else []
+        outputs = await ctx.submit(jobs, disconnected, field) if jobs else []
         outputs = [self.handlers[j.model].texts(j.items, out) for j, out in zip(jobs, outputs, strict=True)]
         return self._joined(req, detected, through, groups, [*zip(layouts, outputs, strict=True)])
 

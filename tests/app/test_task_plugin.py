@@ -84,7 +84,7 @@ class LengthTask(Task):
         ctx.limits.check_texts(texts, "texts")
         groups = group_by_model([registry.sentiment_for(text, req.model) for text in texts])
         jobs = [Job(self, name, None, [texts[i] for i in idxs]) for name, idxs in groups.items()]
-        outputs = await ctx.submit(jobs, ctx.deadline(), disconnected, "texts")
+        outputs = await ctx.submit(jobs, disconnected, "texts")
         results = [
             LengthResult(tokens=n, label="long" if n >= LONG else "short")
             for _, n in scatter(groups, outputs)
