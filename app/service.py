@@ -179,15 +179,14 @@ class Service(TaskContext):
         model process waits for them without a task: app/parallel/waiting.py). Nothing is queued when a job
         is refused (422, 429)."""
         batchers = [self.life.queues.batcher(job.task, job.model, job.key) for job in jobs]
-        costs = [batcher.costs(job.items) for batcher, job in zip(batchers, jobs, strict=True)]
         queues = [
             (len(job.items), batcher.queue.max_items) for batcher, job in zip(batchers, jobs, strict=True)
         ]
-        self.limits.check_jobs(sum(map(sum, costs)), queues, field)
+        self.limits.check_jobs(sum(sum(job.costs) for job in jobs), queues, field)
         futures: list[asyncio.Future[list[Any]]] = []
         try:
-            for batcher, job, item_costs in zip(batchers, jobs, costs, strict=True):
-                futures.append(batcher.enqueue(job.items, deadline, item_costs))
+            for batcher, job in zip(batchers, jobs, strict=True):
+                futures.append(batcher.enqueue(job.items, deadline, job.costs))
         except BaseException:
             for f in futures:  # a later job refused (its queue full): the earlier ones' items are skipped
                 f.cancel()

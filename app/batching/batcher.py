@@ -161,8 +161,8 @@ class FairQueue(Generic[T]):
 class Batcher(Generic[I, O]):
     """Queue + loop for one key; `run(items) -> results` executes on `workers` (one forward pass).
 
-    queue: the model's admission limits, shared by all its batchers; cost(item) -> work units (default 1);
-    label: the model label of its metrics and logs (default the queue's model).
+    queue: the model's admission limits, shared by all its batchers; label: the model label of its metrics
+    and logs (default the queue's model).
     """
 
     def __init__(
@@ -173,7 +173,6 @@ class Batcher(Generic[I, O]):
         queue: ModelQueue,
         settings: BatchSettings,
         *,
-        cost: Callable[[I], int] | None = None,
         metrics: Metrics | None = None,
         label: str | None = None,
         on_idle: Callable[[Batcher[Any, Any]], None] | None = None,
@@ -182,7 +181,7 @@ class Batcher(Generic[I, O]):
         self.settings = settings
         self.queue = queue
         self.queue.batchers.add(self)
-        self._run, self._worker, self._metrics, self._cost = run, workers, metrics, cost
+        self._run, self._worker, self._metrics = run, workers, metrics
         self._on_idle = on_idle
         self._queue: FairQueue[Item] = FairQueue()  # 2. share, 3. cut
         # this key's submitted, unfinished batches (running or waiting for a worker), oldest first
@@ -212,18 +211,15 @@ class Batcher(Generic[I, O]):
         """Nothing queued, nothing submitted."""
         return not self._queue and not self._submitted
 
-    def costs(self, payloads: Sequence[I]) -> list[int]:
-        """The work units of each of these items."""
-        return [1] * len(payloads) if self._cost is None else [self._cost(p) for p in payloads]
-
     def enqueue(
         self, payloads: Sequence[I], deadline: float, costs: list[int] | None = None
     ) -> asyncio.Future[list[O]]:
         """Queue one request's items; the Future gets their results in order (or the batch's error).
-        QueueFull when the model's queue cannot take them. costs: self.costs(payloads), when known."""
+        QueueFull when the model's queue cannot take them. costs: each item's work units (default 1 each:
+        the task prices its items, app.tasks.task.Job.costs)."""
         if self._closing or self._closed:
             raise Unavailable("the server is shutting down")
-        works = self.costs(payloads) if costs is None else costs
+        works = [1] * len(payloads) if costs is None else costs
         self.queue.admit(len(payloads), sum(works))
         loop = asyncio.get_running_loop()
         now = loop.time()

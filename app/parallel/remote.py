@@ -190,11 +190,11 @@ class RemoteService(TaskContext):
         deadline: float | None = None,
     ) -> list[list[Any]]:
         """Service.submit in the model process (admission, queues, batches): only the jobs' task name,
-        models, keys and items cross, and the deadline (default: APP_REQUEST_TIMEOUT_S from now); each item's
+        models, keys, items and their costs cross, and the deadline (default: APP_REQUEST_TIMEOUT_S from now); each item's
         outputs come back."""
         if deadline is None:
             deadline = self.deadline()
-        wire = [(job.model, job.key, job.items) for job in jobs]
+        wire = [(job.model, job.key, job.items, job.costs) for job in jobs]
         name = jobs[0].task.name if jobs else ""
         items = sum(len(job.items) for job in jobs)
         return await self._work("submit", name, wire, deadline, field, items=items, disconnected=disconnected)  # type: ignore[no-any-return]

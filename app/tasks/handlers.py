@@ -143,6 +143,10 @@ class TranslationText:
     def __init__(self, name: str, tokenizer: Tokenizer | PairTokenizer, cfg: ModelConfig) -> None:
         self.name, self.tokenizer, self.cfg, self.max_len = name, tokenizer, cfg, cfg.max_len
 
+    def costs(self, items: Sequence[Sentence], key: DecodeKey) -> list[int]:
+        """Work units of each sentence decoded under `key`."""
+        return [key.work(item, self.max_len) for item in items]
+
     def least_cost(self, key: DecodeKey, max_length: int | None = None) -> int:
         """The least a sentence can cost under `key` and `max_length` (one token: its EOS), known before
         tokenizing."""
@@ -253,10 +257,6 @@ class TranslationHandler(TranslationText):
         self.cfg = loaded.config
         self.max_len = loaded.config.max_len
         self.engine: CT2Decoder | None = None  # CTranslate2 decodes instead (app.tasks.ctranslate2, .argos)
-
-    def cost(self, item: Sentence, key: DecodeKey) -> int:
-        """Work units of a sentence decoded under `key`."""
-        return key.work(item, self.max_len)
 
     def run(
         self, items: list[Sentence], key: DecodeKey, should_stop: StopCheck = None

@@ -12,8 +12,9 @@ A task says
   and limits.
 
 A handler (app/tasks/handlers.py, attention_maps.py, and the imported kinds ctranslate2.py, argos.py) runs one
-batch: `run(items[, key=...][, should_stop=...]) -> outputs` in item order, `cost(item[, key=...])` its work
-units, and optionally `warmup()`. The key is passed when it is not None.
+batch: `run(items[, key=...][, should_stop=...]) -> outputs` in item order, and optionally `warmup()`; the key
+is passed when it is not None. The task prices its items as it makes them (`Job.costs`, from its handler's
+`costs`), so the machinery that admits and shares them never calls back into the task per item.
 
 A task that `splits` also gives the text half of a handler (`load_text`: no weights); an HTTP process then
 runs its `answer`, and only the items cross to the model process (app/parallel/remote.py).
@@ -41,12 +42,14 @@ T = TypeVar("T", bound="Task")
 
 
 class Job(NamedTuple):
-    """One request's items for one batcher: those of `task`'s handler of `model`, under batch key `key`."""
+    """One request's items for one batcher: those of `task`'s handler of `model`, under batch key `key`, and
+    each item's work units (what the queue admits and shares turns by)."""
 
     task: Task
     model: str
     key: Hashable
     items: list[Any]
+    costs: list[int]
 
 
 @dataclass(frozen=True)

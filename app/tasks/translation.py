@@ -112,7 +112,7 @@ class TranslationTask(Task):
             handler, rows = self.handlers[name], [split[i] for i in idxs]
             options = (req.num_hypotheses, idxs, req.length_penalty, req.max_length, req.replace_unknowns)
             items, lays = handler.sentences(rows, field, *options)
-            jobs.append(Job(self, name, key, items))
+            jobs.append(Job(self, name, key, items, handler.costs(items, key)))
             layouts.append(lays)
         outputs = await ctx.submit(jobs, disconnected, field) if jobs else []
         outputs = [self.handlers[j.model].texts(j.items, out) for j, out in zip(jobs, outputs, strict=True)]
