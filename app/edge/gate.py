@@ -1,4 +1,4 @@
-"""The one outer layer: every HTTP request crosses it exactly once, on its way to FastAPI's routing.
+"""The one outer layer: every HTTP request crosses it exactly once, on its way to the lean path or FastAPI.
 
 From the outside in: the request id (X-Request-ID on every answer, app/core/request_id.py: the client's when
 sane, else a new one), request metrics and the access line (every answer counted and timed, labelled by route
@@ -6,11 +6,13 @@ template), CORS (APP_CORS_ORIGINS; the LibreTranslate API's prefix: open, app/ed
 answers given here carry its headers too), then the checks that must come before the body is read: what the
 headers alone refuse (`_refusal`, one pass over them: two Host headers 400, a declared Content-Length over
 APP_MAX_BODY_BYTES 413 (app/edge/body_limit.py), a coded body 415/501; as {"error": ...} under the
-LibreTranslate API's prefix), a request for a route that declares
-API_KEY without the key a 401 (GET /metrics also takes APP_METRICS_API_KEY, or no key with
-APP_METRICS_PUBLIC). A chunked body is counted as it streams (BodyTooLarge once past the limit), by the fast
-path when it is on (app/edge/fastpath.py reads the bodies), else here. An unexpected error becomes a JSON 500 inside CORS (Starlette's own 500
-handler runs outside every middleware: a browser page would see a network error instead).
+LibreTranslate API's prefix), a request for a route that declares API_KEY without the key a 401 (GET /metrics
+also takes APP_METRICS_API_KEY, or no key with APP_METRICS_PUBLIC), a Host outside APP_ALLOWED_HOSTS a 400
+(app/edge/hosts.py). Then the lean path (app/edge/fastpath.py, APP_FAST_PATH) answers the JSON POSTs, and
+this layer sends their JSON, or FastAPI routes the request. A chunked body is counted as it streams
+(BodyTooLarge once past the limit), by the lean path's reader or here. An unexpected error becomes a JSON 500
+inside CORS (Starlette's own 500 handler runs outside every middleware: a browser page would see a network
+error instead).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from app.core.request_id import CURRENT, RequestInfo
 from app.core.settings import Settings
 from app.edge.api_key import authorized, needs_key
 from app.edge.body_limit import BodyTooLarge, limited
+from app.edge.fastpath import JSON, FastPath
+from app.edge.hosts import host_refusal
 from app.edge.open_cors import OpenCors
 
 REQUEST_ID = b"x-request-id"
@@ -50,7 +54,8 @@ class Gate:
     ) -> None:
         self.app, self.metrics, self.routes = app, metrics, list(routes)
         self.max_body_bytes = settings.max_body_bytes
-        self.counted = settings.fast_path  # app.edge.fastpath.FastPath counts every body it passes on
+        self.fast = FastPath(app, self.routes, self.max_body_bytes) if settings.fast_path else None
+        self.hosts = None if "*" in settings.allowed_hosts else [h.lower() for h in settings.allowed_hosts]
         self.lt_prefix = settings.libretranslate_prefix
         self.access_log = settings.access_log
         self.key, self.metrics_key = (
@@ -114,6 +119,9 @@ class Gate:
         if (self.key is not None or self.scrape) and not self._allowed(scope):
             await error_response(Unauthorized(), "before routing")(scope, receive, send)
             return
+        if self.hosts is not None and (wrong := host_refusal(scope, self.hosts)) is not None:  # 400
+            await wrong(scope, receive, send)
+            return
         started = False
 
         async def send_started(message: Message) -> None:
@@ -122,9 +130,12 @@ class Gate:
             await send(message)
 
         try:
-            await self.app(
-                scope, receive if self.counted else limited(receive, self.max_body_bytes), send_started
-            )
+            if self.fast is None:
+                await self.app(scope, limited(receive, self.max_body_bytes), send_started)
+            elif (payload := await self.fast.serve(scope, receive, send_started)) is not None:
+                headers = [(b"content-type", JSON), (b"content-length", str(len(payload)).encode())]
+                await send_started({"type": "http.response.start", "status": 200, "headers": headers})
+                await send_started({"type": "http.response.body", "body": payload})
         except Exception as exc:
             if started:  # too late for an error answer: the server closes the connection
                 raise
