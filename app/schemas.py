@@ -123,12 +123,11 @@ class _TextsRequest(_Request):
         return self
 
     @property
-    def items(self) -> list[str]:
-        return [self.text] if self.text is not None else list(self.texts or [])
-
-    @property
-    def field(self) -> str:
-        return "text" if self.text is not None else "texts"
+    def inputs(self) -> tuple[list[str], str]:
+        """The texts, in order, and the field they came in ("text" or "texts": error locations)."""
+        if self.text is not None:
+            return [self.text], "text"
+        return list(self.texts or []), "texts"
 
 
 class SentimentRequest(_TextsRequest):

@@ -43,7 +43,7 @@ class SentimentTask(Task):
         self, ctx: Context, req: SentimentRequest, disconnected: Disconnected = None, **options: Any
     ) -> SentimentResponse:
         """Request -> items (limits, a model per text, token ids), one submit, outputs -> results."""
-        registry, texts, field = ctx.ready_registry(), req.items, req.field
+        registry, (texts, field) = ctx.ready_registry(), req.inputs
         ctx.limits.check_texts(texts, field)
         groups = group_by_model([registry.sentiment_for(text, req.model) for text in texts])
         jobs = []
