@@ -182,6 +182,8 @@ class Batcher(Generic[I, O]):
         self.queue = queue
         self.queue.batchers.add(self)
         self._run, self._worker, self._metrics = run, workers, metrics
+        # batch size and seconds histograms of the model, observed per batch (labelled once, here)
+        self._histograms = metrics.batch_histograms(self.model) if metrics is not None else None
         self._on_idle = on_idle
         self._queue: FairQueue[Item] = FairQueue()  # 2. share, 3. cut
         # this key's submitted, unfinished batches (running or waiting for a worker), oldest first
@@ -392,8 +394,10 @@ class Batcher(Generic[I, O]):
         s = self.stats
         s.batches, s.items = s.batches + 1, s.items + size
         s.seconds_ewma = seconds if s.batches == 1 else 0.8 * s.seconds_ewma + 0.2 * seconds
-        if self._metrics is not None:
-            self._metrics.observe_batch(self.model, size, seconds)
+        if self._histograms is not None:
+            sizes, durations = self._histograms
+            sizes.observe(size)
+            durations.observe(seconds)
 
 
 OnIdle = Callable[[Batcher[Any, Any]], None]
