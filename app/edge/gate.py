@@ -8,8 +8,8 @@ headers alone refuse (`_refusal`, one pass over them: two Host headers 400, a de
 APP_MAX_BODY_BYTES 413 (app/edge/body_limit.py), a coded body 415/501; as {"error": ...} under the
 LibreTranslate API's prefix), a request for a route that declares API_KEY without the key a 401 (GET /metrics
 also takes APP_METRICS_API_KEY, or no key with APP_METRICS_PUBLIC), a Host outside APP_ALLOWED_HOSTS a 400
-(app/edge/hosts.py). Then the lean path (app/edge/fastpath.py, APP_FAST_PATH) answers the JSON POSTs, and
-this layer sends their JSON, or FastAPI routes the request. A chunked body is counted as it streams
+(app/edge/hosts.py). Then the lean path (app/edge/fastpath.py, APP_FAST_PATH) resolves a JSON POST to its route
+function's call, which this layer awaits and sends as JSON, or FastAPI routes the request. A chunked body is counted as it streams
 (BodyTooLarge once past the limit), by the lean path's reader or here. An unexpected error becomes a JSON 500
 inside CORS (Starlette's own 500 handler runs outside every middleware: a browser page would see a network
 error instead).
@@ -132,7 +132,8 @@ class Gate:
         try:
             if self.fast is None:
                 await self.app(scope, limited(receive, self.max_body_bytes), send_started)
-            elif (payload := await self.fast.serve(scope, receive, send_started)) is not None:
+            elif (call := await self.fast.prepare(scope, receive, send_started)) is not None:
+                payload = call.response.dump_json(await call.answer, exclude_none=call.exclude_none)
                 headers = [(b"content-type", JSON), (b"content-length", str(len(payload)).encode())]
                 await send_started({"type": "http.response.start", "status": 200, "headers": headers})
                 await send_started({"type": "http.response.body", "body": payload})
