@@ -3,7 +3,8 @@ around its batcher. The sentiment task's kinds are in its own module (app/tasks/
 
 Each handler (these, SentimentHandler and attention_maps.AttentionHandler) has `run(items) -> results`: the one call its
 Batcher makes, in an inference worker, on one dynamic batch (results in item order, one per item), and
-`cost(item)`: the item's work units, what admission and batch cutting count. The rest runs on the event loop
+`costs(items)`: their work units, what admission and batch cutting count (the task prices a job's items with it
+as it makes them: app.tasks.task.Job.costs). The rest runs on the event loop
 and is named for what it does: a request's texts become batch items (`tokenize`, `sentences`), results become
 response schemas (`result`, `join`). Model calls go through model.inference, the code path shared with the
 evaluate CLI. The text halves (TranslationText, sentiment.SentimentText) import no torch: an HTTP process runs them

@@ -121,7 +121,7 @@ class Task:
 
     def load_text(self, entry: ModelEntry) -> Any:
         """For a task that `splits`: the text half of `entry`'s handler (what `answer` calls on it besides
-        `run` and `cost`: tokenize, results; no weights). An HTTP process (app/parallel/remote.py) runs
+        `run`: tokenize, costs, results; no weights). An HTTP process (app/parallel/remote.py) runs
         `answer` on these, and only the items of its `Job`s cross to the model process, which batches them
         on the whole handlers."""
         raise NotImplementedError
