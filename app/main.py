@@ -21,9 +21,7 @@ from app.api.routes import attention, demo, detect, sentiment, system, translate
 from app.core.errors import install_error_handlers
 from app.core.metrics import Metrics
 from app.core.settings import Settings, load_settings
-from app.edge.fastpath import FastPath
 from app.edge.gate import Gate
-from app.edge.hosts import AllowedHosts
 from app.service import Service, Serving
 
 DESCRIPTION = """From-scratch Transformers (sentiment, translation) with cross-request dynamic batching.
@@ -83,9 +81,5 @@ def create_app(
     # every route (newer FastAPI lists an included router in app.routes as one entry, not its routes)
     every = (*app.routes, *(r for router in (*routers, demo.router) for r in router.routes))
     routes = [r for r in every if isinstance(r, Route | Mount)]
-    if settings.fast_path:  # inside the gate: added first
-        app.add_middleware(FastPath, routes=routes, max_body_bytes=settings.max_body_bytes)
-    if "*" not in settings.allowed_hosts:  # inside the gate, which counts its 400s
-        app.add_middleware(AllowedHosts, hosts=settings.allowed_hosts)
-    app.add_middleware(Gate, settings=settings, metrics=metrics, routes=routes)
+    app.add_middleware(Gate, settings=settings, metrics=metrics, routes=routes)  # and the lean path in it
     return app

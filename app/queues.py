@@ -115,11 +115,7 @@ class Queues:
                 1,
             )
         handler = task.handlers[model]
-        run, cost = (
-            (handler.run, handler.cost)
-            if key is None
-            else (partial(handler.run, key=key), partial(handler.cost, key=key))
-        )
+        run = handler.run if key is None else partial(handler.run, key=key)
         policy = self._policy(
             expensive=spec.expensive, stoppable=spec.stoppable, max_batch_size=spec.max_batch_size,
             idle_timeout_s=IDLE_BATCHER_S if spec.dynamic else None,
@@ -130,7 +126,6 @@ class Queues:
                 spec.name,
                 run,
                 model,
-                cost,
                 policy,
                 label=spec.label,
                 on_idle=on_idle if spec.dynamic else None,
@@ -165,7 +160,6 @@ class Queues:
         name: str,
         run: Callable[..., list[Any]],
         model: str,
-        cost: Callable[[Any], int],
         policy: BatchSettings,
         *,
         label: str | None = None,
@@ -175,5 +169,5 @@ class Queues:
         assert self.workers is not None
         queue = self.model(model)
         return Batcher(
-            name, run, self.workers, queue, policy, cost=cost, metrics=self.metrics, label=label, on_idle=on_idle
+            name, run, self.workers, queue, policy, metrics=self.metrics, label=label, on_idle=on_idle
         )  # fmt: skip

@@ -405,11 +405,16 @@ class Registry:
             ) from None
 
     def route(
-        self, req: TranslateRequest, detected: list[list[Detection]] | None, through: set[int]
+        self,
+        req: TranslateRequest,
+        texts: list[str],
+        field: str,
+        detected: list[list[Detection]] | None,
+        through: set[int],
     ) -> dict[str, list[int]]:
-        """Model -> indices of the texts to translate (`through`: passed through): the pair's model, or per
-        text its detected language's."""
-        todo = [i for i in range(len(req.items)) if i not in through]
+        """Model -> indices of `texts` (req.inputs) to translate (`through`: passed through): the pair's
+        model, or per text its detected language's (`field`: error locations)."""
+        todo = [i for i in range(len(texts)) if i not in through]
         if detected is None:
             if req.source_lang == req.target_lang and req.source_lang in self.pair_languages:
                 return {}
@@ -417,7 +422,7 @@ class Registry:
             return {name: todo} if todo else {}
         groups: dict[str, list[int]] = {}
         for i in todo:
-            loc = (req.field,) if req.field == "text" else (req.field, i)
+            loc = (field,) if field == "text" else (field, i)
             groups.setdefault(self.auto_translator(detected[i], req.target_lang, req.model, loc), []).append(
                 i
             )

@@ -15,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from app.text.blank import READ_PATTERN, is_blank
+from app.text.blank import BLANK, READ_PATTERN
 from app.text.langid import Detection
 from app.text.passthrough import PASSTHROUGH
 
@@ -33,7 +33,7 @@ def _unicode(text: str) -> str:
 
 
 def _not_blank(text: str) -> str:
-    if is_blank(text):
+    if BLANK.fullmatch(text) is not None:  # app.text.blank.is_blank, without a call per text
         hidden = next((c for c in text if not c.isspace()), None)
         why = f" (it has only characters the models ignore, e.g. U+{ord(hidden):04X})" if hidden else ""
         raise ValueError(f"must not be empty or whitespace only{why}")
@@ -123,12 +123,11 @@ class _TextsRequest(_Request):
         return self
 
     @property
-    def items(self) -> list[str]:
-        return [self.text] if self.text is not None else list(self.texts or [])
-
-    @property
-    def field(self) -> str:
-        return "text" if self.text is not None else "texts"
+    def inputs(self) -> tuple[list[str], str]:
+        """The texts, in order, and the field they came in ("text" or "texts": error locations)."""
+        if self.text is not None:
+            return [self.text], "text"
+        return list(self.texts or []), "texts"
 
 
 class SentimentRequest(_TextsRequest):

@@ -5,10 +5,13 @@ routing, language detection, and `submit`, which queues its items in their batch
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Coroutine, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
-from app.batching.wait import Disconnected, wait_all
+from app.batching.wait import WATCH_AFTER_S, Disconnected
+from app.core.errors import ClientDisconnected, DeadlineExceeded
 from app.core.limits import Limits
 from app.core.metrics import Metrics
 from app.core.settings import Settings
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
     from app.registry import Registry
 
 T = TypeVar("T", bound=Task)
+log = logging.getLogger(__name__)
 
 
 class InlineWork(NamedTuple):
@@ -155,14 +159,22 @@ class Service(TaskContext):
 
     # --- what a task runs on (app.tasks.task.Context) ------------------------------------------------
 
-    def submit(
-        self, jobs: list[Job], deadline: float, disconnected: Disconnected, field: str = "text"
-    ) -> Coroutine[Any, Any, list[list[Any]]]:
-        """Enqueue each job's items in its batcher now; the coroutine returned waits for all results, the
-        deadline, or the client leaving (and cancels what is left: the batch loop then skips those items).
-        422 when the request's work exceeds APP_MAX_WORK or a model's queue could never hold it."""
+    async def submit(
+        self,
+        jobs: list[Job],
+        disconnected: Disconnected,
+        field: str = "text",
+        *,
+        deadline: float | None = None,
+    ) -> list[list[Any]]:
+        """Enqueue each job's items in its batchers, then wait for all results, the deadline (default:
+        APP_REQUEST_TIMEOUT_S from now), or the client leaving (and cancel what is left: the batch loop then
+        skips those items). 422 when the request's work exceeds APP_MAX_WORK or a model's queue
+        could never hold it."""
+        if deadline is None:
+            deadline = self.deadline()
         futures = self.enqueue(jobs, deadline, field)
-        return wait_all(futures, deadline, disconnected, self.settings.request_timeout_s)
+        return await wait_all(futures, deadline, disconnected, self.settings.request_timeout_s)
 
     def enqueue(
         self, jobs: list[Job], deadline: float, field: str = "text"
@@ -171,17 +183,74 @@ class Service(TaskContext):
         model process waits for them without a task: app/parallel/waiting.py). Nothing is queued when a job
         is refused (422, 429)."""
         batchers = [self.life.queues.batcher(job.task, job.model, job.key) for job in jobs]
-        costs = [batcher.costs(job.items) for batcher, job in zip(batchers, jobs, strict=True)]
         queues = [
             (len(job.items), batcher.queue.max_items) for batcher, job in zip(batchers, jobs, strict=True)
         ]
-        self.limits.check_jobs(sum(map(sum, costs)), queues, field)
+        self.limits.check_jobs(sum(sum(job.costs) for job in jobs), queues, field)
         futures: list[asyncio.Future[list[Any]]] = []
         try:
-            for batcher, job, item_costs in zip(batchers, jobs, costs, strict=True):
-                futures.append(batcher.enqueue(job.items, deadline, item_costs))
+            for batcher, job in zip(batchers, jobs, strict=True):
+                futures.append(batcher.enqueue(job.items, deadline, job.costs))
         except BaseException:
             for f in futures:  # a later job refused (its queue full): the earlier ones' items are skipped
                 f.cancel()
             raise
         return futures
+
+
+async def wait_all(
+    futures: list[asyncio.Future[list[Any]]], deadline: float, disconnected: Disconnected, timeout_s: float
+) -> list[list[Any]]:
+    """Every future's result in order; the first error; 504 past the deadline; ClientDisconnected. The futures
+    still pending when it ends are cancelled (a batch loop then skips their items).
+
+    Callbacks (a timer, the disconnect watcher) cancel the combined future: no asyncio.wait per request.
+    """
+    loop = asyncio.get_running_loop()
+    combined: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
+    why: list[Exception] = []
+    watcher: asyncio.Task[None] | None = None
+
+    def stop(reason: Exception) -> None:
+        if not combined.done():
+            why.append(reason)
+            combined.cancel()
+
+    def timed_out() -> None:
+        stop(DeadlineExceeded.after(timeout_s))
+
+    def watch() -> None:
+        nonlocal watcher, timer
+        assert disconnected is not None
+        timer = loop.call_at(deadline, timed_out)  # first: the deadline holds whatever happens next
+        watcher = loop.create_task(disconnected())
+        watcher.add_done_callback(partial(_on_watcher_done, stop))
+
+    if disconnected is None or deadline <= loop.time() + WATCH_AFTER_S:
+        timer = loop.call_at(deadline, timed_out)
+    else:
+        timer = loop.call_later(WATCH_AFTER_S, watch)
+    try:
+        result = await combined
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if why and not (task is not None and task.cancelling()):  # the timer or the watcher, not our caller
+            raise why[0] from None
+        raise
+    finally:
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()
+        for f in futures:  # no-op when done
+            f.cancel()
+    return [result] if len(futures) == 1 else list(result)
+
+
+def _on_watcher_done(stop: Callable[[Exception], None], watcher: asyncio.Task[None]) -> None:
+    """The client left (the watcher finished); a failing watcher is logged, not taken for a disconnect."""
+    if watcher.cancelled():
+        return
+    if (error := watcher.exception()) is not None:
+        log.error("disconnect watcher failed", exc_info=error)
+        return
+    stop(ClientDisconnected())

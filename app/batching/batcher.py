@@ -32,20 +32,21 @@ import heapq
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from app.batching.batch import Batch, BatchSettings, BatchStats, Item, Pending, run_live
 from app.batching.workers import InferenceWorkers
 from app.core.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
 from app.core.metrics import Metrics
-from app.core.request_id import CURRENT, serving
+from app.core.request_id import CURRENT, RequestInfo
 
 __all__ = ["BatchSettings", "BatchStats", "Batcher", "FairQueue", "InferenceWorkers", "ModelQueue", "OnIdle"]
 log = logging.getLogger(__name__)
 I = TypeVar("I")  # noqa: E741 - one item in
 O = TypeVar("O")  # noqa: E741 - one result out
 T = TypeVar("T")
+MAX_IDS_LOGGED = 32  # ids named by one batch's log lines
 
 
 class ModelQueue:
@@ -160,8 +161,8 @@ class FairQueue(Generic[T]):
 class Batcher(Generic[I, O]):
     """Queue + loop for one key; `run(items) -> results` executes on `workers` (one forward pass).
 
-    queue: the model's admission limits, shared by all its batchers; cost(item) -> work units (default 1);
-    label: the model label of its metrics and logs (default the queue's model).
+    queue: the model's admission limits, shared by all its batchers; label: the model label of its metrics
+    and logs (default the queue's model).
     """
 
     def __init__(
@@ -172,7 +173,6 @@ class Batcher(Generic[I, O]):
         queue: ModelQueue,
         settings: BatchSettings,
         *,
-        cost: Callable[[I], int] | None = None,
         metrics: Metrics | None = None,
         label: str | None = None,
         on_idle: Callable[[Batcher[Any, Any]], None] | None = None,
@@ -181,7 +181,9 @@ class Batcher(Generic[I, O]):
         self.settings = settings
         self.queue = queue
         self.queue.batchers.add(self)
-        self._run, self._worker, self._metrics, self._cost = run, workers, metrics, cost
+        self._run, self._worker, self._metrics = run, workers, metrics
+        # batch size and seconds histograms of the model, observed per batch (labelled once, here)
+        self._histograms = metrics.batch_histograms(self.model) if metrics is not None else None
         self._on_idle = on_idle
         self._queue: FairQueue[Item] = FairQueue()  # 2. share, 3. cut
         # this key's submitted, unfinished batches (running or waiting for a worker), oldest first
@@ -211,18 +213,15 @@ class Batcher(Generic[I, O]):
         """Nothing queued, nothing submitted."""
         return not self._queue and not self._submitted
 
-    def costs(self, payloads: Sequence[I]) -> list[int]:
-        """The work units of each of these items."""
-        return [1] * len(payloads) if self._cost is None else [self._cost(p) for p in payloads]
-
     def enqueue(
         self, payloads: Sequence[I], deadline: float, costs: list[int] | None = None
     ) -> asyncio.Future[list[O]]:
         """Queue one request's items; the Future gets their results in order (or the batch's error).
-        QueueFull when the model's queue cannot take them. costs: self.costs(payloads), when known."""
+        QueueFull when the model's queue cannot take them. costs: each item's work units (default 1 each:
+        the task prices its items, app.tasks.task.Job.costs)."""
         if self._closing or self._closed:
             raise Unavailable("the server is shutting down")
-        works = self.costs(payloads) if costs is None else costs
+        works = [1] * len(payloads) if costs is None else costs
         self.queue.admit(len(payloads), sum(works))
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -326,9 +325,7 @@ class Batcher(Generic[I, O]):
         return Batch(*self._queue.take(s.max_batch_size, s.max_batch_work))  # fair turns, cut to the limits
 
     async def _execute_guarded(self, batch: Batch) -> None:
-        serving(
-            [item.pending.request for item in batch.items]
-        )  # this task's (and its thread's) logs name them
+        _log_as(item.pending.request for item in batch.items)  # this task's (and its thread's) logs
         try:
             await self._execute(batch)
         except Exception:  # a bug here must not wedge the queue: fail the batch, keep serving
@@ -377,8 +374,10 @@ class Batcher(Generic[I, O]):
         abandoned = 0
         for item, out in zip(live, outputs or [], strict=True):
             pending = item.pending
-            if pending.request is not None:
-                pending.request.ran(self.model, len(live))
+            if (request := pending.request) is not None:  # the access line's model and batch size
+                if self.model not in request.models:
+                    request.models.append(self.model)
+                request.batch_size = max(request.batch_size, len(live))
             if pending.future.done():  # gone while the batch ran: its result is dropped
                 abandoned += 1
                 continue
@@ -395,8 +394,19 @@ class Batcher(Generic[I, O]):
         s = self.stats
         s.batches, s.items = s.batches + 1, s.items + size
         s.seconds_ewma = seconds if s.batches == 1 else 0.8 * s.seconds_ewma + 0.2 * seconds
-        if self._metrics is not None:
-            self._metrics.observe_batch(self.model, size, seconds)
+        if self._histograms is not None:
+            sizes, durations = self._histograms
+            sizes.observe(size)
+            durations.observe(seconds)
 
 
 OnIdle = Callable[[Batcher[Any, Any]], None]
+
+
+def _log_as(requests: Iterable[RequestInfo | None]) -> None:
+    """Log the rest of this context (a batch's task, and the worker thread it runs in) under the ids of
+    `requests` (unique, in order; the first MAX_IDS_LOGGED, then how many more)."""
+    ids = list(dict.fromkeys(r.id for r in requests if r is not None))
+    if len(ids) > MAX_IDS_LOGGED:
+        ids[MAX_IDS_LOGGED:] = [f"+{len(ids) - MAX_IDS_LOGGED} more"]
+    CURRENT.set(RequestInfo(",".join(ids)) if ids else None)

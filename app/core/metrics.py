@@ -91,7 +91,6 @@ class Metrics:
         )
         # labels() costs a lock and a tuple build per call: the children are cached per label values
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
-        self._batch_children: dict[str, tuple[Any, Any]] = {}
 
     def set_build_info(self, version: str, device: str, dtype: str, quantize: str) -> None:
         """build_info{...} = 1 (set at start-up, once the device and dtype are resolved; where the models are:
@@ -114,15 +113,10 @@ class Metrics:
         children[0].inc()
         children[1].observe(seconds)
 
-    def observe_batch(self, model: str, size: int, seconds: float) -> None:
-        children = self._batch_children.get(model)
-        if children is None:
-            children = self._batch_children[model] = (
-                self.batch_size.labels(model=model),
-                self.inference.labels(model=model),
-            )
-        children[0].observe(size)
-        children[1].observe(seconds)
+    def batch_histograms(self, model: str) -> tuple[Any, Any]:
+        """`model`'s children of batch_size and inference_duration_seconds: a batcher labels them once and
+        observes each of its batches on them (`.observe(value)`)."""
+        return self.batch_size.labels(model=model), self.inference.labels(model=model)
 
     def observe_dropped(self, model: str, *, abandoned: int = 0, stopped: int = 0) -> None:
         if abandoned:

@@ -2,26 +2,14 @@
 
 app.edge.gate.Gate takes the id from the request when it is sane (else makes one), sets `CURRENT` for the request
 and puts the id on its answer. Log records carry it (app.core.logs.RequestIdFilter); a batch, which mixes requests,
-logs under the ids of its requests (`serving`), and records on each request which model ran it and in how
-large a batch (the access line's `model` and `batch_size`).
+logs under the ids of its requests, and records on each request which model ran it and in how large a batch
+(the access line's `model` and `batch_size`): app/batching/batcher.py.
 """
 
 from __future__ import annotations
 
-import re
-import uuid
-from collections.abc import Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-
-from starlette.types import Scope
-
-HEADER = b"x-request-id"
-MAX_LENGTH = 128
-# a client's id is kept when it is 1-128 of these (uuids, trace ids, base64): nothing that could break a log
-# line or a header; anything else is replaced by a new id
-_SANE = re.compile(rb"[A-Za-z0-9._:+/=@-]{1,%d}" % MAX_LENGTH)
-MAX_IDS_LOGGED = 32  # ids named by one batch's log lines
 
 
 @dataclass(eq=False, slots=True)
@@ -43,25 +31,6 @@ class RequestInfo:
 CURRENT: ContextVar[RequestInfo | None] = ContextVar("request", default=None)
 
 
-def incoming_id(scope: Scope) -> str:
-    """The request's X-Request-ID (the first one) when it is sane, else a new uuid4 hex."""
-    for name, value in scope["headers"]:
-        if name == HEADER:
-            if _SANE.fullmatch(value):
-                return value.decode("ascii")
-            break
-    return uuid.uuid4().hex
-
-
 def current_id() -> str | None:
     info = CURRENT.get()
     return info.id if info is not None else None
-
-
-def serving(requests: Iterable[RequestInfo | None]) -> None:
-    """Log the rest of this context (a batch's task, and the worker thread it runs in) under the ids of
-    `requests` (unique, in order; the first MAX_IDS_LOGGED, then how many more)."""
-    ids = list(dict.fromkeys(r.id for r in requests if r is not None))
-    if len(ids) > MAX_IDS_LOGGED:
-        ids[MAX_IDS_LOGGED:] = [f"+{len(ids) - MAX_IDS_LOGGED} more"]
-    CURRENT.set(RequestInfo(",".join(ids)) if ids else None)

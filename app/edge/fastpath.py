@@ -7,18 +7,20 @@ BENCHMARKS.md. This path is generated from the APIRoutes and runs the same code:
 model validates the body, its dependencies are called as FastAPI calls them (so deps.client_disconnect is
 the one disconnect watcher), the route function itself runs, and its response_model is serialized with its
 response_model_exclude_none (API_KEY's dependencies, which only document the key, are not called: the gate has
-checked it). It sits inside app.edge.gate.Gate, which keeps the limits, the API key, CORS and the metrics of
-every request; it reads the bodies itself, counting them against APP_MAX_BODY_BYTES (BodyTooLarge: the gate
-answers 413), and hands FastAPI, with a counting receive, what it does not serve: another content type, a body that does
-not validate (FastAPI's 422 then, from the replayed body), everything while dependency overrides are set.
+checked it). app.edge.gate.Gate holds it, after the limits, the API key and the allowed hosts, inside CORS and
+the metrics of every request: `prepare` resolves a request to its route function's call, which the gate
+awaits and sends as JSON (so the request's frames between the gate and the route are the gate's alone). It reads the bodies itself, counting them
+against APP_MAX_BODY_BYTES (BodyTooLarge: the gate answers 413), and hands FastAPI, with a counting receive,
+what it does not serve: another content type, a body that does not validate (FastAPI's 422 then, from the
+replayed body), everything while dependency overrides are set.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from fastapi.datastructures import DefaultPlaceholder
 from fastapi.dependencies.models import Dependant
@@ -32,7 +34,7 @@ from app.core.errors import ClientDisconnected
 from app.edge.api_key import documents_only
 from app.edge.body_limit import BodyTooLarge, limited
 
-_JSON = b"application/json"
+JSON = b"application/json"
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,15 @@ class LeanRoute:
     request: type[BaseModel]
     response: TypeAdapter[Any]
     dependencies: list[Dependant]  # those that do something (not API_KEY's)
+
+
+class LeanCall(NamedTuple):
+    """A lean route's function called on its request (`answer`, to await) and how its result is sent: the
+    route's response model, with its response_model_exclude_none."""
+
+    answer: Coroutine[Any, Any, Any]
+    response: TypeAdapter[Any]
+    exclude_none: bool
 
 
 def lean_routes(routes: Sequence[BaseRoute]) -> dict[str, LeanRoute]:
@@ -89,23 +100,26 @@ def _request_only(d: Dependant) -> bool:
 
 
 class FastPath:
-    """Added before app.edge.gate.Gate (so inside it); `routes`: every route of the app; max_body_bytes:
-    APP_MAX_BODY_BYTES."""
+    """Held by app.edge.gate.Gate; `app`: FastAPI's (what it does not serve); `routes`: every route of the
+    app; max_body_bytes: APP_MAX_BODY_BYTES."""
 
     def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute], max_body_bytes: int) -> None:
         self.app, self.routes, self.max_body_bytes = app, lean_routes(routes), max_body_bytes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def prepare(self, scope: Scope, receive: Receive, send: Send) -> LeanCall | None:
+        """A lean route's call on this request (its body read and validated, its dependencies solved), for
+        the gate to await and send as JSON (200); None when FastAPI has answered the request through `send`
+        (another route, a body that does not validate)."""
         lean = self._lean(scope)
         if lean is None:
             await self.app(scope, limited(receive, self.max_body_bytes), send)
-            return
+            return None
         body = await _read_body(receive, self.max_body_bytes)  # BodyTooLarge: the gate answers 413
         try:
             request = lean.request.model_validate_json(body)
         except ValidationError:  # FastAPI's 422 message, from the replayed body
             await self.app(scope, _replay(body, receive), send)
-            return
+            return None
         scope["route"] = lean.route  # as routing would: the gate's metric label
         connection = Request(scope, receive)
         kwargs = {lean.body: request}
@@ -113,11 +127,7 @@ class FastPath:
             value = await dep.call(**({dep.request_param_name: connection} if dep.request_param_name else {}))
             if dep.name is not None:
                 kwargs[dep.name] = value
-        result = await lean.route.endpoint(**kwargs)
-        payload = lean.response.dump_json(result, exclude_none=lean.route.response_model_exclude_none)
-        headers = [(b"content-type", _JSON), (b"content-length", str(len(payload)).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
+        return LeanCall(lean.route.endpoint(**kwargs), lean.response, lean.route.response_model_exclude_none)
 
     def _lean(self, scope: Scope) -> LeanRoute | None:
         """The lean route of a JSON POST to one; None while the app has dependency overrides (FastAPI applies
@@ -128,7 +138,7 @@ class FastPath:
         if lean is None or scope["app"].dependency_overrides:
             return None
         content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
-        return lean if content_type.split(b";", 1)[0].strip().lower() == _JSON else None
+        return lean if content_type.split(b";", 1)[0].strip().lower() == JSON else None
 
 
 def _route_path(scope: Scope) -> str:

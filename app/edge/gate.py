@@ -1,20 +1,25 @@
-"""The one outer layer: every HTTP request crosses it exactly once, on its way to FastAPI's routing.
+"""The one outer layer: every HTTP request crosses it exactly once, on its way to the lean path or FastAPI.
 
-From the outside in: the request id (X-Request-ID on every answer, app/core/request_id.py), request metrics
-and the access line (every answer counted and timed, labelled by route template), CORS (APP_CORS_ORIGINS; the
-LibreTranslate API's prefix: open, app/edge/open_cors.py; so that the answers given here carry its headers
-too), then the checks that must come before the body is read: what the headers alone refuse
-(app/edge/body_limit.py: two Host headers 400, a declared Content-Length over APP_MAX_BODY_BYTES 413, a coded
-body 415/501; as {"error": ...} under the LibreTranslate API's prefix), a request for a route that declares
-API_KEY without the key a 401 (GET /metrics also takes APP_METRICS_API_KEY, or no key with
-APP_METRICS_PUBLIC). A chunked body is counted as it streams (BodyTooLarge once past the limit), by the fast
-path when it is on (app/edge/fastpath.py reads the bodies), else here. An unexpected error becomes a JSON 500 inside CORS (Starlette's own 500
-handler runs outside every middleware: a browser page would see a network error instead).
+From the outside in: the request id (X-Request-ID on every answer, app/core/request_id.py: the client's when
+sane, else a new one), request metrics and the access line (every answer counted and timed, labelled by route
+template), CORS (APP_CORS_ORIGINS; the LibreTranslate API's prefix: open, app/edge/open_cors.py; so that the
+answers given here carry its headers too), then the checks that must come before the body is read: what the
+headers alone refuse (`_refusal`, one pass over them: two Host headers 400, a declared Content-Length over
+APP_MAX_BODY_BYTES 413 (app/edge/body_limit.py), a coded body 415/501; as {"error": ...} under the
+LibreTranslate API's prefix), a request for a route that declares API_KEY without the key a 401 (GET /metrics
+also takes APP_METRICS_API_KEY, or no key with APP_METRICS_PUBLIC), a Host outside APP_ALLOWED_HOSTS a 400
+(app/edge/hosts.py). Then the lean path (app/edge/fastpath.py, APP_FAST_PATH) resolves a JSON POST to its route
+function's call, which this layer awaits and sends as JSON, or FastAPI routes the request. A chunked body is counted as it streams
+(BodyTooLarge once past the limit), by the lean path's reader or here. An unexpected error becomes a JSON 500
+inside CORS (Starlette's own 500 handler runs outside every middleware: a browser page would see a network
+error instead).
 """
 
 from __future__ import annotations
 
+import re
 import time
+import uuid
 from collections.abc import Sequence
 
 from starlette.exceptions import HTTPException
@@ -26,11 +31,19 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.core.errors import Unauthorized, error_response
 from app.core.logs import log_access
 from app.core.metrics import METRICS_PATH, Metrics
-from app.core.request_id import CURRENT, HEADER, RequestInfo, incoming_id
+from app.core.request_id import CURRENT, RequestInfo
 from app.core.settings import Settings
 from app.edge.api_key import authorized, needs_key
-from app.edge.body_limit import limited, refusal
+from app.edge.body_limit import BodyTooLarge, limited
+from app.edge.fastpath import JSON, FastPath
+from app.edge.hosts import host_refusal
 from app.edge.open_cors import OpenCors
+
+REQUEST_ID = b"x-request-id"
+MAX_ID_LENGTH = 128
+# a client's id is kept when it is 1-128 of these (uuids, trace ids, base64): nothing that could break a log
+# line or a header; anything else is replaced by a new id
+_SANE_ID = re.compile(rb"[A-Za-z0-9._:+/=@-]{1,%d}" % MAX_ID_LENGTH)
 
 
 class Gate:
@@ -41,7 +54,8 @@ class Gate:
     ) -> None:
         self.app, self.metrics, self.routes = app, metrics, list(routes)
         self.max_body_bytes = settings.max_body_bytes
-        self.counted = settings.fast_path  # app.edge.fastpath.FastPath counts every body it passes on
+        self.fast = FastPath(app, self.routes, self.max_body_bytes) if settings.fast_path else None
+        self.hosts = None if "*" in settings.allowed_hosts else [h.lower() for h in settings.allowed_hosts]
         self.lt_prefix = settings.libretranslate_prefix
         self.access_log = settings.access_log
         self.key, self.metrics_key = (
@@ -72,10 +86,14 @@ class Gate:
             await self.app(scope, receive, send)
             return
         start, status = time.perf_counter(), 500
+        given = next((value for name, value in scope["headers"] if name == REQUEST_ID), b"")  # the first
         client = scope.get("client")
-        request = RequestInfo(incoming_id(scope), client[0] if client else "")
+        request = RequestInfo(
+            given.decode("ascii") if _SANE_ID.fullmatch(given) else uuid.uuid4().hex,
+            client[0] if client else "",
+        )
         token = CURRENT.set(request)  # this task's: the route, the service and the batch queue read it
-        request_id = (HEADER, request.id.encode())
+        request_id = (REQUEST_ID, request.id.encode())
 
         async def send_status(message: Message) -> None:
             nonlocal status
@@ -95,11 +113,14 @@ class Gate:
             CURRENT.reset(token)
 
     async def _checked(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (refused := refusal(scope, self.max_body_bytes)) is not None:  # 400, 413, 415 or 501
+        if (refused := self._refusal(scope)) is not None:  # 400, 413, 415 or 501
             await self._refuse(refused, scope)(scope, receive, send)
             return
         if (self.key is not None or self.scrape) and not self._allowed(scope):
             await error_response(Unauthorized(), "before routing")(scope, receive, send)
+            return
+        if self.hosts is not None and (wrong := host_refusal(scope, self.hosts)) is not None:  # 400
+            await wrong(scope, receive, send)
             return
         started = False
 
@@ -109,13 +130,55 @@ class Gate:
             await send(message)
 
         try:
-            await self.app(
-                scope, receive if self.counted else limited(receive, self.max_body_bytes), send_started
-            )
+            if self.fast is None:
+                await self.app(scope, limited(receive, self.max_body_bytes), send_started)
+            elif (call := await self.fast.prepare(scope, receive, send_started)) is not None:
+                payload = call.response.dump_json(await call.answer, exclude_none=call.exclude_none)
+                headers = [(b"content-type", JSON), (b"content-length", str(len(payload)).encode())]
+                await send_started({"type": "http.response.start", "status": 200, "headers": headers})
+                await send_started({"type": "http.response.body", "body": payload})
         except Exception as exc:
             if started:  # too late for an error answer: the server closes the connection
                 raise
             await error_response(exc, f"{scope['method']} {scope['path']}")(scope, receive, send)
+
+    def _refusal(self, scope: Scope) -> HTTPException | None:
+        """The refusal of a request whose headers say its body cannot be read as sent, in this order (one pass
+        over the headers):
+        - more than one Host header: 400 (RFC 9112 section 3.2; proxies and servers that read different ones
+          of the two can be made to disagree about where a request goes: request smuggling, cache poisoning);
+        - a declared Content-Length over APP_MAX_BODY_BYTES: 413;
+        - a Transfer-Encoding other than chunked (RFC 9112: 501; h11 refuses it itself, httptools hands the
+          still-coded body on) or a Content-Encoding other than identity (RFC 9110: 415, with Accept-Encoding).
+        Each closes the connection: the body is not read."""
+        hosts, size, coded = 0, None, None
+        lengths = 0
+        for name, value in scope["headers"]:
+            if name == b"host":
+                hosts += 1
+            elif name == b"content-length":
+                lengths += 1
+                size = _length(value) if lengths == 1 else size  # the first one counts
+            elif coded is None and name == b"transfer-encoding" and _codings(value) - {"chunked"}:
+                coded = HTTPException(
+                    501,
+                    f"Transfer-Encoding {_shown(value)} is not supported: send the body uncompressed, with "
+                    "Content-Length or Transfer-Encoding: chunked",
+                    headers={"Connection": "close"},
+                )
+            elif coded is None and name == b"content-encoding" and _codings(value) - {"identity"}:
+                coded = HTTPException(
+                    415,
+                    f"Content-Encoding {_shown(value)} is not supported: send the body uncompressed",
+                    headers={"Accept-Encoding": "identity", "Connection": "close"},
+                )
+        if hosts > 1:
+            return HTTPException(
+                400, "more than one Host header: send exactly one (RFC 9112)", headers={"Connection": "close"}
+            )
+        if size is not None and size > self.max_body_bytes:
+            return BodyTooLarge(self.max_body_bytes, size)
+        return coded
 
     def _under_lt(self, scope: Scope) -> bool:
         """Whether the path is the LibreTranslate API's."""
@@ -152,3 +215,19 @@ class Gate:
             if route.matches(scope)[0] is not Match.NONE:
                 return str(getattr(route, "path", "unmatched"))
         return "unmatched"
+
+
+def _length(value: bytes) -> int | None:
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def _codings(value: bytes) -> set[str]:
+    return {c.strip().lower() for c in value.decode("latin-1").split(",") if c.strip()}
+
+
+def _shown(value: bytes, limit: int = 40) -> str:
+    text = value.decode("latin-1").strip()
+    return text if len(text) <= limit else text[:limit] + "…"

@@ -5,14 +5,15 @@ sends its own Host, which is not in the list. Default "*": any host (behind a pr
 GET /health and /ready are answered whatever the Host: Kubernetes' HTTP probes send the pod's IP.
 
 Whatever APP_ALLOWED_HOSTS says, a request with more than one Host header is a 400, checked by the gate
-before anything else (app.edge.body_limit.refusal).
+before anything else (app.edge.gate.Gate._refusal).
 """
 
 from __future__ import annotations
 
 import json
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import Scope
 
 from app.core.settings import ENV_PREFIX
 from app.edge.connections import PROBE_PATHS
@@ -34,17 +35,10 @@ def allowed(host: str, patterns: list[str]) -> bool:
     return any(p in ("*", host) or (p.startswith("*.") and host.endswith(p[1:])) for p in patterns)
 
 
-class AllowedHosts:
-    """400 for a Host outside `hosts` (lowercase names, `*.domain` wildcards)."""
-
-    def __init__(self, app: ASGIApp, hosts: list[str]) -> None:
-        self.app, self.hosts = app, [h.lower() for h in hosts]
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PROBE_PATHS or allowed(host_of(scope), self.hosts):
-            await self.app(scope, receive, send)
-            return
-        body = json.dumps({"detail": f"invalid Host header: not one of {ENV_PREFIX}ALLOWED_HOSTS"}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 400, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+def host_refusal(scope: Scope, hosts: list[str]) -> Response | None:
+    """The gate's 400 for a Host outside `hosts` (lowercase names, `*.domain` wildcards); None for a host in
+    it, or a probe."""
+    if scope["path"] in PROBE_PATHS or allowed(host_of(scope), hosts):
+        return None
+    body = json.dumps({"detail": f"invalid Host header: not one of {ENV_PREFIX}ALLOWED_HOSTS"}).encode()
+    return Response(body, 400, media_type="application/json")

@@ -159,10 +159,10 @@ class Engine:
             await asyncio.sleep(STATE_POLL_S)
 
     def _submit(
-        self, task: str, jobs: list[tuple[str, Hashable, list[Any]]], deadline: float, field: str
+        self, task: str, jobs: list[tuple[str, Hashable, list[Any], list[int]]], deadline: float, field: str
     ) -> list[asyncio.Future[list[Any]]]:
         """The batches of a request whose task's `answer` runs in the HTTP process (RemoteService.submit):
-        per job its model, batch key and items -> per job its items' outputs. Service.submit's admission,
+        per job its model, batch key, items and their costs -> per job its items' outputs. Service.submit's admission,
         queues and deadline, as in one process (the deadline: loop.time(), one clock for both processes),
         with no task per request: called as the frame is read (the channel's Immediate, which answers with
         their results), it queues the items and returns their Futures, failed at the deadline here."""

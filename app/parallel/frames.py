@@ -3,8 +3,8 @@ frame, `!I` its length then three sections, each `!I` its length first:
 
 - SUBMITS: `submit` calls whose items are token ids (a classifier's (ids, text) items: /sentiment), columns
   of numbers as numpy buffers: per call its id, deadline, flags, request id, client, task name, field and jobs;
-  per job its model, batch key (an index into the frame's distinct keys) and items; per item its ids (int32,
-  all items' concatenated) and text;
+  per job its model, batch key (an index into the frame's distinct keys) and items; per item its cost (work
+  units), its ids (int32, all items' concatenated) and text;
 - OUTPUTS: successful replies whose value is, per job, one row of floats per item (class probabilities), all
   rows of a job one width: float64 (the values as they were, bit for bit), with the models and largest batch
   that ran the call;
@@ -87,7 +87,7 @@ def decode(body: bytes | memoryview) -> list[Message]:
         raise BadFrame(f"{type(e).__name__}: {e}") from e
 
 
-# --- submit calls: (CALL, id, "submit", (task, [(model, key, items)], deadline, field), {}, who, watched) ---
+# --- submit calls: (CALL, id, "submit", (task, [(model, key, items, costs)], deadline, field), {}, who, watched)
 
 
 def _submit_fits(m: Message) -> bool:
@@ -96,8 +96,10 @@ def _submit_fits(m: Message) -> bool:
     if kwargs or len(args) != 4 or not isinstance(args[0], str) or not isinstance(args[3], str):
         return False
     try:
-        for model, key, items in args[1]:
+        for model, key, items, costs in args[1]:
             if not isinstance(model, str) or not isinstance(key, Hashable):
+                return False
+            if type(costs) is not list or len(costs) != len(items) or any(type(c) is not int for c in costs):
                 return False
             for item in items:
                 if type(item) is not tuple or len(item) != 2 or type(item[0]) is not list:
@@ -111,7 +113,7 @@ def _submit_fits(m: Message) -> bool:
 
 def _encode_submits(calls: list[Message]) -> bytes | None:
     ids, deadlines, flags, njobs = [], [], [], []
-    job_items, job_keys, lengths, tokens = [], [], [], []
+    job_items, job_keys, costs, lengths, tokens = [], [], [], [], []
     strings: list[str] = []
     keys: dict[Hashable, int] = {}
     for _, call_id, _, (task, jobs, deadline, field), _, who, watched in calls:
@@ -120,10 +122,11 @@ def _encode_submits(calls: list[Message]) -> bytes | None:
         flags.append((WATCHED if watched else 0) | (WHO if who else 0))
         njobs.append(len(jobs))
         strings += (task, field, *(who or ()))
-        for model, key, items in jobs:
+        for model, key, items, job_costs in jobs:
             strings.append(model)
             job_keys.append(keys.setdefault(key, len(keys)))
             job_items.append(len(items))
+            costs += job_costs
             for item_ids, text in items:
                 lengths.append(len(item_ids))
                 tokens += item_ids
@@ -135,9 +138,9 @@ def _encode_submits(calls: list[Message]) -> bytes | None:
         numbers = [
             np.array(ids, np.int64), np.array(deadlines, np.float64), np.array(flags, np.uint8),
             np.array(njobs, np.int32), np.array(job_items, np.int32), np.array(job_keys, np.int32),
-            np.array(lengths, np.int32), np.array(tokens, np.int32),
+            np.array(costs, np.int64), np.array(lengths, np.int32), np.array(tokens, np.int32),
         ]  # fmt: skip
-    except OverflowError:  # an id beyond int32: not a token id this module carries
+    except OverflowError:  # an id beyond int32 (not a token id this module carries), a cost beyond int64
         return None
     packed_keys = pickle.dumps(list(keys), protocol=pickle.HIGHEST_PROTOCOL)  # distinct keys, not per call
     return _join(COUNTS.pack(len(ids), len(job_items), len(lengths), len(tokens)), numbers, packed_keys, text)
@@ -152,6 +155,7 @@ def _decode_submits(view: memoryview) -> list[Message]:
     njobs, at = _take(view, at, np.int32, n)
     job_items, at = _take(view, at, np.int32, j)
     job_keys, at = _take(view, at, np.int32, j)
+    costs, at = _take(view, at, np.int64, i)
     lengths, at = _take(view, at, np.int32, i)
     tokens, at = _take(view, at, np.int32, t)
     keys, strings = _tail(view, at)
@@ -166,12 +170,12 @@ def _decode_submits(view: memoryview) -> list[Message]:
         jobs = []
         for _ in range(nj):
             model, key = next(s), keys[job_keys[jk]]
-            items = []
+            items, first = [], jt
             for _ in range(job_items[jk]):
                 q = p + lengths[jt]
                 items.append((tokens[p:q], next(s)))
                 p, jt = q, jt + 1
-            jobs.append((model, key, items))
+            jobs.append((model, key, items, costs[first:jt]))
             jk += 1
         out.append((CALL, call_id, SUBMIT, (task, jobs, deadline, field), {}, who, bool(flag & WATCHED)))
     if next(s, None) is not None:

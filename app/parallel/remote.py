@@ -182,11 +182,19 @@ class RemoteService(TaskContext):
         return self.registry
 
     async def submit(
-        self, jobs: list[Job], deadline: float, disconnected: Disconnected, field: str = "text"
+        self,
+        jobs: list[Job],
+        disconnected: Disconnected,
+        field: str = "text",
+        *,
+        deadline: float | None = None,
     ) -> list[list[Any]]:
         """Service.submit in the model process (admission, queues, batches): only the jobs' task name,
-        models, keys and items cross; each item's outputs come back."""
-        wire = [(job.model, job.key, job.items) for job in jobs]
+        models, keys, items and their costs cross, and the deadline (default: APP_REQUEST_TIMEOUT_S from now); each item's
+        outputs come back."""
+        if deadline is None:
+            deadline = self.deadline()
+        wire = [(job.model, job.key, job.items, job.costs) for job in jobs]
         name = jobs[0].task.name if jobs else ""
         items = sum(len(job.items) for job in jobs)
         return await self._work("submit", name, wire, deadline, field, items=items, disconnected=disconnected)  # type: ignore[no-any-return]

@@ -82,7 +82,8 @@ class AttentionTask(Task):
         deadline = ctx.deadline()
         item, translation = await self._item(ctx, entry, handler, req, deadline, disconnected)
         handler.check_size(item, sel)  # the target is known now (given or translated)
-        [[maps]] = await ctx.submit([Job(self, entry.name, None, [item])], deadline, disconnected)
+        job = Job(self, entry.name, None, [item], handler.costs([item]))
+        [[maps]] = await ctx.submit([job], disconnected, deadline=deadline)
         return await self._body(ctx, handler, item, maps, sel, translation, png, deadline)
 
     async def _item(
@@ -109,8 +110,12 @@ class AttentionTask(Task):
             tagged = entry.config.source_prefix(lang) + item.source  # OPUS-MT ">>fra<<": what the model reads
             return AttentionItem(tagged, handler.decoder_input(req.target, lang)), None
         translation, sentence = ctx.task(TranslationTask), Sentence(item.source)
-        greedy = Job(translation, entry.name, DecodeKey(lang, 1), [sentence])
-        [[[best]]] = await ctx.submit([greedy], deadline, disconnected)  # like /translate with beam_size=1
+        key = DecodeKey(lang, 1)
+        costs = translation.handlers[entry.name].costs([sentence], key)
+        greedy = Job(translation, entry.name, key, [sentence], costs)
+        [[[best]]] = await ctx.submit(
+            [greedy], disconnected, deadline=deadline
+        )  # like /translate with beam_size=1
         tagged = entry.config.source_prefix(lang) + item.source  # the tag is part of what the model reads
         text = translation.handlers[entry.name].detokenize(best, sentence)
         return AttentionItem(tagged, [entry.config.start_id(lang), *best.tokens]), text

@@ -66,9 +66,9 @@ class AttentionHandler:
         self.encoder_layers = cfg.n_layers
         self.decoder_layers = cfg.n_decoder_layers if self.is_translator else 0
 
-    def cost(self, item: AttentionItem) -> int:
-        """Work units: its tokens, source and target."""
-        return len(item.source) + len(item.target or [])
+    def costs(self, items: list[AttentionItem]) -> list[int]:
+        """Work units: each item's tokens, source and target."""
+        return [len(item.source) + len(item.target or []) for item in items]
 
     def select(self, layers: list[int] | None, heads: list[int] | None) -> LayerSelection:
         """Validated layer/head subsets (default all); 422 naming the valid ranges otherwise. A layer index

@@ -3,7 +3,8 @@ around its batcher. The sentiment task's kinds are in its own module (app/tasks/
 
 Each handler (these, SentimentHandler and attention_maps.AttentionHandler) has `run(items) -> results`: the one call its
 Batcher makes, in an inference worker, on one dynamic batch (results in item order, one per item), and
-`cost(item)`: the item's work units, what admission and batch cutting count. The rest runs on the event loop
+`costs(items)`: their work units, what admission and batch cutting count (the task prices a job's items with it
+as it makes them: app.tasks.task.Job.costs). The rest runs on the event loop
 and is named for what it does: a request's texts become batch items (`tokenize`, `sentences`), results become
 response schemas (`result`, `join`). Model calls go through model.inference, the code path shared with the
 evaluate CLI. The text halves (TranslationText, sentiment.SentimentText) import no torch: an HTTP process runs them
@@ -143,6 +144,10 @@ class TranslationText:
     def __init__(self, name: str, tokenizer: Tokenizer | PairTokenizer, cfg: ModelConfig) -> None:
         self.name, self.tokenizer, self.cfg, self.max_len = name, tokenizer, cfg, cfg.max_len
 
+    def costs(self, items: Sequence[Sentence], key: DecodeKey) -> list[int]:
+        """Work units of each sentence decoded under `key`."""
+        return [key.work(item, self.max_len) for item in items]
+
     def least_cost(self, key: DecodeKey, max_length: int | None = None) -> int:
         """The least a sentence can cost under `key` and `max_length` (one token: its EOS), known before
         tokenizing."""
@@ -253,10 +258,6 @@ class TranslationHandler(TranslationText):
         self.cfg = loaded.config
         self.max_len = loaded.config.max_len
         self.engine: CT2Decoder | None = None  # CTranslate2 decodes instead (app.tasks.ctranslate2, .argos)
-
-    def cost(self, item: Sentence, key: DecodeKey) -> int:
-        """Work units of a sentence decoded under `key`."""
-        return key.work(item, self.max_len)
 
     def run(
         self, items: list[Sentence], key: DecodeKey, should_stop: StopCheck = None

@@ -43,15 +43,15 @@ class SentimentTask(Task):
         self, ctx: Context, req: SentimentRequest, disconnected: Disconnected = None, **options: Any
     ) -> SentimentResponse:
         """Request -> items (limits, a model per text, token ids), one submit, outputs -> results."""
-        registry, texts, field = ctx.ready_registry(), req.items, req.field
+        registry, (texts, field) = ctx.ready_registry(), req.inputs
         ctx.limits.check_texts(texts, field)
         groups = group_by_model([registry.sentiment_for(text, req.model) for text in texts])
-        deadline = ctx.deadline()
-        jobs = [
-            Job(self, name, None, [self.handlers[name].tokenize(texts[i]) for i in idxs])
-            for name, idxs in groups.items()
-        ]
-        outputs = await ctx.submit(jobs, deadline, disconnected, field)
+        jobs = []
+        for name, idxs in groups.items():
+            handler = self.handlers[name]
+            items = [handler.tokenize(texts[i]) for i in idxs]
+            jobs.append(Job(self, name, None, items, handler.costs(items)))
+        outputs = await ctx.submit(jobs, disconnected, field)
         results = [self.handlers[name].result(probs) for name, probs in scatter(groups, outputs)]
         return SentimentResponse.model_construct(model=",".join(groups), results=results)  # built here: valid
 
@@ -87,6 +87,10 @@ class SentimentText:
         ids = classifier_ids(self.tokenizer, text, self.cfg)  # truncated to max_len like training
         return ids, text if self._texts else ""
 
+    def costs(self, items: list[ClassifierItem]) -> list[int]:
+        """Work units: each item's tokens."""
+        return [len(ids) for ids, _ in items]
+
     def result(self, probs: list[float]) -> SentimentResult:
         best = max(range(len(probs)), key=probs.__getitem__)
         return SentimentResult.model_construct(  # no validation: every field is built right here
@@ -110,10 +114,6 @@ class SentimentHandler(SentimentText):
         self.model = loaded.model
         # one graph call per batch keeps the GIL free while it runs (see ClassifierGraph): built off the loop
         self._graph = compile_classifier(self.model) if torchscript else None
-
-    def cost(self, item: ClassifierItem) -> int:
-        """Work units: its tokens."""
-        return len(item[0])
 
     def run(self, items: list[ClassifierItem]) -> list[list[float]]:
         """Class probabilities per item; classify_ids sorts by length and pads (B, S) per length bucket."""

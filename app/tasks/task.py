@@ -12,8 +12,9 @@ A task says
   and limits.
 
 A handler (app/tasks/handlers.py, attention_maps.py, and the imported kinds ctranslate2.py, argos.py) runs one
-batch: `run(items[, key=...][, should_stop=...]) -> outputs` in item order, `cost(item[, key=...])` its work
-units, and optionally `warmup()`. The key is passed when it is not None.
+batch: `run(items[, key=...][, should_stop=...]) -> outputs` in item order, and optionally `warmup()`; the key
+is passed when it is not None. The task prices its items as it makes them (`Job.costs`, from its handler's
+`costs`), so the machinery that admits and shares them never calls back into the task per item.
 
 A task that `splits` also gives the text half of a handler (`load_text`: no weights); an HTTP process then
 runs its `answer`, and only the items cross to the model process (app/parallel/remote.py).
@@ -41,12 +42,14 @@ T = TypeVar("T", bound="Task")
 
 
 class Job(NamedTuple):
-    """One request's items for one batcher: those of `task`'s handler of `model`, under batch key `key`."""
+    """One request's items for one batcher: those of `task`'s handler of `model`, under batch key `key`, and
+    each item's work units (what the queue admits and shares turns by)."""
 
     task: Task
     model: str
     key: Hashable
     items: list[Any]
+    costs: list[int]
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,14 @@ class Context(Protocol):
     async def detect(self, texts: Sequence[str], field: str = "texts") -> list[list[Detection]]: ...
 
     async def submit(
-        self, jobs: list[Job], deadline: float, disconnected: Disconnected, field: str = "text"
-    ) -> list[list[Any]]: ...
+        self,
+        jobs: list[Job],
+        disconnected: Disconnected,
+        field: str = "text",
+        *,
+        deadline: float | None = None,
+    ) -> list[list[Any]]:
+        """The outputs of each job's items; deadline: `deadline()` when it was taken (default: now)."""
 
 
 class Task:
@@ -112,7 +121,7 @@ class Task:
 
     def load_text(self, entry: ModelEntry) -> Any:
         """For a task that `splits`: the text half of `entry`'s handler (what `answer` calls on it besides
-        `run` and `cost`: tokenize, results; no weights). An HTTP process (app/parallel/remote.py) runs
+        `run`: tokenize, costs, results; no weights). An HTTP process (app/parallel/remote.py) runs
         `answer` on these, and only the items of its `Job`s cross to the model process, which batches them
         on the whole handlers."""
         raise NotImplementedError

@@ -85,7 +85,7 @@ class TranslationTask(Task):
         """Texts grouped by model (one group unless source_lang is auto and the texts' languages differ).
         max_texts: instead of APP_MAX_TEXTS (the LibreTranslate API sends the text nodes of HTML documents
         whose count it has checked)."""
-        registry, texts, field = ctx.ready_registry(), req.items, req.field
+        registry, (texts, field) = ctx.ready_registry(), req.inputs
         ctx.limits.check_texts(texts, field, max_texts)
         detected = await ctx.detect(texts, field) if req.source_lang == AUTO else None
         # each text's language (None: no letters); texts answered as they came: app/text/passthrough.py
@@ -95,7 +95,7 @@ class TranslationTask(Task):
             else [f[0].language if f else None for f in detected]
         )
         through = set(passed(texts, langs, req.target_lang))
-        groups = registry.route(req, detected, through)
+        groups = registry.route(req, texts, field, detected, through)
         key = DecodeKey(req.target_lang, req.beam_size)  # the queue; the other options go per sentence
         split = [  # each text as lines of sentences, in its language: split once, priced, then tokenized
             [] if i in through else split_sentences(text, langs[i] or req.source_lang)
@@ -112,15 +112,16 @@ class TranslationTask(Task):
             handler, rows = self.handlers[name], [split[i] for i in idxs]
             options = (req.num_hypotheses, idxs, req.length_penalty, req.max_length, req.replace_unknowns)
             items, lays = handler.sentences(rows, field, *options)
-            jobs.append(Job(self, name, key, items))
+            jobs.append(Job(self, name, key, items, handler.costs(items, key)))
             layouts.append(lays)
-        outputs = await ctx.submit(jobs, ctx.deadline(), disconnected, field) if jobs else []
+        outputs = await ctx.submit(jobs, disconnected, field) if jobs else []
         outputs = [self.handlers[j.model].texts(j.items, out) for j, out in zip(jobs, outputs, strict=True)]
-        return self._joined(req, detected, through, groups, [*zip(layouts, outputs, strict=True)])
+        return self._joined(req, texts, detected, through, groups, [*zip(layouts, outputs, strict=True)])
 
     def _joined(
         self,
         req: TranslateRequest,
+        texts: list[str],
         detected: list[list[Detection]] | None,
         through: set[int],
         groups: dict[str, list[int]],
@@ -128,11 +129,11 @@ class TranslationTask(Task):
     ) -> TranslateResponse:
         """The response: texts passed through as they came, the others joined from their sentences' outputs
         (`decoded`: per group, its texts' layouts and its batch output)."""
-        results: list[Any] = [None] * len(req.items)
+        results: list[Any] = [None] * len(texts)
         for i in through:
             found = None if detected is None else detected[i]
             results[i] = TranslationResult.unchanged(
-                req.items[i], req, DetectedLanguage.of(found[0]) if found else None
+                texts[i], req, DetectedLanguage.of(found[0]) if found else None
             )
         for (name, idxs), (lays, out) in zip(groups.items(), decoded, strict=True):
             for i, lay in zip(idxs, lays, strict=True):

@@ -18,7 +18,7 @@ _ASTRAL = (
     r"\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
     r"\U000e0000-\U000e0fff"
 )
-_IGNORED = re.compile(f"[{_BMP}{_ASTRAL}]*")
+BLANK = re.compile(f"[{_BMP}{_ASTRAL}]*")  # fullmatch: nothing a model reads
 # a character a model reads, as a JSON Schema pattern; without the astral ones, which ECMA-262 cannot name in
 # a class without its "u" flag (a text of those only passes the pattern, and is refused by the server)
 READ_PATTERN = f"[^{_BMP}]"
@@ -26,4 +26,4 @@ READ_PATTERN = f"[^{_BMP}]"
 
 def is_blank(text: str) -> bool:
     """Whether `text` has nothing a model reads (stops at the first character that counts)."""
-    return _IGNORED.fullmatch(text) is not None
+    return BLANK.fullmatch(text) is not None

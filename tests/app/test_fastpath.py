@@ -17,6 +17,7 @@ from app.api.routes import attention, system
 from app.api.routes import sentiment as sentiment_route
 from app.core.settings import Settings
 from app.edge.fastpath import FastPath, lean_routes
+from app.edge.gate import Gate
 from app.schemas import DetectRequest, SentimentRequest, TranslateRequest
 from tests.app.conftest import serve
 
@@ -68,9 +69,10 @@ async def without(app_checkpoint_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
 
 def fast_path(app: FastAPI) -> FastPath:
     layer = app.middleware_stack
-    while not isinstance(layer, FastPath):
+    while not isinstance(layer, Gate):
         layer = layer.app  # type: ignore[union-attr]
-    return layer
+    assert layer.fast is not None
+    return layer.fast
 
 
 async def _send(client: httpx.AsyncClient, case: Req) -> tuple[int, Any, str | None]:

@@ -17,7 +17,7 @@ from app.tasks.handlers import DecodeKey, Sentence
 
 SUBMIT = (
     CALL, 7, "submit",
-    ("sentiment", [("sentiment-en", None, [([5, 9, 2], ""), ([2**31 - 1, 0], "a text é")])], 123.25, "texts"),
+    ("sentiment", [("sentiment-en", None, [([5, 9, 2], ""), ([2**31 - 1, 0], "a text é")], [3, 2**40])], 123.25, "texts"),
     {}, ("rid-1", "10.0.0.7"), True,
 )  # fmt: skip
 OUTPUT = (REPLY, 7, True, [[[0.1, 0.9], [1 / 3, 2 / 3]], [[0.25, 0.5, 0.25]]], (["sentiment-en", "m2"], 17))
@@ -53,7 +53,7 @@ def test_floats_come_back_bit_for_bit() -> None:
 
 def test_everything_else_goes_pickled_in_order_after_the_compact_ones() -> None:
     key = DecodeKey("en", 4)
-    sentences = [("m", key, [Sentence([4, 2], num_hypotheses=2)])]
+    sentences = [("m", key, [Sentence([4, 2], num_hypotheses=2)], [7])]
     translate = (CALL, 3, "submit", ("translation", sentences, 9.0, "text"), {}, None, False)
     error = (REPLY, 3, False, portable(QueueFull("full", 2)), (["m"], 0))
     ragged = (REPLY, 4, True, [[[0.5], [0.5, 0.5]]], ([], 0))
@@ -68,14 +68,22 @@ def test_everything_else_goes_pickled_in_order_after_the_compact_ones() -> None:
 
 
 def test_a_nul_in_a_string_sends_the_submits_pickled() -> None:
-    nul = (CALL, 6, "submit", ("sentiment", [("m", None, [([1], "a\x00b")])], 1.0, "text"), {}, None, False)
+    nul = (
+        CALL,
+        6,
+        "submit",
+        ("sentiment", [("m", None, [([1], "a\x00b")], [1])], 1.0, "text"),
+        {},
+        None,
+        False,
+    )
     assert round_trip([SUBMIT, nul]) == [SUBMIT, nul]
     assert sections([SUBMIT, nul])[0] == 0
 
 
 def test_an_empty_frame_and_empty_strings() -> None:
     assert round_trip([]) == []
-    empty = (CALL, 0, "submit", ("", [("", None, [([], "")])], 0.0, ""), {}, ("", ""), False)
+    empty = (CALL, 0, "submit", ("", [("", None, [([], "")], [0])], 0.0, ""), {}, ("", ""), False)
     assert round_trip([empty]) == [empty]
 
 

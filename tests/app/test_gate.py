@@ -9,7 +9,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 
-from app.api.deps import get_service
+from app.api.deps import Answer, answer_for
 from app.core.settings import Settings
 from app.service import Service
 from tests.app.conftest import json_post_scope, serve
@@ -29,11 +29,11 @@ async def test_model_routes_are_served_by_their_fastapi_routes(
     """The route functions run (app.dependency_overrides reach them) for valid requests."""
     served: list[Service] = []
 
-    async def spy(request: Request) -> Service:
+    async def spy(request: Request) -> Answer:
         served.append(request.app.state.service)
-        return served[-1]
+        return served[-1].answer
 
-    app.dependency_overrides[get_service] = spy
+    app.dependency_overrides[answer_for] = spy
     try:
         assert (await client.post("/sentiment", json={"text": "a good film"})).status_code == 200
         translate = {"text": "le chat", "source_lang": "fr", "beam_size": 1}

@@ -109,7 +109,7 @@ async def test_html_keeps_markup_and_sends_every_text_node_in_one_batch(
     answer = service.answer
 
     async def counted(task: str, req: Any, *args: Any, **kw: Any) -> Any:
-        calls.append(len(req.items))
+        calls.append(len(req.inputs[0]))
         return await answer(task, req, *args, **kw)
 
     service.answer = counted

@@ -348,8 +348,9 @@ async def test_expensive_batches_are_cut_by_work(one_worker: InferenceWorkers) -
         return items
 
     settings = BatchSettings(max_batch_size=32, max_delay_s=0.0, max_batch_work=10, expensive=True)
-    b: Batcher[int, int] = Batcher("w", run, one_worker, ModelQueue("w", 100), settings, cost=lambda x: x)
-    assert await b.enqueue([4, 4, 4, 4, 20, 1], FAR) == [4, 4, 4, 4, 20, 1]
+    b: Batcher[int, int] = Batcher("w", run, one_worker, ModelQueue("w", 100), settings)
+    items = [4, 4, 4, 4, 20, 1]
+    assert await b.enqueue(items, FAR, costs=items) == items  # each item costs its value
     assert batches == [[4, 4], [4, 4], [20], [1]]  # at most 10 units, and one item at least
     await b.close()
 

@@ -89,7 +89,10 @@ async def test_sentiment_crosses_as_items_only(sentiment_only_dir: Path, tmp_pat
         [(task, jobs, deadline, where)] = s.crossed
         assert (task, where) == ("sentiment", "texts")
         assert isinstance(deadline, float)
-        assert [(model, key, len(items)) for model, key, items in jobs] == [("sentiment-en", None, 3)]
+        assert [(model, key, len(items)) for model, key, items, _ in jobs] == [("sentiment-en", None, 3)]
+        assert [costs for *_, costs in jobs] == [
+            [len(ids) for ids, _ in items] for *_, items, _ in jobs
+        ]  # tokens
         assert plain(jobs)
         assert s.answered == []  # the request never reached the model process whole
 
@@ -107,7 +110,8 @@ async def test_translation_crosses_as_sentences(app_checkpoint_dir: Path, tmp_pa
         local = await s.local("translation", TranslateRequest(**body))
         assert r.json() == local.model_dump(mode="json", exclude_none=True)
         [(task, jobs, _, _)] = s.crossed
-        [(model, key, items)] = jobs
+        [(model, key, items, costs)] = jobs
+        assert len(costs) == len(items)
         assert (task, model, key.target_lang) == ("translation", "translate-fr-en", "en")
         assert len(items) == 3  # the sentences, split in the HTTP process
         assert all(plain(item.ids) for item in items)

@@ -56,8 +56,8 @@ class LengthHandler:
         self.tokenizer = tokenizer
         self.batches: list[int] = []  # the size of each batch it ran
 
-    def cost(self, item: str) -> int:
-        return 1
+    def costs(self, items: list[str]) -> list[int]:
+        return [1] * len(items)
 
     def run(self, items: list[str]) -> list[int]:
         self.batches.append(len(items))
@@ -83,8 +83,9 @@ class LengthTask(Task):
         registry, texts = ctx.ready_registry(), req.texts
         ctx.limits.check_texts(texts, "texts")
         groups = group_by_model([registry.sentiment_for(text, req.model) for text in texts])
-        jobs = [Job(self, name, None, [texts[i] for i in idxs]) for name, idxs in groups.items()]
-        outputs = await ctx.submit(jobs, ctx.deadline(), disconnected, "texts")
+        items = {name: [texts[i] for i in idxs] for name, idxs in groups.items()}
+        jobs = [Job(self, name, None, its, self.handlers[name].costs(its)) for name, its in items.items()]
+        outputs = await ctx.submit(jobs, disconnected, "texts")
         results = [
             LengthResult(tokens=n, label="long" if n >= LONG else "short")
             for _, n in scatter(groups, outputs)

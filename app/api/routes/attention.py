@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 
-from app.api.deps import DisconnectDep, ServiceDep
+from app.api.deps import AnswerDep
 from app.api.routes.common import ERRORS
 from app.edge.api_key import API_KEY
 from app.schemas import AttentionRequest, AttentionResponse
@@ -23,13 +23,12 @@ PNG: dict[int | str, dict[str, Any]] = {
 )
 async def attention(
     body: AttentionRequest,
-    service: ServiceDep,
-    disconnected: DisconnectDep,
+    answer: AnswerDep,
     format: Annotated[
         Literal["json", "png"] | None, Query(description="Overrides the body's format.")
     ] = None,
 ) -> Response:
     """Encoder self-attention, plus decoder self- and cross-attention for translators ([layer][head][q][k])."""
     png = (format or body.format) == "png"
-    content, media_type = await service.answer(AttentionTask.name, body, disconnected, png=png)
+    content, media_type = await answer(AttentionTask.name, body, png=png)
     return Response(content, media_type=media_type)

@@ -16,7 +16,7 @@ router = APIRouter(tags=["language"], dependencies=API_KEY)
 @router.post("/detect", response_model=DetectResponse, response_model_exclude_none=True, responses=ERRORS)
 async def detect(body: DetectRequest, service: ServiceDep) -> DetectResponse:
     """Each text's language among the served ones (translator sources, sentiment languages)."""
-    found = await service.detect(body.items, body.field)
+    found = await service.detect(*body.inputs)
     served = service.detector.languages if service.detector else frozenset()
     return DetectResponse(results=[_result(body, f, served) for f in found])
 

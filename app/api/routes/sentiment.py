@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.api.deps import DisconnectDep, ServiceDep
+from app.api.deps import AnswerDep
 from app.api.routes.common import ERRORS
 from app.edge.api_key import API_KEY
 from app.schemas import SentimentRequest, SentimentResponse
@@ -14,8 +14,6 @@ router = APIRouter(tags=["sentiment"], dependencies=API_KEY)
 
 
 @router.post("/sentiment", response_model=SentimentResponse, responses=ERRORS)
-async def sentiment(
-    body: SentimentRequest, service: ServiceDep, disconnected: DisconnectDep
-) -> SentimentResponse:
+async def sentiment(body: SentimentRequest, answer: AnswerDep) -> SentimentResponse:
     """Classify one text or a list; each text is routed by language unless `model` is given."""
-    return await service.answer(SentimentTask.name, body, disconnected)  # type: ignore[no-any-return]
+    return await answer(SentimentTask.name, body)  # type: ignore[no-any-return]

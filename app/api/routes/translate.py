@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.api.deps import DisconnectDep, ServiceDep
+from app.api.deps import AnswerDep
 from app.api.routes.common import ERRORS
 from app.edge.api_key import API_KEY
 from app.schemas import TranslateRequest, TranslateResponse
@@ -16,8 +16,6 @@ router = APIRouter(tags=["translation"], dependencies=API_KEY)
 @router.post(
     "/translate", response_model=TranslateResponse, response_model_exclude_none=True, responses=ERRORS
 )
-async def translate(
-    body: TranslateRequest, service: ServiceDep, disconnected: DisconnectDep
-) -> TranslateResponse:
+async def translate(body: TranslateRequest, answer: AnswerDep) -> TranslateResponse:
     """Translate texts (split into sentences, batched across requests) with greedy or beam search."""
-    return await service.answer(TranslationTask.name, body, disconnected)  # type: ignore[no-any-return]
+    return await answer(TranslationTask.name, body)  # type: ignore[no-any-return]
