@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 COLUMN = struct.Struct("!BI")  # a column's type (an index into TYPES, or BYTES) and its count
-I64, I32, U8, F64 = (np.dtype(t) for t in ("<i8", "<i4", "u1", "<f8"))  # little-endian: as x86 and ARM
-TYPES = (I64, I32, U8, F64)
+I64, I32, U8, F64, F32 = (np.dtype(t) for t in ("<i8", "<i4", "u1", "<f8", "<f4"))  # little-endian
+TYPES = (I64, I32, U8, F64, F32)
 BYTES = len(TYPES)  # a string column's UTF-8, its count in bytes
 UTF8 = ("utf-8", "surrogatepass")  # a lone surrogate (JSON's "\ud800") round-trips too
 
@@ -32,6 +32,14 @@ class Writer:
     def column(self, values: Sequence[Any] | np.ndarray, dtype: np.dtype[Any]) -> None:
         array = np.array(values, dtype)
         self.parts += (COLUMN.pack(TYPES.index(dtype), len(array)), array.tobytes())
+
+    def arrays(self, arrays: Sequence[np.ndarray], dtype: np.dtype[Any]) -> None:
+        """One column of the arrays' values, each flattened, one after the other."""
+        parts = [np.ascontiguousarray(a, dtype) for a in arrays]
+        self.parts += (
+            COLUMN.pack(TYPES.index(dtype), sum(a.size for a in parts)),
+            *(a.tobytes() for a in parts),
+        )
 
     def strings(self, values: Iterable[str]) -> None:
         data = [v.encode(*UTF8) for v in values]

@@ -4,8 +4,9 @@ all its jobs in the frame at once. A job whose values no kind `fits` sends its w
 
 Items: a classifier's (ids, text) (/sentiment; the text only for an n-gram head, else ""), a translator's
 Sentence without its text side (`source` stays where the answer runs: the model process reads ids, options,
-`align` and `passes`). Keys: None, or a DecodeKey. Outputs: rows of floats of one width (class
-probabilities: float64, bit for bit), or n-best Hypothesis lists (token ids, scores, alignments).
+`align` and `passes`), an AttentionItem (ids, the selected layers and heads). Keys: None, or a DecodeKey.
+Outputs: rows of floats of one width (class probabilities: float64, bit for bit), n-best Hypothesis lists
+(token ids, scores, alignments), or TextMaps (float32 arrays, as computed).
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any, Protocol
 
-from app.parallel.columns import F64, I32, U8, BadFrame, Reader, Writer, split
+import numpy as np
+
+from app.parallel.columns import F32, F64, I32, U8, BadFrame, Reader, Writer, split
+from app.tasks.attention_maps import AttentionItem, LayerSelection, TextMaps
 from app.tasks.handlers import DecodeKey, Sentence
 from model.options import Hypothesis
 
@@ -135,8 +139,92 @@ class Hypotheses:
         return split(split(hyps, counts), sizes)
 
 
-ITEMS: tuple[Kind, ...] = (ClassifierItems(), Sentences())
-OUTPUTS: tuple[Kind, ...] = (FloatRows(), Hypotheses())  # [] of no item fits the first: one form either way
+class AttentionItems:
+    def fits(self, values: list[Any]) -> bool:
+        return all(
+            type(v) is AttentionItem
+            and type(v.source) is list
+            and (v.target is None or type(v.target) is list)
+            and type(v.select) is LayerSelection
+            for v in values
+        )
+
+    def write(self, w: Writer, jobs: list[list[Any]]) -> None:
+        items: list[AttentionItem] = [item for job in jobs for item in job]
+        sels = [item.select for item in items]
+        assert all(sel is not None for sel in sels)  # fits
+        w.column([len(v.source) for v in items], I32)
+        w.column([t for v in items for t in v.source], I32)
+        w.column([NO_LIMIT if v.target is None else len(v.target) for v in items], I32)
+        w.column([t for v in items for t in v.target or ()], I32)
+        for part in ("encoder", "decoder", "heads"):
+            lists = [getattr(sel, part) for sel in sels]
+            w.column([len(x) for x in lists], I32)
+            w.column([i for x in lists for i in x], I32)
+
+    def read(self, r: Reader, sizes: list[int]) -> list[list[Any]]:
+        n = sum(sizes)
+        sources = _runs(r, n)
+        lengths = r.column(I32, n)
+        found = iter(split(r.column(I32), [t for t in lengths if t != NO_LIMIT]))
+        targets = [None if t == NO_LIMIT else next(found) for t in lengths]
+        parts = [_runs(r, n) for _ in range(3)]  # encoder layers, decoder layers, heads
+        items = [
+            AttentionItem(s, t, LayerSelection(*sel))
+            for s, t, *sel in zip(sources, targets, *parts, strict=True)
+        ]
+        return split(items, sizes)
+
+
+class AttentionMaps:
+    def fits(self, values: list[Any]) -> bool:
+        for v in values:
+            if type(v) is not TextMaps or (v.decoder is None) != (v.cross is None):
+                return False
+            if any(type(a) is not np.ndarray or a.dtype != F32 or a.ndim != 4 for a in _arrays(v)):
+                return False
+        return True
+
+    def write(self, w: Writer, jobs: list[list[Any]]) -> None:
+        maps: list[TextMaps] = [m for job in jobs for m in job]
+        arrays = [a for m in maps for a in _arrays(m)]
+        w.column([m.decoder is not None for m in maps], U8)
+        w.column([d for a in arrays for d in a.shape], I32)
+        w.arrays(arrays, F32)
+
+    def read(self, r: Reader, sizes: list[int]) -> list[list[Any]]:
+        full = r.column(U8, sum(sizes))
+        shapes = split(r.column(I32, 4 * (len(full) + 2 * sum(full))), [4] * (len(full) + 2 * sum(full)))
+        data = r.array(F32)
+        counts = [int(np.prod(shape)) for shape in shapes]
+        if sum(counts) != len(data) or min((d for s in shapes for d in s), default=0) < 0:
+            raise BadFrame("attention maps' shapes do not match their values")
+        starts = np.cumsum([0, *counts])
+        arrays = iter(data[a:b].reshape(s) for a, b, s in zip(starts, starts[1:], shapes, strict=True))
+        maps = [TextMaps(next(arrays), *((next(arrays), next(arrays)) if f else ())) for f in full]
+        return split(maps, sizes)
+
+
+def _runs(r: Reader, n: int) -> list[list[int]]:
+    """n lists of ints: their lengths, then their values (two columns)."""
+    lengths = r.column(I32, n)
+    return split(r.column(I32), lengths)
+
+
+def _arrays(maps: TextMaps) -> list[np.ndarray]:
+    return (
+        [maps.encoder]
+        if maps.decoder is None or maps.cross is None
+        else [maps.encoder, maps.decoder, maps.cross]
+    )
+
+
+ITEMS: tuple[Kind, ...] = (ClassifierItems(), Sentences(), AttentionItems())
+OUTPUTS: tuple[Kind, ...] = (
+    FloatRows(),
+    Hypotheses(),
+    AttentionMaps(),
+)  # [] of no item fits the first: one form either way
 
 
 def kind_of(kinds: tuple[Kind, ...], values: list[Any]) -> int | None:

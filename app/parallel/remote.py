@@ -113,6 +113,8 @@ class RemoteService(TaskContext):
         for reader in self._readers:
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+        for task in self.tasks.values():  # what the tasks that ran here hold (e.g. the PNG renderer)
+            await task.stop()
 
     def _load_text(self, registry: Registry) -> None:
         """The text half of each splitting task's handler of each model it serves."""

@@ -10,6 +10,7 @@ import struct
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 
 from app.core.errors import QueueFull
@@ -17,6 +18,7 @@ from app.parallel import frames
 from app.parallel.channel import CALL, CANCEL, LEFT, NOTE, REPLY, portable
 from app.parallel.columns import COLUMN
 from app.parallel.frames import HEADER, SECTIONS, BadFrame
+from app.tasks.attention_maps import AttentionItem, LayerSelection, TextMaps
 from app.tasks.handlers import DecodeKey, Sentence
 from model.options import Hypothesis
 from model.unknowns import ALIGN_ALL, ALIGN_UNKNOWNS, Source
@@ -211,3 +213,46 @@ def test_a_lying_hypotheses_section_is_refused() -> None:
     data[at + COLUMN.size : at + COLUMN.size + 4] = struct.pack("<i", 99)  # 99 hypotheses claimed
     with pytest.raises(BadFrame):
         frames.decode(bytes(data))
+
+
+def _maps(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).random(shape, dtype=np.float32)
+
+
+ATTEND = (
+    CALL, 12, "submit",
+    ("attention", [("m", None, [
+        AttentionItem([5, 6, 2], [1, 9, 9], LayerSelection([0, 2], [1], [3, 0])),
+        AttentionItem([5, 2], None, LayerSelection([1], [], [0])),
+    ])], 4.5, "text"),
+    {}, None, False,
+)  # fmt: skip
+EXTREMES = np.array([np.inf, -np.inf, np.nan, -0.0, np.finfo(np.float32).tiny, 1.0], np.float32)
+TRANSLATOR_MAPS = TextMaps(_maps(2, 2, 3, 3), EXTREMES.reshape(1, 2, 3, 1), _maps(1, 2, 3, 3, seed=1))
+CLASSIFIER_MAPS = TextMaps(_maps(1, 1, 2, 2, seed=2))
+NO_LAYERS = TextMaps(
+    np.empty((0, 1, 0, 0), np.float32), np.empty((0, 1, 0, 0), np.float32), _maps(0, 1, 3, 3)
+)
+
+
+def test_attention_items_and_their_maps_cross_as_columns() -> None:
+    reply = (REPLY, 12, True, [[TRANSLATOR_MAPS, CLASSIFIER_MAPS, NO_LAYERS]], (["m"], 1))
+    assert round_trip([ATTEND]) == [ATTEND]
+    assert sections([ATTEND, reply])[2] == 0  # nothing pickled
+    ((*head, [[a, b, c]], ran),) = round_trip([reply])
+    assert (head, ran) == (list(reply[:3]), reply[4])
+    for got, sent in zip((a, b, c), reply[3][0], strict=True):
+        for x, y in zip(astuple_maps(got), astuple_maps(sent), strict=True):
+            assert (x is None) == (y is None)
+            if x is not None:
+                assert (x.dtype, x.shape, x.tobytes()) == (y.dtype, y.shape, y.tobytes())  # NaN, -0.0: bits
+
+
+def test_attention_maps_of_another_dtype_go_pickled() -> None:
+    doubles = (REPLY, 13, True, [[TextMaps(np.zeros((1, 1, 2, 2)))]], ([], 0))  # float64: not as computed
+    assert sections([doubles])[:2] == (0, 0)
+    assert round_trip([doubles])[0][3][0][0].encoder.dtype == np.float64
+
+
+def astuple_maps(maps: TextMaps) -> tuple[np.ndarray | None, ...]:
+    return maps.encoder, maps.decoder, maps.cross
