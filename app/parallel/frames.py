@@ -35,7 +35,7 @@ MAX_FRAME = 1 << 31  # a larger one is a bug or a foreign peer: refused
 CALL, REPLY = 0, 1  # Channel's message kinds (LEFT, CANCEL and NOTE only ever go pickled)
 SUBMIT = "submit"
 WATCHED, WHO = 1, 2  # a call's flags: its caller watches its client; it names a request (id, client)
-UNFIT = (OverflowError, ValueError, TypeError)  # a value a column's type cannot hold: sent pickled
+UNFIT = (OverflowError, TypeError)  # a value a column's type cannot hold: sent pickled
 
 Message = tuple[Any, ...]
 __all__ = ["BadFrame", "HEADER", "MAX_FRAME", "Message", "decode", "encode"]
@@ -94,19 +94,22 @@ def _compact(encode: Any, found: list[tuple[Message, list[int]]], rest: list[Mes
 
 
 def _write_kinds(w: Writer, kinds: tuple[Kind, ...], jobs: list[tuple[int, list[Any]]]) -> None:
-    """Each kind's columns, over its jobs in order."""
-    for i, kind in enumerate(kinds):
-        kind.write(w, [values for k, values in jobs if k == i])
+    """The columns of each kind that has jobs (in the kinds' order), over its jobs in order."""
+    by_kind: dict[int, list[list[Any]]] = {}
+    for k, values in jobs:
+        by_kind.setdefault(k, []).append(values)
+    for k in sorted(by_kind):
+        kinds[k].write(w, by_kind[k])
 
 
 def _read_kinds(r: Reader, kinds: tuple[Kind, ...], job_kinds: list[int], sizes: list[int]) -> list[Any]:
-    """Per job its values, from each kind's columns."""
-    if any(not 0 <= k < len(kinds) for k in job_kinds):
+    """Per job its values, from the columns of each kind that has jobs."""
+    by_kind: dict[int, list[int]] = {}
+    for k, n in zip(job_kinds, sizes, strict=True):
+        by_kind.setdefault(k, []).append(n)
+    if any(not 0 <= k < len(kinds) for k in by_kind):
         raise BadFrame("a job of no known kind")
-    read = [
-        iter(kind.read(r, [n for k, n in zip(job_kinds, sizes, strict=True) if k == i]))
-        for i, kind in enumerate(kinds)
-    ]
+    read = {k: iter(kinds[k].read(r, by_kind[k])) for k in sorted(by_kind)}
     return [next(read[k]) for k in job_kinds]
 
 
@@ -119,7 +122,7 @@ def _submit_kinds(m: Message) -> list[int] | None:
     if kwargs or len(args) != 4 or type(args[0]) is not str or type(args[3]) is not str:
         return None
     who = m[5]
-    if who is not None and (len(who) != 2 or any(type(x) is not str for x in who)):
+    if who is not None and not (len(who) == 2 and type(who[0]) is str and type(who[1]) is str):
         return None
     kinds = []
     try:
@@ -135,7 +138,7 @@ def _submit_kinds(m: Message) -> list[int] | None:
 
 
 def _encode_submits(calls: list[tuple[Message, list[int]]]) -> bytes:
-    w, strings, jobs, keys = Writer(), [], [], []
+    w, strings, jobs, beams = Writer(), [], [], []
     w.column([m[1] for m, _ in calls], I64)
     w.column([m[3][2] for m, _ in calls], F64)  # deadlines
     w.column([(WATCHED if m[6] else 0) | (WHO if m[5] else 0) for m, _ in calls], U8)
@@ -143,12 +146,12 @@ def _encode_submits(calls: list[tuple[Message, list[int]]]) -> bytes:
     for (_, _, _, (task, wire, _, field), _, who, _), kinds in calls:
         strings += (task, field, *(who or ()))
         for (model, key, values), kind in zip(wire, kinds, strict=True):
-            strings.append(model)
-            keys.append(key)
+            strings += (model, items.key_string(key))
+            beams.append(items.key_number(key))
             jobs.append((kind, values))
     w.column([k for k, _ in jobs], U8)
     w.column([len(values) for _, values in jobs], I32)
-    items.write_keys(w, keys)
+    w.column(beams, I32)
     w.strings(strings)
     _write_kinds(w, ITEMS, jobs)
     return w.data()
@@ -159,20 +162,16 @@ def _decode_submits(r: Reader) -> list[Message]:
     n = len(ids)
     flags, njobs = r.column(U8, n), r.column(I32, n)
     j = sum(njobs)
-    job_kinds, sizes = r.column(U8, j), r.column(I32, j)
-    keys = items.read_keys(r, j)
-    s = iter(r.strings(len(ids) * 2 + 2 * sum(bool(f & WHO) for f in flags) + j))
+    job_kinds, sizes, numbers = r.column(U8, j), r.column(I32, j), r.column(I32, j)
+    s = iter(r.strings(2 * n + 2 * sum(bool(f & WHO) for f in flags) + 2 * j))
     values = iter(_read_kinds(r, ITEMS, job_kinds, sizes))
     r.end()
     out: list[Message] = []
-    jk = 0
+    number = iter(numbers)
     for call_id, deadline, flag, nj in zip(ids, deadlines, flags, njobs, strict=True):
         task, field = next(s), next(s)
         who = (next(s), next(s)) if flag & WHO else None
-        jobs = []
-        for _ in range(nj):
-            jobs.append((next(s), keys[jk], next(values)))
-            jk += 1
+        jobs = [(next(s), items.key(next(number), next(s)), next(values)) for _ in range(nj)]
         out.append((CALL, call_id, SUBMIT, (task, jobs, deadline, field), {}, who, bool(flag & WATCHED)))
     return out
 

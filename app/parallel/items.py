@@ -16,12 +16,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from app.parallel.columns import F32, F64, I32, U8, BadFrame, Reader, Writer, split
+from app.parallel.columns import F64, I32, U8, BadFrame, Reader, Writer, split
 from app.tasks.attention_maps import AttentionItem, LayerSelection, TextMaps
 from app.tasks.handlers import DecodeKey, Sentence
 from model.options import Hypothesis
 
-NONE_KEY, DECODE_KEY = 0, 1
+NO_KEY = -1  # a batch key None (a DecodeKey's beam size is at least 1)
 NO_LIMIT = -1  # a Sentence's max_length None; an alignment None
 
 
@@ -38,9 +38,10 @@ class Kind(Protocol):
 
 class ClassifierItems:
     def fits(self, values: list[Any]) -> bool:
-        return all(
-            type(v) is tuple and len(v) == 2 and type(v[0]) is list and type(v[1]) is str for v in values
-        )
+        for v in values:
+            if not (type(v) is tuple and len(v) == 2 and type(v[0]) is list and type(v[1]) is str):
+                return False
+        return True
 
     def write(self, w: Writer, jobs: list[list[Any]]) -> None:
         items = [item for job in jobs for item in job]
@@ -49,8 +50,7 @@ class ClassifierItems:
         w.strings(text for _, text in items)
 
     def read(self, r: Reader, sizes: list[int]) -> list[list[Any]]:
-        lengths = r.column(I32, sum(sizes))
-        ids = split(r.column(I32), lengths)
+        ids = _runs(r, sum(sizes))
         return split([*zip(ids, r.strings(len(ids)), strict=True)], sizes)
 
 
@@ -70,8 +70,7 @@ class Sentences:
 
     def read(self, r: Reader, sizes: list[int]) -> list[list[Any]]:
         n = sum(sizes)
-        lengths = r.column(I32, n)
-        ids = split(r.column(I32), lengths)
+        ids = _runs(r, n)
         columns = (r.column(I32, n), r.column(F64, n), r.column(I32, n), r.column(U8, n), r.column(U8, n))
         items = [
             Sentence(s, k, lp, None if ml == NO_LIMIT else ml, a, bool(p))
@@ -126,8 +125,7 @@ class Hypotheses:
     def read(self, r: Reader, sizes: list[int]) -> list[list[Any]]:
         counts = r.column(I32, sum(sizes))
         n = sum(counts)
-        lengths = r.column(I32, n)
-        tokens = split(r.column(I32), lengths)
+        tokens = _runs(r, n)
         scores, log_probs, aligned = r.column(F64, n), r.column(F64, n), r.column(I32, n)
         if min(aligned, default=0) < NO_LIMIT:
             raise BadFrame("an alignment of negative length")
@@ -181,7 +179,7 @@ class AttentionMaps:
         for v in values:
             if type(v) is not TextMaps or (v.decoder is None) != (v.cross is None):
                 return False
-            if any(type(a) is not np.ndarray or a.dtype != F32 or a.ndim != 4 for a in _arrays(v)):
+            if any(type(a) is not np.ndarray or a.dtype != np.float32 or a.ndim != 4 for a in _arrays(v)):
                 return False
         return True
 
@@ -190,12 +188,12 @@ class AttentionMaps:
         arrays = [a for m in maps for a in _arrays(m)]
         w.column([m.decoder is not None for m in maps], U8)
         w.column([d for a in arrays for d in a.shape], I32)
-        w.arrays(arrays, F32)
+        w.arrays(arrays)
 
     def read(self, r: Reader, sizes: list[int]) -> list[list[Any]]:
         full = r.column(U8, sum(sizes))
         shapes = split(r.column(I32, 4 * (len(full) + 2 * sum(full))), [4] * (len(full) + 2 * sum(full)))
-        data = r.array(F32)
+        data = r.floats32()
         counts = [int(np.prod(shape)) for shape in shapes]
         if sum(counts) != len(data) or min((d for s in shapes for d in s), default=0) < 0:
             raise BadFrame("attention maps' shapes do not match their values")
@@ -212,42 +210,39 @@ def _runs(r: Reader, n: int) -> list[list[int]]:
 
 
 def _arrays(maps: TextMaps) -> list[np.ndarray]:
-    return (
-        [maps.encoder]
-        if maps.decoder is None or maps.cross is None
-        else [maps.encoder, maps.decoder, maps.cross]
-    )
+    """A classifier's one stack, or a translator's three."""
+    return [a for a in (maps.encoder, maps.decoder, maps.cross) if a is not None]
 
 
 ITEMS: tuple[Kind, ...] = (ClassifierItems(), Sentences(), AttentionItems())
-OUTPUTS: tuple[Kind, ...] = (
-    FloatRows(),
-    Hypotheses(),
-    AttentionMaps(),
-)  # [] of no item fits the first: one form either way
+# a job without items fits the first kind of each: it decodes to [] whichever it was
+OUTPUTS: tuple[Kind, ...] = (FloatRows(), Hypotheses(), AttentionMaps())
 
 
 def kind_of(kinds: tuple[Kind, ...], values: list[Any]) -> int | None:
     """The index of the first kind that fits `values`, None when none does."""
-    return next((i for i, kind in enumerate(kinds) if kind.fits(values)), None)
+    for i, kind in enumerate(kinds):
+        if kind.fits(values):
+            return i
+    return None
 
 
 def key_fits(key: Hashable) -> bool:
     return key is None or (type(key) is DecodeKey and type(key.target_lang) is str)
 
 
-def write_keys(w: Writer, keys: list[Hashable]) -> None:
-    """Per key: its kind, its number (beam size) and its string (target language); None: 0 and ""."""
-    decode = [k if isinstance(k, DecodeKey) else None for k in keys]
-    w.column([NONE_KEY if k is None else DECODE_KEY for k in decode], U8)
-    w.column([0 if k is None else k.beam_size for k in decode], I32)
-    w.strings("" if k is None else k.target_lang for k in decode)
+def key_number(key: Hashable) -> int:
+    """A batch key as a number and a string: None is (NO_KEY, ""), a DecodeKey its beam size and language."""
+    return key.beam_size if isinstance(key, DecodeKey) else NO_KEY
 
 
-def read_keys(r: Reader, n: int) -> list[Hashable]:
-    kinds, numbers, strings = r.column(U8, n), r.column(I32, n), r.strings(n)
-    if any(k not in (NONE_KEY, DECODE_KEY) for k in kinds):
-        raise BadFrame("a batch key of no known kind")
-    return [
-        None if k == NONE_KEY else DecodeKey(s, b) for k, b, s in zip(kinds, numbers, strings, strict=True)
-    ]
+def key_string(key: Hashable) -> str:
+    return key.target_lang if isinstance(key, DecodeKey) else ""
+
+
+def key(number: int, string: str) -> Hashable:
+    if number == NO_KEY:
+        return None
+    if number < 1:
+        raise BadFrame(f"a batch key numbered {number}")
+    return DecodeKey(string, number)
