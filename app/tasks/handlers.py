@@ -106,7 +106,8 @@ class Sentence:
     source: Source | None = None
 
     def __reduce__(self) -> tuple[type[Sentence], tuple[Any, ...]]:
-        """Pickled (a test's copy, a frame's fallback) without `source`, as in a compact frame."""
+        """Pickled (a frame's fallback) without `source`, as in a compact frame: the text side never leaves
+        its process (copy.copy drops it too)."""
         return Sentence, (
             self.ids,
             self.num_hypotheses,
