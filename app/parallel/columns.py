@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
-COLUMN = struct.Struct("!BI")  # a column's type (an index into TYPES, or TEXT) and its count
+COLUMN = struct.Struct("!BI")  # a column's type (an index into TYPES, or TEXT, ROWS) and its count
 I64, I32, U8, F64, F32 = "q", "i", "B", "d", "f"  # array.array's type codes
 TYPES = (I64, I32, U8, F64, F32)
 CODES = {code: i for i, code in enumerate(TYPES)}
 TEXT = len(TYPES)  # a string column's UTF-8, its count in bytes
+ROWS = TEXT + 1  # a column of fixed-size records (struct.Struct), its count in records
 UTF8 = ("utf-8", "surrogatepass")  # a lone surrogate (JSON's "\ud800") round-trips too
 assert (array(I64).itemsize, array(I32).itemsize) == (8, 4), "a platform whose C int is not 32 bits"
 
@@ -46,6 +47,10 @@ class Writer:
             COLUMN.pack(TYPES.index(F32), sum(a.size for a in parts)),
             *(a.tobytes() for a in parts),
         )
+
+    def rows(self, record: struct.Struct, rows: Sequence[tuple[Any, ...]]) -> None:
+        """A column of fixed-size records, one `record.pack(*row)` each (struct.error: a value it cannot hold)."""
+        self.parts += (COLUMN.pack(ROWS, len(rows)), *(record.pack(*row) for row in rows))
 
     def strings(self, values: Iterable[str]) -> None:
         values = list(values)
@@ -80,12 +85,16 @@ class Reader:
     def column(self, code: str, count: int | None = None) -> list[Any]:
         """The next column's values (`count`: how many it must have)."""
         column = array(code)
-        column.frombytes(self._take(TYPES.index(code), column.itemsize, count))
+        column.frombytes(self._take(CODES[code], column.itemsize, count))
         return column.tolist()
+
+    def rows(self, record: struct.Struct, count: int | None = None) -> list[tuple[Any, ...]]:
+        """The next column of `record`s (`count`: how many it must have), each unpacked."""
+        return list(record.iter_unpack(self._take(ROWS, record.size, count)))
 
     def floats32(self) -> np.ndarray:
         """The next column, a float32 one, as an array (read-only: a view of the frame)."""
-        return np.frombuffer(self._take(TYPES.index(F32), 4, None), np.float32)
+        return np.frombuffer(self._take(CODES[F32], 4, None), np.float32)
 
     def strings(self, count: int | None = None) -> list[str]:
         lengths = self.column(I32, count)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.parallel import items
-from app.parallel.columns import F64, I32, I64, U8, BadFrame, Reader, Writer, split
+from app.parallel.columns import BadFrame, Reader, Writer, split
 from app.parallel.items import ITEMS, OUTPUTS, Kind, kind_of
 
 HEADER = struct.Struct("!I")  # a frame's length in bytes (what follows the header)
@@ -35,7 +35,11 @@ MAX_FRAME = 1 << 31  # a larger one is a bug or a foreign peer: refused
 CALL, REPLY = 0, 1  # Channel's message kinds (LEFT, CANCEL and NOTE only ever go pickled)
 SUBMIT = "submit"
 WATCHED, WHO = 1, 2  # a call's flags: its caller watches its client; it names a request (id, client)
-UNFIT = (OverflowError, TypeError)  # a value a column's type cannot hold: sent pickled
+UNFIT = (OverflowError, TypeError, struct.error)  # a value a column's type cannot hold: sent pickled
+CALL_ROW = struct.Struct("<qdBi")  # a submit call's id, deadline, flags and job count
+JOB_ROW = struct.Struct("<Bii")  # a job's item kind, item count and batch key number (items.key_number)
+REPLY_ROW = struct.Struct("<qiii")  # a reply's call id, job count, batch size and model count
+OUTPUT_ROW = struct.Struct("<Bi")  # a job's output kind and output count
 
 Message = tuple[Any, ...]
 __all__ = ["BadFrame", "HEADER", "MAX_FRAME", "Message", "decode", "encode"]
@@ -138,40 +142,35 @@ def _submit_kinds(m: Message) -> list[int] | None:
 
 
 def _encode_submits(calls: list[tuple[Message, list[int]]]) -> bytes:
-    w, strings, jobs, beams = Writer(), [], [], []
-    w.column([m[1] for m, _ in calls], I64)
-    w.column([m[3][2] for m, _ in calls], F64)  # deadlines
-    w.column([(WATCHED if m[6] else 0) | (WHO if m[5] else 0) for m, _ in calls], U8)
-    w.column([len(kinds) for _, kinds in calls], I32)
+    w, strings, jobs, job_rows = Writer(), [], [], []
+    w.rows(
+        CALL_ROW,
+        [(m[1], m[3][2], (WATCHED if m[6] else 0) | (WHO if m[5] else 0), len(kinds)) for m, kinds in calls],
+    )  # id, deadline, flags, jobs
     for (_, _, _, (task, wire, _, field), _, who, _), kinds in calls:
         strings += (task, field, *(who or ()))
         for (model, key, values), kind in zip(wire, kinds, strict=True):
             strings += (model, items.key_string(key))
-            beams.append(items.key_number(key))
+            job_rows.append((kind, len(values), items.key_number(key)))
             jobs.append((kind, values))
-    w.column([k for k, _ in jobs], U8)
-    w.column([len(values) for _, values in jobs], I32)
-    w.column(beams, I32)
+    w.rows(JOB_ROW, job_rows)
     w.strings(strings)
     _write_kinds(w, ITEMS, jobs)
     return w.data()
 
 
 def _decode_submits(r: Reader) -> list[Message]:
-    ids, deadlines = r.column(I64), r.column(F64)
-    n = len(ids)
-    flags, njobs = r.column(U8, n), r.column(I32, n)
-    j = sum(njobs)
-    job_kinds, sizes, numbers = r.column(U8, j), r.column(I32, j), r.column(I32, j)
-    s = iter(r.strings(2 * n + 2 * sum(bool(f & WHO) for f in flags) + 2 * j))
-    values = iter(_read_kinds(r, ITEMS, job_kinds, sizes))
+    calls = r.rows(CALL_ROW)
+    job_rows = r.rows(JOB_ROW, sum(c[3] for c in calls))
+    s = iter(r.strings(2 * len(calls) + 2 * sum(bool(c[2] & WHO) for c in calls) + 2 * len(job_rows)))
+    values = iter(_read_kinds(r, ITEMS, [j[0] for j in job_rows], [j[1] for j in job_rows]))
     r.end()
     out: list[Message] = []
-    number = iter(numbers)
-    for call_id, deadline, flag, nj in zip(ids, deadlines, flags, njobs, strict=True):
+    job = iter(job_rows)
+    for call_id, deadline, flag, nj in calls:
         task, field = next(s), next(s)
         who = (next(s), next(s)) if flag & WHO else None
-        jobs = [(next(s), items.key(next(number), next(s)), next(values)) for _ in range(nj)]
+        jobs = [(next(s), items.key(next(job)[2], next(s)), next(values)) for _ in range(nj)]
         out.append((CALL, call_id, SUBMIT, (task, jobs, deadline, field), {}, who, bool(flag & WATCHED)))
     return out
 
@@ -189,29 +188,23 @@ def _output_kinds(value: Any) -> list[int] | None:
 
 def _encode_outputs(replies: list[tuple[Message, list[int]]]) -> bytes:
     w, jobs = Writer(), []
-    w.column([m[1] for m, _ in replies], I64)
-    w.column([len(kinds) for _, kinds in replies], I32)
-    w.column([m[4][1] for m, _ in replies], I32)  # batch sizes
-    w.column([len(m[4][0]) for m, _ in replies], I32)
+    w.rows(REPLY_ROW, [(m[1], len(kinds), m[4][1], len(m[4][0])) for m, kinds in replies])
     w.strings(model for m, _ in replies for model in m[4][0])
     for m, kinds in replies:
         jobs += zip(kinds, m[3], strict=True)
-    w.column([k for k, _ in jobs], U8)
-    w.column([len(values) for _, values in jobs], I32)
+    w.rows(OUTPUT_ROW, [(k, len(values)) for k, values in jobs])
     _write_kinds(w, OUTPUTS, jobs)
     return w.data()
 
 
 def _decode_outputs(r: Reader) -> list[Message]:
-    ids = r.column(I64)
-    n = len(ids)
-    njobs, batch, nmodels = r.column(I32, n), r.column(I32, n), r.column(I32, n)
-    models = split(r.strings(sum(nmodels)), nmodels)
-    j = sum(njobs)
-    job_kinds, sizes = r.column(U8, j), r.column(I32, j)
-    values = split(_read_kinds(r, OUTPUTS, job_kinds, sizes), njobs)
+    replies = r.rows(REPLY_ROW)  # id, jobs, batch size, models
+    models = split(r.strings(sum(x[3] for x in replies)), [x[3] for x in replies])
+    job_rows = r.rows(OUTPUT_ROW, sum(x[1] for x in replies))
+    outputs = _read_kinds(r, OUTPUTS, [j[0] for j in job_rows], [j[1] for j in job_rows])
+    values = split(outputs, [x[1] for x in replies])
     r.end()
     return [
-        (REPLY, call_id, True, value, (names, size))
-        for call_id, value, names, size in zip(ids, values, models, batch, strict=True)
+        (REPLY, x[0], True, value, (names, x[2]))
+        for x, value, names in zip(replies, values, models, strict=True)
     ]
