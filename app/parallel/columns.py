@@ -1,8 +1,9 @@
 """Columns, the body of a compact frame section (app/parallel/frames.py): each column is `!BI` (its type and
 its length) then its values as one buffer, in the machine's byte order (both ends run on one machine); a string
 column is its strings' lengths in code points (an int32 column) then their UTF-8, encoded and decoded at once
-(surrogates passed: any Python string fits, a NUL included). A Reader takes the columns back in the order a
-Writer wrote them, and raises BadFrame when a type, a length or the end differs. Numbers go through
+(surrogates passed: any Python string fits, a NUL included); a record column is fixed-size struct records
+(a call's id, deadline, flags and job count: one column, not four). A Reader takes the columns back in the
+order a Writer wrote them, and raises BadFrame when a type, a length or the end differs. Numbers go through
 array.array (cheaper than numpy for the short columns of a frame), float32 maps through numpy."""
 
 from __future__ import annotations
