@@ -1,6 +1,6 @@
 """Calls between the server's processes over one stream (a Unix socket), in both directions, many calls in
 flight at once: the messages of one event-loop pass go out as one frame (app/parallel/frames.py: batch
-items and outputs as numpy columns, the rest pickled).
+items and outputs as columns of numbers, the rest pickled).
 
 A call carries the caller's request id (the callee logs under it, and sends back which models and batch size
 ran it) and whether the caller watches its client: when that client leaves, the caller sends LEFT and the

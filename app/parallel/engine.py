@@ -31,12 +31,10 @@ from app.parallel.departed import Departed
 from app.parallel.heartbeat import HEARTBEAT_S, Beat
 from app.parallel.lifeline import die_with_parent
 from app.parallel.merge import METRICS_TIMEOUT_S, count_process, merge, render
-from app.parallel.shares import model_settings, pinned, share
+from app.parallel.shares import model_settings, pinned
 from app.parallel.waiting import Deadlines
 from app.schemas import ModelInfo, Readiness
 from app.service import Service
-from app.tasks.attention import AttentionTask
-from app.tasks.attention_png import MAX_PNG_REQUESTS
 from app.tasks.task import Job
 
 log = logging.getLogger("app.parallel.engine")  # run as __main__
@@ -226,8 +224,6 @@ async def _main(
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     service = Service(settings, Metrics())
-    if AttentionTask.name in service.tasks:  # its part of the PNG requests at once
-        service.task(AttentionTask).png.limit = share(MAX_PNG_REQUESTS, processes, index)
     departed = Departed(metrics_dir) if index == 0 else None  # the first gathers the HTTP processes'
     engine = Engine(service, http_workers, Beat(heartbeat_fd), departed)
     await engine.serve(path, stop)

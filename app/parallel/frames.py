@@ -1,19 +1,20 @@
 """The bytes between the server's processes (app/parallel/channel.py): each event-loop pass's messages go in one
 frame, `!I` its length then three sections, each `!I` its length first:
 
-- SUBMITS: `submit` calls whose items are token ids (a classifier's (ids, text) items: /sentiment), columns
-  of numbers as numpy buffers: per call its id, deadline, flags, request id, client, task name, field and jobs;
-  per job its model, batch key (an index into the frame's distinct keys) and items; per item its cost (work
-  units), its ids (int32, all items' concatenated) and text;
-- OUTPUTS: successful replies whose value is, per job, one row of floats per item (class probabilities), all
-  rows of a job one width: float64 (the values as they were, bit for bit), with the models and largest batch
-  that ran the call;
-- PICKLED: every other message (control calls and notes, errors, LEFT and CANCEL, other tasks' items), one
-  pickled list.
+- SUBMITS: `submit` calls (a request's batch items: app/parallel/items.py), as columns of numbers and
+  strings (app/parallel/columns.py): per call its id, deadline, flags, request id, client, task name and
+  field; per job its model, batch key and item kind; per item its cost (work units, int64); then each kind's
+  items (e.g. token ids, int32, all items' concatenated; a translation's decoding options, one column each);
+- OUTPUTS: successful replies whose value is, per job, one output per item of a known kind (class
+  probabilities as float64 rows, bit for bit; n-best hypotheses), with the models and largest batch that
+  ran the call;
+- PICKLED: every other message, one pickled list: control calls and notes (hello, state, metrics), errors,
+  LEFT and CANCEL, a whole `answer` call (a task that does not split), and a submit or reply of a shape no
+  kind holds (another task's items).
 
-A message either section cannot hold (an odd shape, a NUL in a string) goes pickled: the compact sections
-are a fast path, never a limit. Decoding gives back the same tuples (Channel's messages); the compact ones
-first, then the pickled ones in their order (a LEFT or CANCEL never precedes its call: a call is sent before
+Nothing in the compact sections is pickled, and a string of any content fits them: they carry the items a
+client's request becomes. Decoding gives back the same tuples (Channel's messages); the compact ones first,
+then the pickled ones in their order (a LEFT or CANCEL never precedes its call: a call is sent before
 anything about it).
 """
 
@@ -21,43 +22,40 @@ from __future__ import annotations
 
 import pickle
 import struct
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
+from app.parallel import items
+from app.parallel.columns import I64, BadFrame, Reader, Writer, split
+from app.parallel.items import ITEMS, OUTPUTS, Kind, kind_of
 
 HEADER = struct.Struct("!I")  # a frame's length in bytes (what follows the header)
 SECTIONS = struct.Struct("!III")  # the sections' lengths: submits, outputs, pickled
-COUNTS = struct.Struct("!IIII")  # a compact section's calls (or replies), jobs, items, and ids (or floats)
 MAX_FRAME = 1 << 31  # a larger one is a bug or a foreign peer: refused
 CALL, REPLY = 0, 1  # Channel's message kinds (LEFT, CANCEL and NOTE only ever go pickled)
 SUBMIT = "submit"
-NUL = "\x00"
 WATCHED, WHO = 1, 2  # a call's flags: its caller watches its client; it names a request (id, client)
+UNFIT = (OverflowError, TypeError, struct.error)  # a value a column's type cannot hold: sent pickled
+CALL_ROW = struct.Struct("<qdBi")  # a submit call's id, deadline, flags and job count
+JOB_ROW = struct.Struct("<Bii")  # a job's item kind, item count and batch key number (items.key_number)
+REPLY_ROW = struct.Struct("<qiii")  # a reply's call id, job count, batch size and model count
+OUTPUT_ROW = struct.Struct("<Bi")  # a job's output kind and output count
 
 Message = tuple[Any, ...]
-
-
-class BadFrame(ValueError):
-    """Bytes that are not a frame of this module (a bug, or something else on the socket)."""
+__all__ = ["BadFrame", "HEADER", "MAX_FRAME", "Message", "decode", "encode"]
 
 
 def encode(messages: Sequence[Message]) -> bytes:
     """One frame (its header included) holding `messages`."""
     submits, outputs, rest = [], [], []
     for m in messages:
-        if m[0] == CALL and m[2] == SUBMIT and _submit_fits(m):
-            submits.append(m)
-        elif m[0] == REPLY and m[2] is True and _outputs_fit(m[3]):
-            outputs.append(m)
+        if m[0] == CALL and m[2] == SUBMIT and (kinds := _submit_kinds(m)) is not None:
+            submits.append((m, kinds))
+        elif m[0] == REPLY and m[2] is True and (kinds := _output_kinds(m[3])) is not None:
+            outputs.append((m, kinds))
         else:
             rest.append(m)
-    a = _encode_submits(submits) if submits else b""
-    if a is None:  # a NUL in a string: pickled instead
-        a, rest = b"", submits + rest
-    b = _encode_outputs(outputs) if outputs else b""
-    if b is None:
-        b, rest = b"", outputs + rest
+    a, b = _compact(_encode_submits, submits, rest), _compact(_encode_outputs, outputs, rest)
     c = pickle.dumps(rest, protocol=pickle.HIGHEST_PROTOCOL) if rest else b""
     body = b"".join((SECTIONS.pack(len(a), len(b), len(c)), a, b, c))
     return HEADER.pack(len(body)) + body
@@ -70,10 +68,10 @@ def decode(body: bytes | memoryview) -> list[Message]:
         if SECTIONS.size + la + lb + lc != len(body):
             raise BadFrame(f"section lengths {la}+{lb}+{lc} do not add up to the frame's {len(body)} bytes")
         view, at = memoryview(body), SECTIONS.size
-        out = _decode_submits(view[at : at + la]) if la else []
+        out = _decode_submits(Reader(view[at : at + la])) if la else []
         at += la
         if lb:
-            out += _decode_outputs(view[at : at + lb])
+            out += _decode_outputs(Reader(view[at : at + lb]))
         at += lb
         if lc:
             rest = pickle.loads(view[at : at + lc])
@@ -87,203 +85,135 @@ def decode(body: bytes | memoryview) -> list[Message]:
         raise BadFrame(f"{type(e).__name__}: {e}") from e
 
 
+def _compact(encode: Any, found: list[tuple[Message, list[int]]], rest: list[Message]) -> bytes:
+    """A compact section of `found`; empty, and `found` pickled (prepended to `rest`), when a value does
+    not fit its column's type."""
+    if not found:
+        return b""
+    try:
+        return encode(found)  # type: ignore[no-any-return]
+    except UNFIT:
+        rest[:0] = [m for m, _ in found]
+        return b""
+
+
+def _write_kinds(w: Writer, kinds: tuple[Kind, ...], jobs: list[tuple[int, list[Any]]]) -> None:
+    """The columns of each kind that has jobs (in the kinds' order), over its jobs in order."""
+    by_kind: dict[int, list[list[Any]]] = {}
+    for k, values in jobs:
+        by_kind.setdefault(k, []).append(values)
+    for k in sorted(by_kind):
+        kinds[k].write(w, by_kind[k])
+
+
+def _read_kinds(r: Reader, kinds: tuple[Kind, ...], job_kinds: list[int], sizes: list[int]) -> list[Any]:
+    """Per job its values, from the columns of each kind that has jobs."""
+    by_kind: dict[int, list[int]] = {}
+    for k, n in zip(job_kinds, sizes, strict=True):
+        by_kind.setdefault(k, []).append(n)
+    if any(not 0 <= k < len(kinds) for k in by_kind):
+        raise BadFrame("a job of no known kind")
+    read = {k: iter(kinds[k].read(r, by_kind[k])) for k in sorted(by_kind)}
+    return [next(read[k]) for k in job_kinds]
+
+
 # --- submit calls: (CALL, id, "submit", (task, [(model, key, items, costs)], deadline, field), {}, who, watched)
 
 
-def _submit_fits(m: Message) -> bool:
-    """Whether a submit call has the compact shape: classifier items ([int], str), no keyword arguments."""
+def _submit_kinds(m: Message) -> list[int] | None:
+    """Its jobs' item kinds when a submit call has the compact shape (no keyword arguments), else None."""
     args, kwargs = m[3], m[4]
-    if kwargs or len(args) != 4 or not isinstance(args[0], str) or not isinstance(args[3], str):
-        return False
+    if kwargs or len(args) != 4 or type(args[0]) is not str or type(args[3]) is not str:
+        return None
+    who = m[5]
+    if who is not None and not (len(who) == 2 and type(who[0]) is str and type(who[1]) is str):
+        return None
+    kinds = []
     try:
-        for model, key, items, costs in args[1]:
-            if not isinstance(model, str) or not isinstance(key, Hashable):
-                return False
-            if type(costs) is not list or len(costs) != len(items) or any(type(c) is not int for c in costs):
-                return False
-            for item in items:
-                if type(item) is not tuple or len(item) != 2 or type(item[0]) is not list:
-                    return False
-                if type(item[1]) is not str:
-                    return False
+        for model, key, values, costs in args[1]:
+            if type(model) is not str or not items.key_fits(key) or type(values) is not list:
+                return None
+            if type(costs) is not list or len(costs) != len(values) or any(type(c) is not int for c in costs):
+                return None
+            if (kind := kind_of(ITEMS, values)) is None:
+                return None
+            kinds.append(kind)
     except (TypeError, ValueError):
-        return False
-    return True
+        return None
+    return kinds
 
 
-def _encode_submits(calls: list[Message]) -> bytes | None:
-    ids, deadlines, flags, njobs = [], [], [], []
-    job_items, job_keys, costs, lengths, tokens = [], [], [], [], []
-    strings: list[str] = []
-    keys: dict[Hashable, int] = {}
-    for _, call_id, _, (task, jobs, deadline, field), _, who, watched in calls:
-        ids.append(call_id)
-        deadlines.append(deadline)
-        flags.append((WATCHED if watched else 0) | (WHO if who else 0))
-        njobs.append(len(jobs))
+def _encode_submits(calls: list[tuple[Message, list[int]]]) -> bytes:
+    w, strings, jobs, job_rows, costs = Writer(), [], [], [], []
+    w.rows(
+        CALL_ROW,
+        [(m[1], m[3][2], (WATCHED if m[6] else 0) | (WHO if m[5] else 0), len(kinds)) for m, kinds in calls],
+    )  # id, deadline, flags, jobs
+    for (_, _, _, (task, wire, _, field), _, who, _), kinds in calls:
         strings += (task, field, *(who or ()))
-        for model, key, items, job_costs in jobs:
-            strings.append(model)
-            job_keys.append(keys.setdefault(key, len(keys)))
-            job_items.append(len(items))
+        for (model, key, values, job_costs), kind in zip(wire, kinds, strict=True):
+            strings += (model, items.key_string(key))
+            job_rows.append((kind, len(values), items.key_number(key)))
+            jobs.append((kind, values))
             costs += job_costs
-            for item_ids, text in items:
-                lengths.append(len(item_ids))
-                tokens += item_ids
-                strings.append(text)
-    text = NUL.join(strings)
-    if text.count(NUL) != len(strings) - 1:
-        return None
-    try:
-        numbers = [
-            np.array(ids, np.int64), np.array(deadlines, np.float64), np.array(flags, np.uint8),
-            np.array(njobs, np.int32), np.array(job_items, np.int32), np.array(job_keys, np.int32),
-            np.array(costs, np.int64), np.array(lengths, np.int32), np.array(tokens, np.int32),
-        ]  # fmt: skip
-    except OverflowError:  # an id beyond int32 (not a token id this module carries), a cost beyond int64
-        return None
-    packed_keys = pickle.dumps(list(keys), protocol=pickle.HIGHEST_PROTOCOL)  # distinct keys, not per call
-    return _join(COUNTS.pack(len(ids), len(job_items), len(lengths), len(tokens)), numbers, packed_keys, text)
+    w.rows(JOB_ROW, job_rows)
+    w.strings(strings)
+    w.column(costs, I64)
+    _write_kinds(w, ITEMS, jobs)
+    return w.data()
 
 
-def _decode_submits(view: memoryview) -> list[Message]:
-    n, j, i, t = COUNTS.unpack_from(view)
-    at = COUNTS.size
-    ids, at = _take(view, at, np.int64, n)
-    deadlines, at = _take(view, at, np.float64, n)
-    flags, at = _take(view, at, np.uint8, n)
-    njobs, at = _take(view, at, np.int32, n)
-    job_items, at = _take(view, at, np.int32, j)
-    job_keys, at = _take(view, at, np.int32, j)
-    costs, at = _take(view, at, np.int64, i)
-    lengths, at = _take(view, at, np.int32, i)
-    tokens, at = _take(view, at, np.int32, t)
-    keys, strings = _tail(view, at)
-    if sum(njobs) != j or sum(job_items) != i or sum(lengths) != t:
-        raise BadFrame("a submit section's counts do not match its columns")
-    s = iter(strings)
+def _decode_submits(r: Reader) -> list[Message]:
+    calls = r.rows(CALL_ROW)
+    job_rows = r.rows(JOB_ROW, sum(c[3] for c in calls))
+    s = iter(r.strings(2 * len(calls) + 2 * sum(bool(c[2] & WHO) for c in calls) + 2 * len(job_rows)))
+    costs = r.column(I64, sum(j[1] for j in job_rows))
+    values = iter(_read_kinds(r, ITEMS, [j[0] for j in job_rows], [j[1] for j in job_rows]))
+    r.end()
     out: list[Message] = []
-    jk = jt = p = 0
-    for call_id, deadline, flag, nj in zip(ids, deadlines, flags, njobs, strict=True):
+    job, at = iter(job_rows), 0
+    for call_id, deadline, flag, nj in calls:
         task, field = next(s), next(s)
         who = (next(s), next(s)) if flag & WHO else None
         jobs = []
         for _ in range(nj):
-            model, key = next(s), keys[job_keys[jk]]
-            items, first = [], jt
-            for _ in range(job_items[jk]):
-                q = p + lengths[jt]
-                items.append((tokens[p:q], next(s)))
-                p, jt = q, jt + 1
-            jobs.append((model, key, items, costs[first:jt]))
-            jk += 1
+            model, (_, size, key) = next(s), next(job)
+            jobs.append((model, items.key(key, next(s)), next(values), costs[at : at + size]))
+            at += size
         out.append((CALL, call_id, SUBMIT, (task, jobs, deadline, field), {}, who, bool(flag & WATCHED)))
-    if next(s, None) is not None:
-        raise BadFrame("a submit section has strings left over")
     return out
 
 
-# --- their replies: (REPLY, id, True, [per job: [per item: [float, ...]]], (models, batch size)) ---------
+# --- their replies: (REPLY, id, True, [per job: [per item: its output]], (models, batch size)) -----------
 
 
-def _outputs_fit(value: Any) -> bool:
-    """Whether a reply's value is, per job, rows of floats of one width."""
-    if type(value) is not list:
-        return False
-    for rows in value:
-        if type(rows) is not list:
-            return False
-        width = None
-        for row in rows:
-            if type(row) is not list or any(type(x) is not float for x in row):
-                return False
-            if len(row) != (width := len(row) if width is None else width):
-                return False
-    return True
-
-
-def _encode_outputs(replies: list[Message]) -> bytes | None:
-    ids, njobs, batch, nmodels, job_rows, widths, values = [], [], [], [], [], [], []
-    strings: list[str] = []
-    for _, call_id, _, value, (models, batch_size) in replies:
-        ids.append(call_id)
-        njobs.append(len(value))
-        batch.append(batch_size)
-        nmodels.append(len(models))
-        strings += models
-        for rows in value:
-            job_rows.append(len(rows))
-            widths.append(len(rows[0]) if rows else 0)
-            for row in rows:
-                values += row
-    text = NUL.join(strings)
-    if text.count(NUL) != max(0, len(strings) - 1):
+def _output_kinds(value: Any) -> list[int] | None:
+    """Its jobs' output kinds when a reply's value is, per job, a list of outputs of a known kind."""
+    if type(value) is not list or any(type(v) is not list for v in value):
         return None
-    numbers = [
-        np.array(ids, np.int64), np.array(njobs, np.int32), np.array(batch, np.int32),
-        np.array(nmodels, np.int32), np.array(job_rows, np.int32), np.array(widths, np.int32),
-        np.array(values, np.float64),
-    ]  # fmt: skip
-    counts = COUNTS.pack(len(ids), len(job_rows), len(strings), len(values))
-    return _join(counts, numbers, b"", text)
+    kinds = [kind_of(OUTPUTS, v) for v in value]
+    return None if None in kinds else kinds  # type: ignore[return-value]
 
 
-def _decode_outputs(view: memoryview) -> list[Message]:
-    n, j, m, v = COUNTS.unpack_from(view)
-    at = COUNTS.size
-    ids, at = _take(view, at, np.int64, n)
-    njobs, at = _take(view, at, np.int32, n)
-    batch, at = _take(view, at, np.int32, n)
-    nmodels, at = _take(view, at, np.int32, n)
-    job_rows, at = _take(view, at, np.int32, j)
-    widths, at = _take(view, at, np.int32, j)
-    values, at = _take(view, at, np.float64, v)
-    _, strings = _tail(view, at)
-    if m == 0:
-        strings = []
-    floats = sum(r * w for r, w in zip(job_rows, widths, strict=True))
-    if sum(njobs) != j or sum(nmodels) != len(strings) or floats != v:
-        raise BadFrame("an output section's counts do not match its columns")
-    out: list[Message] = []
-    jk = p = s = 0
-    for call_id, nj, size, nm in zip(ids, njobs, batch, nmodels, strict=True):
-        value = []
-        for _ in range(nj):
-            w, rows = widths[jk], []
-            for _ in range(job_rows[jk]):
-                rows.append(values[p : p + w])
-                p += w
-            value.append(rows)
-            jk += 1
-        out.append((REPLY, call_id, True, value, (strings[s : s + nm], size)))
-        s += nm
-    return out
+def _encode_outputs(replies: list[tuple[Message, list[int]]]) -> bytes:
+    w, jobs = Writer(), []
+    w.rows(REPLY_ROW, [(m[1], len(kinds), m[4][1], len(m[4][0])) for m, kinds in replies])
+    w.strings(model for m, _ in replies for model in m[4][0])
+    for m, kinds in replies:
+        jobs += zip(kinds, m[3], strict=True)
+    w.rows(OUTPUT_ROW, [(k, len(values)) for k, values in jobs])
+    _write_kinds(w, OUTPUTS, jobs)
+    return w.data()
 
 
-# --- columns ------------------------------------------------------------------------------------------
-
-
-def _join(counts: bytes, numbers: list[np.ndarray], packed: bytes, text: str) -> bytes:
-    """counts, the columns' buffers (their lengths follow from counts), `!I` + packed, `!I` + the strings."""
-    data = text.encode()
-    head = (HEADER.pack(len(packed)), packed, HEADER.pack(len(data)), data)
-    return b"".join([counts, *(a.tobytes() for a in numbers), *head])
-
-
-def _take(view: memoryview, at: int, dtype: type, count: int) -> tuple[list[Any], int]:
-    size = np.dtype(dtype).itemsize * count
-    if at + size > len(view):
-        raise BadFrame("a column runs past the end of its section")
-    return np.frombuffer(view, dtype, count, at).tolist(), at + size
-
-
-def _tail(view: memoryview, at: int) -> tuple[list[Any], list[str]]:
-    """The pickled keys (none when empty) and the NUL-separated strings that end a compact section."""
-    (size,) = HEADER.unpack_from(view, at)
-    keys = pickle.loads(view[at + HEADER.size : at + HEADER.size + size]) if size else []
-    at += HEADER.size + size
-    (size,) = HEADER.unpack_from(view, at)
-    at += HEADER.size
-    if at + size != len(view):
-        raise BadFrame("a compact section's strings do not end it")
-    return keys, bytes(view[at:]).decode().split(NUL)
+def _decode_outputs(r: Reader) -> list[Message]:
+    replies = r.rows(REPLY_ROW)  # id, jobs, batch size, models
+    models = split(r.strings(sum(x[3] for x in replies)), [x[3] for x in replies])
+    job_rows = r.rows(OUTPUT_ROW, sum(x[1] for x in replies))
+    outputs = _read_kinds(r, OUTPUTS, [j[0] for j in job_rows], [j[1] for j in job_rows])
+    values = split(outputs, [x[1] for x in replies])
+    r.end()
+    return [
+        (REPLY, x[0], True, value, (names, x[2]))
+        for x, value, names in zip(replies, values, models, strict=True)
+    ]

@@ -19,6 +19,8 @@ from app.edge.server_options import raise_fd_limit, server_options
 from app.main import create_app
 from app.parallel.lifeline import die_with_parent
 from app.parallel.remote import RemoteService
+from app.tasks.attention import AttentionTask
+from app.tasks.attention_png import MAX_PNG_REQUESTS
 
 
 def share(settings: Settings, http_workers: int) -> Settings:
@@ -34,6 +36,8 @@ def main(argv: list[str]) -> int:
     die_with_parent()
     raise_fd_limit(settings.max_connections)
     service = RemoteService(settings, Metrics(), paths)
+    if AttentionTask.name in service.tasks:  # its part of the PNG requests at once (its renderer draws them)
+        service.task(AttentionTask).png.limit = max(1, MAX_PNG_REQUESTS // http_workers)
     app = create_app(settings, service)
     config = uvicorn.Config(
         app,

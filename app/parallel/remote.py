@@ -3,10 +3,11 @@ processes' Services (one, or APP_MODEL_PROCESSES: each request goes to one of th
 
 Routing metadata (the registry read from the configs, without weights) and language detection are local:
 both are pure text work, and /detect and the LibreTranslate API read them. A task that `splits`
-(app/tasks/task.py; /sentiment) runs its whole `answer` here, on the text halves of its handlers
-(tokenizers, results): validation, routing and tokenizing before, the response after; its batch items alone
-cross as one `submit` call (task name, per job the model, batch key and items, the deadline), and its
-outputs come back (e.g. class probabilities). The other tasks' `answer` is one call to the model process.
+(app/tasks/task.py; /sentiment, /translate, /attention) runs its whole `answer` here, on the text halves of
+its handlers (tokenizers, results): validation, routing and tokenizing before, the response after; its batch
+items alone cross as one `submit` call (task name, per job the model, batch key and items, the deadline),
+and its outputs come back (e.g. class probabilities). The other tasks' `answer` (a plugin's) is one call to
+the model process.
 Either way everything that touches a queue or an admission limit runs in the model process, so those limits
 are one server's whatever the number of HTTP processes. Readiness and the model list are
 pushed by the model process when they change (the routes read them without waiting).
@@ -113,6 +114,8 @@ class RemoteService(TaskContext):
         for reader in self._readers:
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+        for task in self.tasks.values():  # what the tasks that ran here hold (e.g. the PNG renderer)
+            await task.stop()
 
     def _load_text(self, registry: Registry) -> None:
         """The text half of each splitting task's handler of each model it serves."""

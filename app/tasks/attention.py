@@ -1,20 +1,24 @@
 """POST /attention as a task: one text (and for a translator its target, given or its greedy translation) ->
-every attention map of one forward pass -> the selected maps as JSON, or a PNG drawn in a process of its own
-(app/tasks/attention_png.py). Every model with torch weights has one; Argos packages have none."""
+the selected attention maps of one forward pass -> JSON, or a PNG drawn in a process of its own
+(app/tasks/attention_png.py). Every model with torch weights has one; Argos packages have none. Between
+processes the text work (selection, tokenizing, the greedy translation's text, JSON and PNG) runs in the HTTP
+process, and only the item (ids, selection) and its maps cross."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Hashable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from app.core.errors import DeadlineExceeded, invalid
 from app.schemas import AttentionRequest
-from app.tasks.attention_maps import AttentionHandler, AttentionItem, LayerSelection
+from app.tasks.attention_maps import AttentionHandler, AttentionItem, AttentionText, LayerSelection
 from app.tasks.attention_png import PngRenderer
 from app.tasks.handlers import DecodeKey, Sentence
 from app.tasks.task import BatchSpec, Context, Disconnected, Job, Task
 from app.tasks.translation import TranslationTask
+from model.files import load_tokenizer
 
 if TYPE_CHECKING:
     from app.registry import ModelEntry
@@ -24,6 +28,7 @@ if TYPE_CHECKING:
 class AttentionTask(Task):
     name = "attention"
     expensive = True
+    splits = True  # an HTTP process selects, tokenizes and draws; the model process computes the maps
 
     def __init__(self) -> None:
         super().__init__()
@@ -35,6 +40,9 @@ class AttentionTask(Task):
     def load(self, entry: ModelEntry, loaded: LoadedModel | None) -> AttentionHandler:
         assert loaded is not None
         return AttentionHandler(loaded)
+
+    def load_text(self, entry: ModelEntry) -> AttentionText:
+        return AttentionText(entry.name, load_tokenizer(entry.path, entry.meta, entry.config), entry.config)
 
     def batching(self, model: str, key: Hashable) -> BatchSpec:
         """Attention maps are rare and take the weights path: their own queue, one item per forward."""
@@ -81,6 +89,7 @@ class AttentionTask(Task):
             )
         deadline = ctx.deadline()
         item, translation = await self._item(ctx, entry, handler, req, deadline, disconnected)
+        item = replace(item, select=sel)
         handler.check_size(item, sel)  # the target is known now (given or translated)
         job = Job(self, entry.name, None, [item], handler.costs([item]))
         [[maps]] = await ctx.submit([job], disconnected, deadline=deadline)
@@ -90,7 +99,7 @@ class AttentionTask(Task):
         self,
         ctx: Context,
         entry: ModelEntry,
-        handler: AttentionHandler,
+        handler: AttentionText,
         req: AttentionRequest,
         deadline: float,
         disconnected: Disconnected,
@@ -123,7 +132,7 @@ class AttentionTask(Task):
     async def _body(
         self,
         ctx: Context,
-        handler: AttentionHandler,
+        handler: AttentionText,
         item: AttentionItem,
         maps: Any,
         sel: LayerSelection,

@@ -1,15 +1,22 @@
 """/attention: which layers and heads a request selects, the forward pass that returns the weights, and the
-JSON body (app/tasks/attention_png.py renders the same maps as a PNG)."""
+JSON body (app/tasks/attention_png.py renders the same maps as a PNG). The text half (AttentionText: select,
+tokenize, bound, the JSON) runs where the request arrives; AttentionHandler, one too, runs the forward and
+returns only the selected maps, as numpy arrays (between processes: float32 buffers, app/parallel/items.py).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from app.core.errors import invalid
 from app.schemas import AttentionResponse
 from app.tasks.handlers import checked_source_ids, uncut_length
+from model.config import ModelConfig
 from model.preprocess import classifier_ids, target_ids
+from model.tokenizer import PairTokenizer, Tokenizer
 
 # torch is imported where the maps are computed: an HTTP process imports this module, never it
 if TYPE_CHECKING:
@@ -21,24 +28,6 @@ MAX_ATTENTION_WEIGHTS = 2_000_000  # e.g. 4 layers x 8 heads of a 250-token text
 
 
 @dataclass(frozen=True)
-class AttentionItem:
-    """Exact model inputs: source ids, and for translators the decoder input (start token included)."""
-
-    source: list[int]
-    target: list[int] | None = None
-
-
-@dataclass(frozen=True)
-class TextMaps:
-    """Every layer's attention maps of one text, each (H, Q, K) float32 on CPU (model.AttentionMaps holds a
-    batch's)."""
-
-    encoder: list[torch.Tensor]
-    decoder: list[torch.Tensor] | None = None
-    cross: list[torch.Tensor] | None = None
-
-
-@dataclass(frozen=True)
 class LayerSelection:
     """The layers of each stack that a request selected (the stacks may differ in depth), and the heads."""
 
@@ -47,21 +36,46 @@ class LayerSelection:
     heads: list[int]
 
 
-def pick(maps: list[torch.Tensor], layers: list[int], heads: list[int]) -> torch.Tensor:
-    """Per-layer (H, Q, K) maps -> (L', H', Q, K) for the selected layers and heads, rounded for JSON."""
+@dataclass(frozen=True)
+class AttentionItem:
+    """Exact model inputs: source ids, and for translators the decoder input (start token included); the
+    maps to return (None: every layer and head)."""
+
+    source: list[int]
+    target: list[int] | None = None
+    select: LayerSelection | None = None
+
+
+@dataclass(frozen=True)
+class TextMaps:
+    """The selected attention maps of one text, float32, each (L, H, Q, K): the selected layers of a stack
+    and heads; decoder and cross None for a classifier."""
+
+    encoder: np.ndarray
+    decoder: np.ndarray | None = None
+    cross: np.ndarray | None = None
+
+
+def picked(maps: list[torch.Tensor], layers: list[int], heads: list[int]) -> np.ndarray:
+    """Per-layer (H, Q, K) maps -> (L', H', Q, K) float32 for the selected layers and heads."""
     import torch
 
     if not layers:  # e.g. only encoder layers selected: no decoder map
-        return torch.empty(0, len(heads), 0, 0, dtype=torch.float64)
-    return torch.stack([maps[layer][heads] for layer in layers]).double().round(decimals=5)
+        return np.empty((0, len(heads), 0, 0), np.float32)
+    return torch.stack([maps[layer][heads] for layer in layers]).float().cpu().numpy()
 
 
-class AttentionHandler:
-    """Force-decoding with the explicit attention path (weights returned); one item per forward."""
+def rounded(maps: np.ndarray) -> np.ndarray:
+    """Selected maps as JSON gives them: float64, rounded to 5 decimals."""
+    return np.round(maps.astype(np.float64), 5)
 
-    def __init__(self, loaded: LoadedModel) -> None:
-        self.name, self.model, self.tokenizer = loaded.name, loaded.model, loaded.tokenizer
-        cfg = loaded.config
+
+class AttentionText:
+    """The text half of /attention: layer selection, model inputs from text, the size bound and the JSON
+    body. No weights: an HTTP process runs it beside the model process's AttentionHandler, which is one too."""
+
+    def __init__(self, name: str, tokenizer: Tokenizer | PairTokenizer, cfg: ModelConfig) -> None:
+        self.name, self.tokenizer = name, tokenizer
         self.cfg, self.is_translator = cfg, cfg.task == "translation"
         self.encoder_layers = cfg.n_layers
         self.decoder_layers = cfg.n_decoder_layers if self.is_translator else 0
@@ -124,29 +138,6 @@ class AttentionHandler:
                 "too_long",
             )
 
-    def run(self, items: list[AttentionItem]) -> list[TextMaps]:
-        """The maps of each item (in an inference worker; its batcher sends one item at a time)."""
-        import torch
-
-        with torch.inference_mode():
-            return [self._maps(item) for item in items]
-
-    def _maps(self, item: AttentionItem) -> TextMaps:
-        import torch
-
-        from model.classifier import SentimentClassifier
-
-        dev = next(self.model.parameters()).device
-        src = torch.tensor([item.source], device=dev)
-        if isinstance(self.model, SentimentClassifier):
-            _, _, weights = self.model.encode(src, need_weights=True)
-            return TextMaps([w[0].float().cpu() for w in weights])
-        assert item.target is not None
-        _, maps = self.model.attention(src, torch.tensor([item.target], device=dev))
-        return TextMaps(
-            [w[0] for w in maps.encoder], [w[0] for w in maps.decoder], [w[0] for w in maps.cross]
-        )
-
     def response(
         self, item: AttentionItem, maps: TextMaps, sel: LayerSelection, translation: str | None
     ) -> AttentionResponse:
@@ -159,9 +150,9 @@ class AttentionHandler:
             heads=sel.heads,
             source_tokens=pieces(item.source),
             target_tokens=pieces(item.target) if item.target is not None else None,
-            encoder_self_attention=pick(maps.encoder, sel.encoder, sel.heads).tolist(),
-            decoder_self_attention=pick(maps.decoder, sel.decoder, sel.heads).tolist() if decoder else None,
-            cross_attention=pick(maps.cross, sel.decoder, sel.heads).tolist() if decoder else None,
+            encoder_self_attention=rounded(maps.encoder).tolist(),
+            decoder_self_attention=rounded(maps.decoder).tolist() if maps.decoder is not None else None,
+            cross_attention=rounded(maps.cross).tolist() if maps.cross is not None else None,
             translation=translation,
         )
 
@@ -170,3 +161,39 @@ class AttentionHandler:
     ) -> bytes:
         """The JSON body (megabytes for a long text: built in a thread, off the event loop)."""
         return self.response(item, maps, sel, translation).model_dump_json(exclude_none=True).encode()
+
+
+class AttentionHandler(AttentionText):
+    """Force-decoding with the explicit attention path (weights returned); one item per forward."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        super().__init__(loaded.name, loaded.tokenizer, loaded.config)
+        self.model = loaded.model
+
+    def run(self, items: list[AttentionItem]) -> list[TextMaps]:
+        """The maps of each item (in an inference worker; its batcher sends one item at a time)."""
+        import torch
+
+        with torch.inference_mode():
+            return [self._maps(item) for item in items]
+
+    def _maps(self, item: AttentionItem) -> TextMaps:
+        import torch
+
+        from model.classifier import SentimentClassifier
+
+        sel = item.select or LayerSelection(
+            list(range(self.encoder_layers)), list(range(self.decoder_layers)), list(range(self.cfg.n_heads))
+        )
+        dev = next(self.model.parameters()).device
+        src = torch.tensor([item.source], device=dev)
+        if isinstance(self.model, SentimentClassifier):
+            _, _, weights = self.model.encode(src, need_weights=True)
+            return TextMaps(picked([w[0] for w in weights], sel.encoder, sel.heads))
+        assert item.target is not None
+        _, maps = self.model.attention(src, torch.tensor([item.target], device=dev))
+        return TextMaps(
+            picked([w[0] for w in maps.encoder], sel.encoder, sel.heads),
+            picked([w[0] for w in maps.decoder], sel.decoder, sel.heads),
+            picked([w[0] for w in maps.cross], sel.decoder, sel.heads),
+        )

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from app.core.errors import QueueFull, Unavailable
-from app.tasks.attention_maps import AttentionHandler, AttentionItem, LayerSelection, TextMaps, pick
+from app.tasks.attention_maps import AttentionItem, AttentionText, LayerSelection, TextMaps, rounded
 from app.tasks.heatmap import heatmap_grid, lower_priority
 
 MAX_PNG_REQUESTS = 4  # PNG requests in progress at once (their maps computing, waiting, or drawing)
@@ -28,20 +28,20 @@ RENDER_TRIES = 2  # a PNG whose renderer process died is drawn once more by a ne
 
 
 def heatmap_inputs(
-    handler: AttentionHandler, item: AttentionItem, maps: TextMaps, sel: LayerSelection
+    handler: AttentionText, item: AttentionItem, maps: TextMaps, sel: LayerSelection
 ) -> tuple[Any, ...]:
-    """heatmap_grid's arguments: the selected maps (L, H, Q, K) as numpy, the token labels, the title."""
+    """heatmap_grid's arguments: the selected maps (L, H, Q, K), the token labels, the title."""
     pieces, source = handler.tokenizer.pieces, handler.tokenizer.pieces(item.source)
     if maps.cross is not None and item.target is not None:  # a translator: target x source
         kind, grid, layers, rows = "cross", maps.cross, sel.decoder, pieces(item.target)
     else:
         kind, grid, layers, rows = "encoder", maps.encoder, sel.encoder, source
     title = f"{handler.name}: {kind} attention"
-    return pick(grid, layers, sel.heads).numpy(), rows, source, layers, sel.heads, title
+    return rounded(grid), rows, source, layers, sel.heads, title
 
 
 def render_attention(
-    handler: AttentionHandler, item: AttentionItem, maps: TextMaps, sel: LayerSelection
+    handler: AttentionText, item: AttentionItem, maps: TextMaps, sel: LayerSelection
 ) -> bytes:
     """The PNG, drawn in this process."""
     return heatmap_grid(*heatmap_inputs(handler, item, maps, sel))
@@ -80,7 +80,7 @@ class PngRenderer:
             self.active -= 1
 
     async def render(
-        self, handler: AttentionHandler, item: AttentionItem, maps: TextMaps, sel: LayerSelection
+        self, handler: AttentionText, item: AttentionItem, maps: TextMaps, sel: LayerSelection
     ) -> bytes:
         start = time.monotonic()
         args = await asyncio.to_thread(heatmap_inputs, handler, item, maps, sel)  # up to 2M weights

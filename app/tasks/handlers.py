@@ -93,16 +93,30 @@ class DecodeKey:
 @dataclass(frozen=True)
 class Sentence:
     """One batch item: a sentence's source ids (EOS included) and its request's per-row decoding options:
-    n-best count, length penalty, length limit (None: the default ratio, within the model's max_len)."""
+    n-best count, length penalty, length limit (None: the default ratio, within the model's max_len).
+    `source`, its text side, stays where the request's answer runs: between processes only the rest crosses
+    (app/parallel/items.py), and the model process reads none of it."""
 
     ids: list[int]
     num_hypotheses: int = 1
     length_penalty: float = DEFAULT_LENGTH_PENALTY
     max_length: int | None = None
-    surfaces: tuple[str, ...] | None = None  # each id's source text: output <unk>s are replaced from it
-    items: tuple[tuple[int, str], ...] = ()  # taken out of the source, put back (model/protect.py)
-    verbatim: str | None = None  # nothing to translate: the answer, without a model call
     align: int = 0  # which hypotheses get an alignment (model.unknowns.needs_alignment)
+    passes: bool = False  # nothing to translate: answered as it came (source.verbatim), no model call
+    # the source surfaces (output <unk>s are replaced from them), the items taken out and the verbatim text
+    source: Source | None = None
+
+    def __reduce__(self) -> tuple[type[Sentence], tuple[Any, ...]]:
+        """Pickled (a frame's fallback) without `source`, as in a compact frame: the text side never leaves
+        its process (copy.copy drops it too)."""
+        return Sentence, (
+            self.ids,
+            self.num_hypotheses,
+            self.length_penalty,
+            self.max_length,
+            self.align,
+            self.passes,
+        )
 
     def options(self, beam_size: int, max_len: int) -> DecodeOptions:
         """DecodeOptions; an explicit max_length is absolute, and no limit passes the model's max_len."""
@@ -163,13 +177,12 @@ class TranslationText:
         model.unknowns' encoding (protected items taken out), and surfaces to replace <unk>s from. A sentence
         without letters ("7", "2.", "15 €") passes through as it came."""
         if not has_letters(text):
-            return Sentence([self.cfg.eos_id], *options, verbatim=text)
+            eos = [self.cfg.eos_id]
+            return Sentence(eos, *options, passes=True, source=Source(eos, ("",), verbatim=text))
         if not replace_unknowns:
             return Sentence(self.encode_source(text, loc), *options)
         src = checked_source(self.name, self.tokenizer, self.cfg, text, loc)  # refused here when too long
-        return Sentence(
-            src.ids, *options, surfaces=src.surfaces, items=src.items, verbatim=src.verbatim, align=src.align
-        )
+        return Sentence(src.ids, *options, align=src.align, passes=src.verbatim is not None, source=src)
 
     def sentences(
         self,
@@ -206,17 +219,19 @@ class TranslationText:
         translate as it came."""
         results = []
         for s, hyps in zip(items, outputs, strict=True):
-            if s.verbatim is not None:
-                results.append([SentenceTranslation(s.verbatim, 0.0, [], passed=True)])
+            if s.passes:
+                verbatim = s.source.verbatim if s.source is not None else None
+                assert verbatim is not None  # a sentence that passes keeps its text where `answer` runs
+                results.append([SentenceTranslation(verbatim, 0.0, [], passed=True)])
             else:
                 results.append([SentenceTranslation(self.detokenize(h, s), h.score, h.tokens) for h in hyps])
         return results
 
     def detokenize(self, hyp: Hypothesis, item: Sentence) -> str:
         """The hypothesis' text: its <unk>s replaced and the items taken out put back (with replacement on)."""
-        if item.surfaces is None:
+        if (src := item.source) is None:
             return self.tokenizer.decode(hyp.tokens)
-        return restore_hypothesis(self.tokenizer, hyp, item.ids, item.surfaces, item.items)
+        return restore_hypothesis(self.tokenizer, hyp, item.ids, src.surfaces, src.items)
 
     def join(
         self, layout: TextLayout, outputs: list[list[SentenceTranslation]], n: int, return_scores: bool
@@ -266,13 +281,13 @@ class TranslationHandler(TranslationText):
         there are several) under its own options (length penalty, length limit, n-best count: per row in one
         batch; translate_ids sorts by length and pads per chunk); none for a sentence that passes through.
         should_stop: checked between decoder steps (True raises model.DecodingStopped)."""
-        todo = [s for s in items if s.verbatim is None]  # the others pass through
+        todo = [s for s in items if not s.passes]
         opts = [s.options(key.beam_size, self.max_len) for s in todo]
         want = [s.align for s in todo]
         output = iter(
             self.decode([s.ids for s in todo], opts, key.target_lang, should_stop, want) if todo else []
         )
-        return [[] if s.verbatim is not None else next(output)[: s.num_hypotheses] for s in items]
+        return [[] if s.passes else next(output)[: s.num_hypotheses] for s in items]
 
     def decode(
         self,

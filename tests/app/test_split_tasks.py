@@ -1,14 +1,17 @@
-"""A task that `splits` (sentiment, translation) runs its text work in the HTTP process: only its batch items
-(token ids and their options, model, key, deadline) cross the channel to the model process, never the
-request or the response, and the answers are those of one process, errors included."""
+"""A task that `splits` (sentiment, translation, attention) runs its text work in the HTTP process: only its
+batch items (token ids and their options, model, key, deadline) cross the channel to the model process, never
+the request or the response, nothing of them pickled, and the answers are those of one process, errors
+included."""
 
 from __future__ import annotations
 
 import asyncio
+import pickle
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -18,9 +21,10 @@ from asgi_lifespan import LifespanManager
 from app.core.metrics import Metrics
 from app.core.settings import Settings
 from app.main import create_app
+from app.parallel import frames
 from app.parallel.engine import Engine
 from app.parallel.remote import RemoteService
-from app.schemas import SentimentRequest, TranslateRequest
+from app.schemas import AttentionRequest, SentimentRequest, TranslateRequest
 from app.service import Service
 from tests.app.conftest import wait_ready
 
@@ -116,3 +120,42 @@ async def test_translation_crosses_as_sentences(app_checkpoint_dir: Path, tmp_pa
         assert len(items) == 3  # the sentences, split in the HTTP process
         assert all(plain(item.ids) for item in items)
         assert s.answered == []
+
+
+async def test_attention_crosses_as_ids_and_maps_and_nothing_of_a_request_is_pickled(
+    app_checkpoint_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pickled: list[bytes] = []
+
+    def dumps(value: Any, protocol: int | None = None) -> bytes:
+        pickled.append(data := pickle.dumps(value, protocol))
+        return data
+
+    monkeypatch.setattr(
+        frames, "pickle", SimpleNamespace(dumps=dumps, loads=pickle.loads, HIGHEST_PROTOCOL=5)
+    )
+    attend = {"model": "translate-fr-en", "text": "Le chat dort", "layers": [0]}  # no target: greedy first
+    translate = {
+        "texts": ["Le chat dort. 15 €"],
+        "source_lang": "fr",
+        "num_hypotheses": 2,
+        "replace_unknowns": True,
+    }
+    async with split(app_checkpoint_dir, tmp_path) as s:
+        r = await s.client.post("/attention", json=attend)
+        assert r.status_code == 200, r.text
+        body, media = await s.local("attention", AttentionRequest(**attend))
+        assert (r.content, r.headers["content-type"]) == (body, media)
+        assert [call[0] for call in s.crossed] == ["translation", "attention"]
+        [(_, _, [item], [cost])] = s.crossed[1][1]
+        assert cost == len(item.source) + len(item.target or [])  # its price crossed too
+        assert (item.select.encoder, item.select.decoder) == ([0], [0])  # the selection crossed with the ids
+        r = await s.client.post("/translate", json=translate)
+        assert r.status_code == 200, r.text
+        local = await s.local("translation", TranslateRequest(**translate))
+        assert r.json() == local.model_dump(mode="json", exclude_none=True)
+        assert s.answered == []
+    assert pickled  # hello, state and heartbeats: pickled, and seen here
+    for data in pickled:
+        for word in (b"chat", b"\xe2\x82\xac", b"Sentence", b"Hypothesis", b"AttentionItem", b"TextMaps"):
+            assert word not in data
