@@ -33,8 +33,13 @@ log = logging.getLogger(__name__)
 class Lifecycle:
     """status: loading -> ready (or failed) -> shutting_down; `reason` says why it is not ready."""
 
-    def __init__(self, settings: Settings, metrics: Metrics, tasks: list[Task]) -> None:
+    def __init__(
+        self, settings: Settings, metrics: Metrics, tasks: list[Task], detector: bool = True
+    ) -> None:
+        """detector=False: no language detector at start-up (a model process: its HTTP processes detect),
+        built at its first use instead."""
         self.settings, self.metrics = settings, metrics
+        self.build_detector = detector
         self.tasks = tasks  # each gets a handler of every model it serves
         self.registry: Registry | None = None
         self.workers: InferenceWorkers | None = None
@@ -84,7 +89,8 @@ class Lifecycle:
         names = list(self.registry.entries)
         self.reason = f"loading {len(names)} models"
         tasks = [asyncio.create_task(self._load_or_fail(name), name=f"load:{name}") for name in names]
-        tasks.append(asyncio.create_task(self._build_detector(), name="language-detector"))
+        if self.build_detector:
+            tasks.append(asyncio.create_task(self._build_detector(), name="language-detector"))
         try:
             for task in asyncio.as_completed(tasks):
                 await task
@@ -185,7 +191,10 @@ class Lifecycle:
         return self.registry
 
     def ready_detector(self) -> LanguageDetector:
-        """The language detector once discovery has built it; 503 before."""
+        """The language detector once discovery has built it; 503 before. Without one built at start-up, the
+        first call builds it (on the event loop: only a task that detects in a model process gets here)."""
+        if self.detector is None and not self.build_detector and self.registry is not None:
+            self.detector = LanguageDetector(self.registry.languages)
         if self.detector is None:
             raise Unavailable(f"not ready: {self.reason}", retry_after=1)
         return self.detector

@@ -99,14 +99,17 @@ class TaskContext:
 
 
 class Service(TaskContext):
-    """Every task's flow on the models its Lifecycle serves; `tasks`: default_tasks() unless given."""
+    """Every task's flow on the models its Lifecycle serves; `tasks`: default_tasks() unless given;
+    detector=False: no language detector at start-up, but at its first use (a model process's)."""
 
-    def __init__(self, settings: Settings, metrics: Metrics, tasks: Sequence[Task] | None = None) -> None:
+    def __init__(
+        self, settings: Settings, metrics: Metrics, tasks: Sequence[Task] | None = None, detector: bool = True
+    ) -> None:
         from app.lifecycle import Lifecycle
 
         self.settings, self.metrics = settings, metrics
         self.limits = Limits(settings)
-        self.life = Lifecycle(settings, metrics, default_tasks() if tasks is None else list(tasks))
+        self.life = Lifecycle(settings, metrics, default_tasks() if tasks is None else list(tasks), detector)
         self.tasks = {t.name: t for t in self.life.tasks}
         self.ready_registry = self.life.ready_registry  # a task's call goes straight to the lifecycle
 

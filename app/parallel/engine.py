@@ -223,7 +223,7 @@ async def _main(
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    service = Service(settings, Metrics())
+    service = Service(settings, Metrics(), detector=False)  # text work, detection too, is the HTTP processes'
     departed = Departed(metrics_dir) if index == 0 else None  # the first gathers the HTTP processes'
     engine = Engine(service, http_workers, Beat(heartbeat_fd), departed)
     await engine.serve(path, stop)

@@ -212,3 +212,23 @@ async def _ready_until(client: httpx.AsyncClient, status: int) -> httpx.Response
         assert loop.time() < end, r.json()
         await asyncio.sleep(0.01)
     return r
+
+
+@pytest.mark.anyio
+async def test_a_model_process_builds_no_language_detector_until_asked(app_checkpoint_dir: Path) -> None:
+    """Its HTTP processes detect languages: a model process's Service (detector=False) is ready without a
+    detector, and builds one only if a task calls detect there (a plugin's whole answer), answering as the
+    detector of one process does."""
+    settings = Settings(checkpoint_dir=app_checkpoint_dir, warmup=False, torchscript=False)
+    model_side = Service(settings, Metrics(), detector=False)
+    app = create_app(settings, model_side)
+    async with (
+        LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager,
+        httpx.AsyncClient(transport=httpx.ASGITransport(manager.app), base_url="http://test") as client,
+    ):
+        await wait_ready(client)
+        assert model_side.life.detector is None
+        r = await client.post("/detect", json={"texts": ["Où est la gare ?", "Where is the station?"]})
+        assert r.status_code == 200, r.text
+        assert [x["language"] for x in r.json()["results"]] == ["fr", "en"]
+        assert model_side.life.detector is not None
