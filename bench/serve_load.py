@@ -5,8 +5,9 @@
                              [--ceiling-runs N]
 
 Starts `python -m app` itself on a free 127.0.0.1 port, twice: batching on (the default settings) and off
-(APP_MAX_BATCH_SIZE=1). For /sentiment and /translate at each concurrency it reports throughput and
-p50/p95/p99 latency, one text per request (`--texts-per-request N` for /sentiment), with `wrk`
+(APP_MAX_BATCH_SIZE=1), one after the other (each ready time is a server's start alone), and keeps both for
+every pass (the one not measured sits idle). For /sentiment and /translate at each concurrency it reports
+throughput and p50/p95/p99 latency, one text per request (`--texts-per-request N` for /sentiment), with `wrk`
 (bench/wrk/post.lua) when installed: a Python client tops out near 150 req/s on 2 cores and takes CPU from
 the server (`--wrk no` falls back to an httpx async client). The ceiling runs model.inference directly on the
 same inputs in batches of 32. /sentiment inputs are in the model's language: English for sentiment-en (the
@@ -42,10 +43,22 @@ from bench.load import (
     texts,
 )
 from bench.report import Pass, median_pass, report, spread
-from bench.server import REPO, serve
+from bench.server import REPO, serve_many
+
+# each server's own settings: batching on (the defaults) and off
+MODES: dict[str, dict[str, str]] = {"on": {}, "off": {"APP_MAX_BATCH_SIZE": "1"}}
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    discover(args.checkpoint_dir, args.sentiment_model)  # an unknown model fails before any server starts
+    # one after the other (each ready time is a server's start alone), both kept for every pass
+    with serve_many(args.checkpoint_dir, list(server_envs(args).values())) as started:
+        return run(args, dict(zip(MODES, started, strict=True)))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options, and in `settings` the servers' APP_* values that they set (--set, --engine)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint-dir", type=Path, default=REPO / "checkpoints")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
@@ -88,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1,
         metavar="N",
-        help="whole passes; the tables report medians (VM noise)",
+        help="whole passes over the same two servers; the tables report medians (VM noise)",
     )
     args = p.parse_args(argv)
     if args.repeats < 1:
@@ -97,11 +110,21 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--ceiling-runs must be at least 1, got {args.ceiling_runs}")
     if args.texts_per_request < 1:
         p.error(f"--texts-per-request must be at least 1, got {args.texts_per_request}")
-    extra = dict(kv.split("=", 1) for kv in args.set)
-    if bad := [k for k in extra if not k.startswith("APP_")]:
+    args.settings = dict(kv.split("=", 1) for kv in args.set)
+    if bad := [k for k in args.settings if not k.startswith("APP_")]:
         p.error(f"--set takes APP_* settings, got {bad}")
     if args.engine:
-        extra["APP_TRANSLATION_ENGINE"] = args.engine
+        args.settings["APP_TRANSLATION_ENGINE"] = args.engine
+    return args
+
+
+def server_envs(args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    """Each mode's server settings: the options' (args.settings), then the mode's own."""
+    return {mode: args.settings | env for mode, env in MODES.items()}
+
+
+def run(args: argparse.Namespace, servers: dict[str, tuple[str, float, int]]) -> int:
+    """The passes and the tables, on `servers` started with server_envs(args): mode -> (url, ready s, pid)."""
     sentiment, translate = discover(args.checkpoint_dir, args.sentiment_model)
     use_wrk = args.wrk == "yes" or (args.wrk == "auto" and shutil.which("wrk") is not None)
     bodies = {
@@ -117,17 +140,19 @@ def main(argv: list[str] | None = None) -> int:
     }
     routes = [r for r in args.routes if bodies[r]]
     passes = []
+    for mode, (_, ready_s, _) in servers.items():
+        print(f"server (batching {mode}) ready in {ready_s:.1f} s", file=sys.stderr)
     for k in range(args.repeats):  # whole passes, so slow and fast spells of a shared VM hit every cell
         if args.repeats > 1:
             print(f"pass {k + 1} of {args.repeats}", file=sys.stderr)
-        passes.append(one_pass(args, extra, sentiment, translate, bodies, routes, use_wrk))
+        passes.append(one_pass(args, servers, sentiment, translate, bodies, routes, use_wrk))
     cells, ready, ceil, short_p50 = median_pass(passes)
     import torch
 
-    dtype = str(server_settings(extra).torch_dtype(torch.device("cpu"))).removeprefix("torch.")
+    dtype = str(server_settings(args.settings).torch_dtype(torch.device("cpu"))).removeprefix("torch.")
     print(f"server and ceiling dtype: {dtype}")
     if "/translate" in routes:
-        print(f"/translate engine: {server_settings(extra).translation_engine}")
+        print(f"/translate engine: {server_settings(args.settings).translation_engine}")
     if sentiment and "/sentiment" in routes:
         print(f"/sentiment model: {sentiment['model']}")
     print()
@@ -140,53 +165,51 @@ def main(argv: list[str] | None = None) -> int:
 
 def one_pass(
     args: argparse.Namespace,
-    extra: dict[str, str],
+    servers: dict[str, tuple[str, float, int]],
     sentiment: dict[str, Any],
     translate: dict[str, Any],
     bodies: dict[str, list[dict[str, Any]]],
     routes: list[str],
     use_wrk: bool,
 ) -> Pass:
-    """Every cell once (a server with batching on, then off), then the model-only ceiling."""
+    """Every cell once (`servers`: batching on, then off -> (url, ready s, pid)), then the model-only
+    ceiling."""
     cells: list[Cell] = []
-    ready: dict[str, float] = {}
     short_p50 = float("nan")
-    for mode, env in (("on", {}), ("off", {"APP_MAX_BATCH_SIZE": "1"})):
-        with serve(args.checkpoint_dir, extra | env) as (url, ready[mode], pid):
-            print(f"server (batching {mode}) ready in {ready[mode]:.1f} s", file=sys.stderr)
-            if mode == "on" and sentiment:
-                _, lat, _ = asyncio.run(
-                    httpx_load(
-                        f"{url}/sentiment",
-                        [
-                            {
-                                "text": SHORT_TEXTS.get(
-                                    sentiment_lang(args.checkpoint_dir, sentiment), SHORT_TEXTS["en"]
-                                )
-                            }
-                            | sentiment
-                        ],
-                        1,
-                        min(3.0, args.duration),
-                    )
+    for mode, (url, _, pid) in servers.items():
+        if mode == "on" and sentiment:
+            _, lat, _ = asyncio.run(
+                httpx_load(
+                    f"{url}/sentiment",
+                    [
+                        {
+                            "text": SHORT_TEXTS.get(
+                                sentiment_lang(args.checkpoint_dir, sentiment), SHORT_TEXTS["en"]
+                            )
+                        }
+                        | sentiment
+                    ],
+                    1,
+                    min(3.0, args.duration),
                 )
-                short_p50 = statistics.median(lat)
-            for route in routes:
-                for c in args.concurrency:
-                    cells.append(
-                        measure(f"{url}{route}", route, mode, bodies[route], c, args.duration, use_wrk, pid)
-                    )
-                    cells[-1].texts = args.texts_per_request if route == "/sentiment" else 1
-                    print(f"  {route} c={c}: {cells[-1].rps:.1f} req/s", file=sys.stderr)
+            )
+            short_p50 = statistics.median(lat)
+        for route in routes:
+            for c in args.concurrency:
+                cells.append(
+                    measure(f"{url}{route}", route, mode, bodies[route], c, args.duration, use_wrk, pid)
+                )
+                cells[-1].texts = args.texts_per_request if route == "/sentiment" else 1
+                print(f"  {route} c={c}: {cells[-1].rps:.1f} req/s", file=sys.stderr)
     ceil = ceiling(
         args.checkpoint_dir,
         sentiment if "/sentiment" in routes else {},
         translate if "/translate" in routes else {},
         args.beam_size,
-        extra,
+        args.settings,
         args.ceiling_runs,
     )
-    return cells, ready, ceil, short_p50
+    return cells, {mode: ready_s for mode, (_, ready_s, _) in servers.items()}, ceil, short_p50
 
 
 if __name__ == "__main__":
