@@ -1,10 +1,13 @@
-"""The bench's checkpoint directory: the shared tiny sentiment-en, sentiment-ko and translate-fr-en."""
+"""The bench's checkpoint directories: the shared tiny sentiment-en, sentiment-ko and translate-fr-en, and
+translate-fr-en alone (for runs that measure only it: its servers load nothing else)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import link_checkpoints
 
 
 @pytest.fixture(scope="session")
@@ -15,6 +18,11 @@ def bench_checkpoint_dir(
     tiny_translator_checkpoint: Path,
 ) -> Path:
     root = tmp_path_factory.mktemp("bench-checkpoints")
-    for ckpt in (tiny_sentiment_checkpoint, tiny_sentiment_ko_checkpoint, tiny_translator_checkpoint):
-        (root / ckpt.name).symlink_to(ckpt, target_is_directory=True)
-    return root
+    return link_checkpoints(
+        root, tiny_sentiment_checkpoint, tiny_sentiment_ko_checkpoint, tiny_translator_checkpoint
+    )
+
+
+@pytest.fixture(scope="session")
+def bench_translator_dir(tmp_path_factory: pytest.TempPathFactory, tiny_translator_checkpoint: Path) -> Path:
+    return link_checkpoints(tmp_path_factory.mktemp("bench-translator"), tiny_translator_checkpoint)

@@ -12,9 +12,10 @@ from bench.libretranslate import main
 
 @pytest.mark.slow
 def test_libretranslate_bench_prints_both_modes(
-    bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
+    bench_translator_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["--checkpoint-dir", str(bench_checkpoint_dir), "--concurrency", "4", "--duration", "0.3"]
+    argv = ["--checkpoint-dir", str(bench_translator_dir), "--concurrency", "4", "--duration", "0.3"]
+    argv += ["--set", "APP_TORCHSCRIPT=false"]  # tracing is tested in tests/model and tests/app
     assert main(argv) == 0
     rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
     assert [r[1].strip() for r in rows] == ["one request per forward pass", "batched (default)"]

@@ -1,10 +1,12 @@
 """bench/serve_load.py runs end to end on the tiny checkpoints and prints its tables (a smoke test, no timing):
-fractions of a second per cell and one timed run per ceiling, so each run costs little more than starting
-its two servers."""
+fractions of a second per cell and one timed run per ceiling. A run's two servers cost most of it: the runs
+that change only what the client sends (routes, texts per request, the /sentiment model, passes, the load
+generator) share one module-scoped pair; the ctranslate2 run starts its own through main()."""
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,17 +14,46 @@ import pytest
 from bench.ceilings import ARRIVAL, WORKERS
 from bench.load import EN_WORDS, KO_WORDS, Cell, sentiment_bodies, sentiment_texts, texts
 from bench.report import median_pass
-from bench.serve_load import main
+from bench.serve_load import MODES, main, parse_args, run, server_envs
+from bench.server import serve_many
 
 DURATION = "0.3"  # seconds per cell: enough requests for every column (CPU is read in 10 ms ticks)
+# servers and ceilings without TorchScript: tracing is tested in tests/model and tests/app, here it would
+# only lengthen every server's start
+EAGER = ("--set", "APP_TORCHSCRIPT=false")
+Servers = tuple[dict[str, dict[str, str]], dict[str, tuple[str, float, int]]]  # settings, (url, ready s, pid)
+
+
+@pytest.fixture(scope="module")
+def servers(bench_checkpoint_dir: Path) -> Iterator[Servers]:
+    """The bench's two servers (batching on, off) for the EAGER runs; side by side, as no test here reads a
+    ready time (main() starts them one after the other)."""
+    envs = server_envs(parse_args(["--checkpoint-dir", str(bench_checkpoint_dir), *EAGER]))
+    with serve_many(bench_checkpoint_dir, list(envs.values()), side_by_side=True) as started:
+        yield envs, dict(zip(MODES, started, strict=True))
+
+
+@pytest.mark.slow
+def test_serve_load_sentiment_model_picks_the_model_and_its_language(
+    bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str], servers: Servers
+) -> None:
+    pick = ["--routes", "/sentiment", "--sentiment-model"]
+    out = _bench(bench_checkpoint_dir, capsys, ["2"], *pick, "sentiment-ko", servers=servers)
+    assert "/sentiment model: sentiment-ko" in out
+    _check_tables(out, texts=1, routes=1, concurrencies=1)
+    korean = sentiment_texts(bench_checkpoint_dir, {"model": "sentiment-ko"})
+    assert {w for t in korean for w in t.rstrip(".").split()} <= set(KO_WORDS)  # Korean words only
+    assert sentiment_texts(bench_checkpoint_dir, {"model": "sentiment-en"}) == texts(EN_WORDS)
+    with pytest.raises(SystemExit, match="no sentiment model 'sentiment-xx'"):
+        _bench(bench_checkpoint_dir, capsys, ["2"], *pick, "sentiment-xx")  # before any server starts
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("use_wrk", ["no", "yes"] if shutil.which("wrk") else ["no"])
 def test_serve_load_prints_every_table(
-    bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str], use_wrk: str
+    bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str], servers: Servers, use_wrk: str
 ) -> None:
-    out = _bench(bench_checkpoint_dir, capsys, DURATION, ["1", "4"], "--wrk", use_wrk)
+    out = _bench(bench_checkpoint_dir, capsys, ["1", "4"], "--wrk", use_wrk, servers=servers)
     _check_tables(out, texts=1)
     model_only = [line for line in out.splitlines() if line.startswith("| /sentiment, ")]
     assert [line.split("|")[1].strip() for line in model_only] == [ARRIVAL, WORKERS]
@@ -34,26 +65,11 @@ def test_serve_load_prints_every_table(
 
 @pytest.mark.slow
 def test_serve_load_with_several_texts_per_request(
-    bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
+    bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str], servers: Servers
 ) -> None:
     several = ["--routes", "/sentiment", "--texts-per-request", "4"]
-    out = _bench(bench_checkpoint_dir, capsys, DURATION, ["1", "4"], *several)
+    out = _bench(bench_checkpoint_dir, capsys, ["1", "4"], *several, servers=servers)
     _check_tables(out, texts=4, routes=1)
-
-
-@pytest.mark.slow
-def test_serve_load_sentiment_model_picks_the_model_and_its_language(
-    bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    pick = ["--routes", "/sentiment", "--sentiment-model"]
-    out = _bench(bench_checkpoint_dir, capsys, DURATION, ["2"], *pick, "sentiment-ko")
-    assert "/sentiment model: sentiment-ko" in out
-    _check_tables(out, texts=1, routes=1, concurrencies=1)
-    korean = sentiment_texts(bench_checkpoint_dir, {"model": "sentiment-ko"})
-    assert {w for t in korean for w in t.rstrip(".").split()} <= set(KO_WORDS)  # Korean words only
-    assert sentiment_texts(bench_checkpoint_dir, {"model": "sentiment-en"}) == texts(EN_WORDS)
-    with pytest.raises(SystemExit, match="no sentiment model 'sentiment-xx'"):
-        _bench(bench_checkpoint_dir, capsys, DURATION, ["2"], *pick, "sentiment-xx")
 
 
 def test_sentiment_bodies_send_every_text_equally_often() -> None:
@@ -69,14 +85,20 @@ def test_sentiment_bodies_send_every_text_equally_often() -> None:
 def _bench(
     checkpoint_dir: Path,
     capsys: pytest.CaptureFixture[str],
-    duration: str,
     concurrency: list[str],
     *args: str,
+    servers: Servers | None = None,
 ) -> str:
-    """Run the bench (httpx client unless args pick --wrk) -> what it printed."""
-    argv = ["--checkpoint-dir", str(checkpoint_dir), "--duration", duration, "--concurrency", *concurrency]
-    argv += ["--ceiling-runs", "1"]
-    assert main([*argv, *(args if "--wrk" in args else ("--wrk", "no", *args))]) == 0
+    """Run the bench (httpx client unless args pick --wrk; EAGER settings) on the shared `servers`, or with
+    its own through main() -> what it printed."""
+    argv = ["--checkpoint-dir", str(checkpoint_dir), "--duration", DURATION, "--concurrency", *concurrency]
+    argv += ["--ceiling-runs", "1", *EAGER, *(args if "--wrk" in args else ("--wrk", "no", *args))]
+    if servers is None:
+        assert main(argv) == 0
+    else:
+        envs, started = servers
+        assert server_envs(args := parse_args(argv)) == envs  # the settings the servers were started with
+        assert run(args, started) == 0
     return capsys.readouterr().out
 
 
@@ -100,9 +122,10 @@ def _check_tables(out: str, texts: int, routes: int = 2, concurrencies: int = 2)
 
 @pytest.mark.slow
 def test_serve_load_repeats_report_medians_and_every_pass(
-    bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
+    bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str], servers: Servers
 ) -> None:
-    out = _bench(bench_checkpoint_dir, capsys, DURATION, ["4"], "--routes", "/sentiment", "--repeats", "2")
+    repeats = ["--routes", "/sentiment", "--repeats", "2"]
+    out = _bench(bench_checkpoint_dir, capsys, ["4"], *repeats, servers=servers)
     _check_tables(out.split("Medians of")[0], texts=1, routes=1, concurrencies=1)
     assert "Medians of 2 passes" in out
     per_pass = [line for line in out.split("Per pass:")[1].splitlines() if line[:4] in ("| 1 ", "| 2 ")]
@@ -111,12 +134,10 @@ def test_serve_load_repeats_report_medians_and_every_pass(
 
 @pytest.mark.slow
 def test_serve_load_with_the_ctranslate2_engine(
-    bench_checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
+    bench_translator_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("ctranslate2")
-    out = _bench(
-        bench_checkpoint_dir, capsys, DURATION, ["2"], "--routes", "/translate", "--engine", "ctranslate2"
-    )
+    out = _bench(bench_translator_dir, capsys, ["2"], "--routes", "/translate", "--engine", "ctranslate2")
     assert "/translate engine: ctranslate2" in out
     _check_tables(out, texts=1, routes=1, concurrencies=1)
 
