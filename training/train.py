@@ -34,7 +34,6 @@ from training.batches import shard, token_batches
 from training.config import TrainConfig, parse_overrides, usage
 from training.losses import batch_loss, mlm_loss
 from training.metrics import accuracy_f1, bleu_chrf
-from training.plots import plot_curves
 from training.prepare import Prepared, prepare
 from training.run_state import Progress, Run, is_done, load_state, log_jsonl, save_state
 
@@ -366,6 +365,8 @@ def _checkpoint(run: Run) -> None:
             prog.done = prog.bad_evals >= run.cfg.patience
         log_jsonl(run.metrics_path, record | {"best": prog.best})
         log.info("step %d epoch %d: %s (best %.4f)", prog.step, prog.epoch, res, prog.best)
+        from training.plots import plot_curves  # matplotlib: imported by the rank that plots only
+
         plot_curves(run.metrics_path, run.cfg.run_dir / "curves.png")
         save_state(run)
     if run.world > 1:
