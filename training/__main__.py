@@ -16,6 +16,7 @@ python -m training import xlm-roberta DIR --name sentiment-xlmr --lang en   # a 
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import sys
@@ -53,4 +54,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # what is left (torch's modules and objects) is the OS's to free: the interpreter's last collections at
+    # exit would walk all of it, on every torchrun rank too
+    gc.freeze()
+    sys.exit(code)
