@@ -68,7 +68,15 @@ def fit(
     opt = torch.optim.SparseAdam([model.table.weight], lr=lr)
     opt_bias = torch.optim.Adam([model.bias], lr=lr)
     vrows = torch.arange(len(valid[1]))
-    best, best_acc = {k: v.clone() for k, v in model.state_dict().items()}, -1.0
+    # SparseAdam moves only the table rows that the fitted texts hash to: an epoch's snapshot is those rows
+    # and the bias (the whole table is buckets x classes, and most epochs are snapshots on a small set)
+    touched = bags.batch(rows)[0].unique()
+    weight = model.table.weight
+
+    def snapshot() -> tuple[torch.Tensor, torch.Tensor]:
+        return weight.detach()[touched], model.bias.detach().clone()
+
+    best, best_acc = snapshot(), -1.0
     for epoch in range(epochs):
         for chunk in rows[torch.randperm(len(rows), generator=gen)].split(256):
             loss = F.cross_entropy(model(*bags.batch(chunk)), labels[chunk])
@@ -80,6 +88,8 @@ def fit(
         acc = (predict(model, valid[0], vrows).argmax(-1) == valid[1]).float().mean().item()
         log.info("n-gram model epoch %d: valid accuracy %.4f", epoch, acc)
         if acc >= best_acc:  # ties: the later, better-fit epoch
-            best, best_acc = {k: v.clone() for k, v in model.state_dict().items()}, acc
-    model.load_state_dict(best)
+            best, best_acc = snapshot(), acc
+    with torch.no_grad():
+        weight[touched] = best[0]
+        model.bias.copy_(best[1])
     return model
