@@ -6,8 +6,8 @@
 
 Starts `python -m app` itself on a free 127.0.0.1 port, twice: batching on (the default settings) and off
 (APP_MAX_BATCH_SIZE=1), one after the other (each ready time is a server's start alone), and keeps both for
-every pass (the one not measured sits idle). For /sentiment and /translate at each concurrency it reports throughput and
-p50/p95/p99 latency, one text per request (`--texts-per-request N` for /sentiment), with `wrk`
+every pass (the one not measured sits idle). For /sentiment and /translate at each concurrency it reports
+throughput and p50/p95/p99 latency, one text per request (`--texts-per-request N` for /sentiment), with `wrk`
 (bench/wrk/post.lua) when installed: a Python client tops out near 150 req/s on 2 cores and takes CPU from
 the server (`--wrk no` falls back to an httpx async client). The ceiling runs model.inference directly on the
 same inputs in batches of 32. /sentiment inputs are in the model's language: English for sentiment-en (the
@@ -45,10 +45,8 @@ from bench.load import (
 from bench.report import Pass, median_pass, report, spread
 from bench.server import REPO, serve_many
 
-MODES: dict[str, dict[str, str]] = {
-    "on": {},
-    "off": {"APP_MAX_BATCH_SIZE": "1"},
-}  # each server's own settings
+# each server's own settings: batching on (the defaults) and off
+MODES: dict[str, dict[str, str]] = {"on": {}, "off": {"APP_MAX_BATCH_SIZE": "1"}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,9 +26,10 @@ Servers = tuple[dict[str, dict[str, str]], dict[str, tuple[str, float, int]]]  #
 
 @pytest.fixture(scope="module")
 def servers(bench_checkpoint_dir: Path) -> Iterator[Servers]:
-    """The bench's two servers (batching on, off) for the EAGER runs, started as main() starts them."""
+    """The bench's two servers (batching on, off) for the EAGER runs; side by side, as no test here reads a
+    ready time (main() starts them one after the other)."""
     envs = server_envs(parse_args(["--checkpoint-dir", str(bench_checkpoint_dir), *EAGER]))
-    with serve_many(bench_checkpoint_dir, list(envs.values())) as started:
+    with serve_many(bench_checkpoint_dir, list(envs.values()), side_by_side=True) as started:
         yield envs, dict(zip(MODES, started, strict=True))
 
 
