@@ -82,13 +82,18 @@ def wait_ready(
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"server exited with {proc.returncode}:\n{tail()}")
+            last = "no answer"
             try:
-                if client.get(f"{url}/ready").status_code == 200:
+                r = client.get(f"{url}/ready")
+                if r.status_code == 200:
                     return time.monotonic() - start
-            except httpx.TransportError:
-                pass
+                last = f"{r.status_code} {r.text}"
+            except httpx.TransportError as e:
+                last = repr(e)
             if time.monotonic() - start > timeout:
-                raise RuntimeError(f"{url} not ready after {timeout:.0f} s")
+                # what /ready said last, and the server's log so far where it has one (`output`)
+                log = output() if output is not None else ""
+                raise RuntimeError(f"{url} not ready after {timeout:.0f} s; /ready: {last}\n{log}")
             time.sleep(0.05)
 
 
