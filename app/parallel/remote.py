@@ -95,7 +95,11 @@ class RemoteService(TaskContext):
             task.add_done_callback(partial(self._on_closed, i))
         hellos = await asyncio.gather(*(c.call("hello", os.getpid()) for c in self.pool.channels))
         for i, state in enumerate(hellos):
-            await self._on_state(i, *state)
+            # a model process pushes its state to us from our hello on, so a "state" note that came while
+            # the other hellos were answered is newer than this reply: the reply must not overwrite it (a
+            # model process pushes only changes, and we would keep its stale "1 of 2 HTTP processes up")
+            if self.pool.states[i] is None:
+                await self._on_state(i, *state)
 
     def _load_local(self) -> None:
         """This process's own start-up work, all text: the routing registry (configs, no weights), the language

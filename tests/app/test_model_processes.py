@@ -232,3 +232,54 @@ async def test_a_model_process_builds_no_language_detector_until_asked(app_check
         assert r.status_code == 200, r.text
         assert [x["language"] for x in r.json()["results"]] == ["fr", "en"]
         assert model_side.life.detector is not None
+
+
+class _OtherHttpProcess:
+    """The model process's end of a second HTTP process's channel, as far as its state pushes and its
+    shutdown go."""
+
+    def note(self, method: str, *args: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.anyio
+async def test_a_hello_answered_late_never_overwrites_a_newer_state(
+    sentiment_only_dir: Path, tmp_path: Path
+) -> None:
+    """An HTTP process says hello to every model process at once and applies their replies when all have
+    answered. A model process that answered first then pushes a newer state (here: the second HTTP process
+    it waits for came up, so it is ready); its hello reply, older, must not replace that state, or this HTTP
+    process would say "1 of 2 HTTP processes up" for good (a model process pushes only changes)."""
+    settings = Settings(checkpoint_dir=sentiment_only_dir, warmup=False, torchscript=False)
+    engines = [
+        Engine(Service(model_settings(settings, i, 2, None), Metrics()), n) for i, n in ((0, 1), (1, 2))
+    ]
+    late, hello = asyncio.Event(), engines[0]._hello
+
+    async def late_hello(channel: Any, pid: int) -> Any:
+        await late.wait()
+        return await hello(channel, pid)
+
+    engines[0]._hello = late_hello  # type: ignore[method-assign]
+    stop, paths = asyncio.Event(), [str(tmp_path / f"model-{i}.sock") for i in range(2)]
+    serving = [asyncio.create_task(e.serve(p, stop)) for e, p in zip(engines, paths, strict=True)]
+    remote = RemoteService(settings, Metrics(), paths)
+    starting = asyncio.create_task(remote.start())
+    try:
+        await eventually(lambda: engines[1].service.readiness().status == "ready" and engines[1]._up() == 1)
+        await eventually(lambda: (s := remote.pool.states[1]) is not None and s[0].status == "loading")
+        await engines[1]._hello(_OtherHttpProcess(), 2)  # type: ignore[arg-type]
+        await eventually(lambda: (s := remote.pool.states[1]) is not None and s[0].status == "ready")
+        late.set()
+        await starting
+        state = remote.pool.states[1]
+        assert state is not None
+        assert (state[0].status, state[0].reason) == ("ready", None)
+    finally:
+        late.set()
+        await remote.stop()
+        stop.set()
+        await asyncio.gather(*serving)
