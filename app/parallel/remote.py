@@ -197,8 +197,8 @@ class RemoteService(TaskContext):
         deadline: float | None = None,
     ) -> list[list[Any]]:
         """Service.submit in the model process (admission, queues, batches): only the jobs' task name,
-        models, keys, items and their costs cross, and the deadline (default: APP_REQUEST_TIMEOUT_S from now); each item's
-        outputs come back."""
+        models, keys, items and their costs cross, and the deadline (default: APP_REQUEST_TIMEOUT_S from
+        now); each item's outputs come back."""
         if deadline is None:
             deadline = self.deadline()
         wire = [(job.model, job.key, job.items, job.costs) for job in jobs]
