@@ -1,4 +1,5 @@
-"""The service's life cycle: discovery at start, loading and warm-up in the background, readiness, shutdown.
+"""The service's life cycle: discovery at start, loading and warm-up in the background, readiness, the models'
+graphs after ready, shutdown.
 
 It holds what the tasks' flows (app/service.py, app/tasks/) run on: the registry, the inference workers, the
 batchers' queues, the language detector, and the tasks, into which it loads each model's handlers.
@@ -49,7 +50,10 @@ class Lifecycle:
         self.reason: str | None = "starting"
         self.model_status: dict[str, str] = {}
         self.serving = False  # loading is over: the models that loaded answer (ready, or failed beside them)
+        # model -> its TorchScript graphs: pending | building | ready | failed (it stays eager); absent: none
+        self.graphs: dict[str, str] = {}
         self._loader: asyncio.Task[None] | None = None
+        self._grapher: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Validate settings and read every config now (fail fast); load and warm up in the background."""
@@ -113,6 +117,30 @@ class Lifecycle:
         gc.collect()
         gc.freeze()  # what loading left alive is permanent: full collections stop rescanning it (p99 spikes)
         log.info("ready: %s", ", ".join(names))
+        if "pending" in self.graphs.values():
+            self._grapher = asyncio.create_task(self._build_graphs(), name="graphs")
+
+    async def _build_graphs(self) -> None:
+        """APP_TORCHSCRIPT_AFTER_READY: each model's graphs, one model after another on a thread of their own
+        (the inference workers keep serving, eagerly until a handler swaps its graphs in). A model whose
+        graphs fail stays eager: it answers the same, slower."""
+        start = asyncio.get_running_loop().time()
+        for name in [n for n, state in self.graphs.items() if state == "pending"]:
+            self.graphs[name] = "building"
+            try:
+                for task in self.tasks:
+                    handler = task.handlers.get(name)
+                    if handler is not None and getattr(handler, "compiled", None) is False:
+                        await asyncio.to_thread(handler.compile)
+            except Exception as e:  # noqa: BLE001 (any error of one model's graphs: it stays eager)
+                log.error("model %s: graphs failed, it stays eager: %s", name, e)
+                self.graphs[name] = "failed"
+            else:
+                self.graphs[name] = "ready"
+        gc.collect()
+        gc.freeze()  # as at ready: the graphs are permanent too
+        took = asyncio.get_running_loop().time() - start
+        log.info("graphs ready in %.1f s: %s", took, ", ".join(f"{n} {s}" for n, s in self.graphs.items()))
 
     async def _build_detector(self) -> None:
         assert self.registry is not None
@@ -150,6 +178,9 @@ class Lifecycle:
             for handler in handlers:
                 if (warmup := getattr(handler, "warmup", None)) is not None:
                     await run(warmup)
+        compiled = [c for h in handlers if (c := getattr(h, "compiled", None)) is not None]
+        if compiled and self.settings.torchscript:  # built at load, or pending until ready
+            self.graphs[name] = "ready" if all(compiled) else "pending"
         self.model_status[name] = "ready"
         self.metrics.models_loaded.inc()
         self.metrics.watch_queues(name, partial(self.queues.depth, name))
@@ -157,10 +188,11 @@ class Lifecycle:
     async def stop(self) -> None:
         """Stop accepting (ready -> 503), finish queued and in-flight items, stop batchers and the threads."""
         self.status, self.reason = "shutting_down", "the server is shutting down"
-        if self._loader is not None and not self._loader.done():
-            self._loader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loader
+        for loading in (self._loader, self._grapher):  # a graph being traced finishes on its thread
+            if loading is not None and not loading.done():
+                loading.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loading
         await self.queues.pool.close()
         for task in self.tasks:
             await task.stop()
@@ -222,6 +254,7 @@ class Lifecycle:
                     model_card=e.has_card,
                     origin=e.origin,
                     engine=next((x for t in self.tasks if (x := t.engine(e))), "torch"),
+                    graphs=self.graphs.get(name),
                     reason=registry.failed.get(name),
                     **_card(e.meta),
                 )

@@ -438,6 +438,12 @@ class ModelInfo(BaseModel):
     limits: list[KnownLimit] = Field(default_factory=list, description="Known limits, with examples.")
     origin: str = "trained"  # trained (here) | opus-mt (imported) | argos (an Argos Translate package)
     engine: Literal["torch", "ctranslate2"] = "torch"  # what decodes /translate
+    graphs: Literal["pending", "building", "ready", "failed"] | None = Field(
+        None,
+        description="Its TorchScript graphs (APP_TORCHSCRIPT): built after ready (APP_TORCHSCRIPT_AFTER_READY), "
+        "it answers the same on the eager path until they are 'ready'; 'failed': eager for good; "
+        "null: none (turned off, or an engine without them).",
+    )
     reason: str | None = Field(None, description="Why it failed to load (status failed).")
 
 

@@ -133,6 +133,10 @@ class Settings(BaseSettings):
     # classifier batches run as one TorchScript graph (model.jit.compile_classifier), translators'
     # encoder and decoder step as traced graphs (model.jit.trace_translator)
     torchscript: bool = True
+    # those graphs are built after /ready turns 200, one model at a time off the inference workers, each
+    # swapped in once built and warmed up (the eager path answers the same until then); false: built
+    # before ready, as part of each model's load
+    torchscript_after_ready: bool = True
     # /translate decodes with this engine; ctranslate2: the checkpoint converted at load (the optional
     # `ctranslate2` extra); /attention stays on torch either way
     translation_engine: Literal["torch", "ctranslate2"] = "torch"
@@ -343,6 +347,10 @@ class Settings(BaseSettings):
             return 1
         http = self.http_workers_count()
         return max(1, (cores - 1 - (http if http > 1 else 0)) // self.inference_workers_count())
+
+    def graphs_at_load(self) -> bool:
+        """Whether handlers build their TorchScript graphs as they load (else after ready, or never)."""
+        return self.torchscript and not self.torchscript_after_ready
 
     def torch_device(self) -> torch.device:
         """The device to serve on; `auto` takes CUDA when present. Raises SettingsError if unavailable."""

@@ -54,6 +54,7 @@ class Engine:
         self.pids: dict[Channel, int] = {}  # the same, kept after a bye: its metrics stay counted
         self.scraped: dict[Channel, list[Metric]] = {}  # each HTTP process's families when last asked
         self._told: tuple[Readiness, list[ModelInfo]] | None = None
+        self._graphs: dict[str, str] = {}  # the graph states last told (they change after ready)
         self.draining = False  # an HTTP process said bye: the server is shutting down
         self.all_up_once = False  # every HTTP process has said hello at least once
         self.deadlines = Deadlines(service.settings.request_timeout_s)  # of the requests submitted
@@ -142,8 +143,10 @@ class Engine:
         clock = asyncio.get_running_loop().time
         last_beat = clock() - HEARTBEAT_S
         while True:
-            if self._told is None or self.readiness() != self._told[0]:
-                self._told = state = self.state()  # the model list changes with the readiness
+            graphs = self.service.life.graphs
+            if self._told is None or self.readiness() != self._told[0] or graphs != self._graphs:
+                self._told = state = self.state()  # the model list changes with these
+                self._graphs = dict(graphs)
                 for channel, pid in self.channels.items():
                     if pid is not None:
                         channel.note("state", *state)

@@ -21,6 +21,7 @@ from app.schemas import ModelInfo, Readiness
 State = tuple[Readiness, list[ModelInfo]]
 # which model process's state the server shows when they differ: the first not ready, worst first
 RANK = {"failed": 0, "loading": 1, "shutting_down": 2, "ready": 3}
+GRAPH_RANK = {"failed": 0, "pending": 1, "building": 2, "ready": 3}  # a model's graphs: the least along
 
 
 class ModelPool:
@@ -84,10 +85,21 @@ class ModelPool:
             return None
         states: list[State] = [s for s in self.states if s is not None]
         worst = min(range(len(states)), key=lambda i: RANK[states[i][0].status])
-        ready, models = states[worst]
+        ready, models = states[worst][0], _graphs_least_along(states[worst][1], states)
         if ready.status == "ready":
             reason = next((s[0].reason for s in states if s[0].reason), None)
             return ready.model_copy(update={"reason": reason}), models
         if ready.reason and len(states) > 1:
             ready = ready.model_copy(update={"reason": f"{ready.reason}{self.name(worst)}"})
         return ready, models
+
+
+def _graphs_least_along(models: list[ModelInfo], states: list[State]) -> list[ModelInfo]:
+    """`models` with each one's `graphs` the least along of any model process's: the server runs a model
+    on its graphs once every model process does."""
+    least: dict[str, str] = {}
+    for _, theirs in states:
+        for m in theirs:
+            if m.graphs is not None and GRAPH_RANK[m.graphs] < GRAPH_RANK[least.get(m.name, "ready")]:
+                least[m.name] = m.graphs
+    return [m.model_copy(update={"graphs": least[m.name]}) if m.name in least else m for m in models]

@@ -262,17 +262,31 @@ class TranslationHandler(TranslationText):
     """Text -> sentences -> source ids -> n-best hypotheses -> text joined back."""
 
     def __init__(self, loaded: LoadedModel, torchscript: bool = True) -> None:
-        """torchscript: decode with the model's traced encoder and step graphs (model.jit.trace_translator);
-        /attention keeps the eager path, which returns every attention map."""
-        from model.jit import trace_translator  # torch: the text half above needs none
-        from model.translator import Translator
+        """torchscript: trace the graphs now (`compile`); else it decodes with the eager model until
+        `compile` runs (app.lifecycle: after ready) or for good. /attention keeps the eager path, which
+        returns every attention map."""
+        from model.translator import Translator  # torch: the text half above needs none
 
         assert isinstance(loaded.model, Translator)
         self.name, self.model, self.tokenizer = loaded.name, loaded.model, loaded.tokenizer
-        self.decoder: Decodable[Any] = trace_translator(self.model) if torchscript else self.model
+        self.decoder: Decodable[Any] = self.model
+        self.compiled: bool | None = False  # decoding runs the traced graphs (None: none to build)
         self.cfg = loaded.config
         self.max_len = loaded.config.max_len
         self.engine: CT2Decoder | None = None  # CTranslate2 decodes instead (app.tasks.ctranslate2, .argos)
+        if torchscript:
+            self.compile()
+
+    def compile(self) -> None:
+        """Trace the encoder and decoder-step graphs (model.jit.trace_translator), run a warm-up batch
+        through them, then decode with them: a batch already running keeps the decoder it started with."""
+        from model.jit import trace_translator
+
+        decoder = trace_translator(self.model)
+        self._warmup(decoder)
+        self.decoder, self.compiled = decoder, True
+        if self.engine is not None and self.engine.fallback is not None:
+            self.engine.fallback = decoder
 
     def run(
         self, items: list[Sentence], key: DecodeKey, should_stop: StopCheck = None
@@ -296,13 +310,15 @@ class TranslationHandler(TranslationText):
         target_lang: str,
         should_stop: StopCheck = None,
         align_unknowns: Sequence[int] | None = None,
+        decoder: Decodable[Any] | None = None,
     ) -> list[list[Hypothesis]]:
         """One dynamic batch of source ids, with options per item -> n-best hypotheses per item (the
         engine's part of `run`); align_unknowns: per item, which of its hypotheses get an `alignment`
         (model.unknowns.needs_alignment). should_stop: checked between decoder steps by torch, once before the batch by
-        CTranslate2 (one call per distinct options decodes it)."""
+        CTranslate2 (one call per distinct options decodes it). decoder: the torch decoder (default: the one
+        in use)."""
         batch_size = max(1, len(seqs))
-        if self.engine is not None:
+        if self.engine is not None and decoder is None:
             if should_stop is not None and should_stop():
                 raise DecodingStopped(0)
             return self.engine.translate_per_row(seqs, opts, target_lang, align_unknowns)
@@ -312,7 +328,7 @@ class TranslationHandler(TranslationText):
         from model.inference import translate_ids
 
         with torch.inference_mode():
-            out = translate_ids(self.decoder, seqs, opts, target_lang, batch_size, should_stop)
+            out = translate_ids(decoder or self.decoder, seqs, opts, target_lang, batch_size, should_stop)
             if align_unknowns is not None and any(align_unknowns):
                 cfg = self.cfg
                 align(self.model, seqs, out, cfg.start_id(target_lang), align_unknowns,
@@ -320,6 +336,10 @@ class TranslationHandler(TranslationText):
         return out
 
     def warmup(self) -> None:
+        self._warmup(None)
+
+    def _warmup(self, decoder: Decodable[Any] | None) -> None:
+        """One beam-2 sentence of 4 tokens at most, through `decoder` (default: the one in use)."""
         ids = self.encode_source(WARMUP_TEXT, ("text",))
-        lang = self.cfg.target_langs[0]
-        self.run([Sentence(ids, max_length=4)], DecodeKey(lang, beam_size=2))
+        opts = Sentence(ids, max_length=4).options(2, self.max_len)
+        self.decode([ids], [opts], self.cfg.target_langs[0], decoder=decoder)

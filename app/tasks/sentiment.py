@@ -16,6 +16,7 @@ from model.tokenizer import Tokenizer
 if TYPE_CHECKING:
     from app.registry import ModelEntry
     from model import LoadedModel
+    from model.inference import ClassifierGraph
 
 R = TypeVar("R")
 WARMUP_TEXT = "warm up"
@@ -32,7 +33,7 @@ class SentimentTask(Task):
     def load(self, entry: ModelEntry, loaded: LoadedModel | None) -> SentimentHandler:
         assert loaded is not None
         assert self.settings is not None
-        return SentimentHandler(loaded, self.settings.torchscript)
+        return SentimentHandler(loaded, self.settings.graphs_at_load())
 
     def load_text(self, entry: ModelEntry) -> SentimentText:
         tokenizer = load_tokenizer(entry.path, entry.meta, entry.config)
@@ -105,25 +106,41 @@ class SentimentHandler(SentimentText):
     """Text -> [CLS]? ids + EOS -> class probabilities."""
 
     def __init__(self, loaded: LoadedModel, torchscript: bool = True) -> None:
+        """torchscript: build the graph now (`compile`); else eager until `compile` runs (app.lifecycle:
+        after ready) or for good."""
         from model.classifier import SentimentClassifier  # torch: the text half above needs none
-        from model.jit import compile_classifier
 
         assert isinstance(loaded.model, SentimentClassifier)
         assert isinstance(loaded.tokenizer, Tokenizer)
         super().__init__(loaded.name, loaded.tokenizer, loaded.model.cfg)
         self.model = loaded.model
         # one graph call per batch keeps the GIL free while it runs (see ClassifierGraph): built off the loop
-        self._graph = compile_classifier(self.model) if torchscript else None
+        self._graph: ClassifierGraph | None = None
+        self.compiled = False  # batches run the graph
+        if torchscript:
+            self.compile()
+
+    def compile(self) -> None:
+        """Build the batch graph (model.jit.compile_classifier, checked against eager there), run a warm-up
+        batch through it, then run batches on it: one already running keeps the eager path."""
+        from model.jit import compile_classifier
+
+        graph = compile_classifier(self.model)
+        self._run([self.tokenize(WARMUP_TEXT)], graph)
+        self._graph, self.compiled = graph, True
 
     def run(self, items: list[ClassifierItem]) -> list[list[float]]:
         """Class probabilities per item; classify_ids sorts by length and pads (B, S) per length bucket."""
+        return self._run(items, self._graph)
+
+    def _run(self, items: list[ClassifierItem], graph: ClassifierGraph | None) -> list[list[float]]:
         import torch
 
         from model.inference import classify_ids
 
         ids, texts = [i for i, _ in items], [t for _, t in items]  # texts: an n-gram head hashes them here
         with torch.inference_mode():
-            return classify_ids(self.model, ids, max(1, len(items)), self._graph, texts).tolist()  # (N, C)
+            return classify_ids(self.model, ids, max(1, len(items)), graph, texts).tolist()  # (N, C)
 
     def warmup(self) -> None:
         self.run([self.tokenize(WARMUP_TEXT)])

@@ -12,8 +12,9 @@ A task says
   and limits.
 
 A handler (app/tasks/handlers.py, attention_maps.py, and the imported kinds ctranslate2.py, argos.py) runs one
-batch: `run(items[, key=...][, should_stop=...]) -> outputs` in item order, and optionally `warmup()`; the key
-is passed when it is not None. The task prices its items as it makes them (`Job.costs`, from its handler's
+batch: `run(items[, key=...][, should_stop=...]) -> outputs` in item order, and optionally `warmup()`, and
+`compile()` with `compiled` (a torch handler's TorchScript graphs, which app/lifecycle.py builds after ready;
+`compiled` None: it has none); the key is passed when it is not None. The task prices its items as it makes them (`Job.costs`, from its handler's
 `costs`), so the machinery that admits and shares them never calls back into the task per item.
 
 A task that `splits` also gives the text half of a handler (`load_text`: no weights); an HTTP process then

@@ -55,8 +55,8 @@ class TranslationTask(Task):
             return ArgosTranslationHandler(entry.name, entry.package, self._argos_kwargs)
         assert loaded is not None
         if self._ct2_kwargs is not None:
-            return CT2TranslationHandler(loaded, self.settings.torchscript, self._ct2_kwargs)
-        return TranslationHandler(loaded, self.settings.torchscript)
+            return CT2TranslationHandler(loaded, self.settings.graphs_at_load(), self._ct2_kwargs)
+        return TranslationHandler(loaded, self.settings.graphs_at_load())
 
     def load_text(self, entry: ModelEntry) -> TranslationText:
         """The tokenizer only: an Argos package's sentencepiece model, or the checkpoint's (pair) tokenizer."""

@@ -118,6 +118,18 @@ async def wait_ready(client: httpx.AsyncClient, timeout: float = 30.0) -> None:
         await asyncio.sleep(0.01)
 
 
+async def wait_graphs(client: httpx.AsyncClient, timeout: float = 60.0) -> None:
+    """Until GET /models lists no model whose graphs are pending or building (APP_TORCHSCRIPT_AFTER_READY)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        models = (await client.get("/models")).json()["models"]
+        if not {"pending", "building"} & {m["graphs"] for m in models}:
+            return
+        assert loop.time() < end, f"graphs not built after {timeout}s: {models}"
+        await asyncio.sleep(0.01)
+
+
 async def eventually(condition: Callable[[], object], timeout: float = 10.0) -> None:
     """Return once condition() holds (checked every millisecond): a wait for a state, not for a time."""
     loop = asyncio.get_running_loop()
@@ -138,8 +150,11 @@ def json_post_scope(path: str, content_length: int) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def serve(settings: Settings, ready: bool = True) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
-    """An app with its lifespan running and an in-process httpx client (ready unless ready=False)."""
+async def serve(
+    settings: Settings, ready: bool = True, graphs: bool = True
+) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    """An app with its lifespan running and an in-process httpx client (ready unless ready=False; and with
+    its TorchScript graphs swapped in, unless graphs=False: tests then meet the graphs, as before ready)."""
     app = create_app(settings)
     async with (
         LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager,
@@ -147,6 +162,9 @@ async def serve(settings: Settings, ready: bool = True) -> AsyncIterator[tuple[F
     ):
         if ready:
             await wait_ready(client)
+            if graphs:  # read where they are kept: GET /models may want an API key
+                states = app.state.service.life.graphs
+                await eventually(lambda: not {"pending", "building"} & set(states.values()), timeout=60)
         yield app, client
 
 

@@ -64,7 +64,7 @@ async def test_models_lists_everything_served(client: httpx.AsyncClient, app_che
         "target_langs": [], "labels": ["negative", "positive"], "parameters": None, "dtype": "float32",
         "device": "cpu", "max_len": 512, "sha256": None, "metrics": {"accuracy": 0.5}, "model_card": False,
         "domain": None, "limits": [],
-        "origin": "trained", "engine": "torch", "reason": None,
+        "origin": "trained", "engine": "torch", "reason": None, "graphs": "ready",
     }  # fmt: skip
     assert en["parameters"] > 0
     assert by_name["translate-multi"]["target_langs"] == ["en", "fr"]

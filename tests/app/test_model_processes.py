@@ -98,19 +98,20 @@ def test_a_split_that_could_never_admit_a_request_is_refused() -> None:
 @asynccontextmanager
 async def two_engines(
     settings: Settings, tmp_path: Path
-) -> AsyncIterator[tuple[httpx.AsyncClient, list[Engine]]]:
+) -> AsyncIterator[tuple[httpx.AsyncClient, list[Engine], RemoteService]]:
     """Two Engines, each with its share of `settings`, and an app whose RemoteService talks to both."""
     engines = [Engine(Service(model_settings(settings, i, 2, None), Metrics()), 1) for i in range(2)]
     stop, paths = asyncio.Event(), [str(tmp_path / f"model-{i}.sock") for i in range(2)]
     serving = [asyncio.create_task(e.serve(p, stop)) for e, p in zip(engines, paths, strict=True)]
-    app = create_app(settings, RemoteService(settings, Metrics(), paths))
+    remote = RemoteService(settings, Metrics(), paths)
+    app = create_app(settings, remote)
     try:
         async with (
             LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager,
             httpx.AsyncClient(transport=httpx.ASGITransport(manager.app), base_url="http://test") as client,
         ):
             await wait_ready(client)
-            yield client, engines
+            yield client, engines, remote
     finally:
         stop.set()
         await asyncio.gather(*serving)
@@ -142,7 +143,7 @@ async def test_admitted_work_never_exceeds_the_setting(
         gate.wait(30)
         return run(self, items)
 
-    async with two_engines(settings, tmp_path) as (client, engines):
+    async with two_engines(settings, tmp_path) as (client, engines, _):
         monkeypatch.setattr(SentimentHandler, "run", held_run)
 
         def held() -> int:  # items on a worker or queued, in both model processes
@@ -171,7 +172,7 @@ async def test_admitted_work_never_exceeds_the_setting(
 @pytest.mark.anyio
 async def test_ready_and_metrics_cover_both_model_processes(sentiment_only_dir: Path, tmp_path: Path) -> None:
     settings = Settings(checkpoint_dir=sentiment_only_dir, warmup=False, torchscript=False)
-    async with two_engines(settings, tmp_path) as (client, engines):
+    async with two_engines(settings, tmp_path) as (client, engines, _):
         for _ in range(4):  # spread over both: the one with fewer items in flight, ties taking turns
             assert (
                 await client.post("/sentiment", json={"texts": ["a good film", "bad"]})
@@ -203,6 +204,42 @@ async def test_ready_and_metrics_cover_both_model_processes(sentiment_only_dir: 
         r = await _ready_until(client, 503)
         assert r.json()["status"] == "shutting_down"
         assert r.json()["reason"] == "the server is shutting down (model process 2 of 2)"
+
+
+@pytest.mark.anyio
+async def test_a_model_runs_its_graphs_once_every_model_process_has_built_them(
+    sentiment_only_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GET /models gives each model's graphs the least along of any model process: "building" while one
+    model process still builds them (the other's pushed "ready" already arrived), "ready" after the last."""
+    gates: dict[int, threading.Event] = {}  # per handler (id): its compile waits for it
+    compile_ = SentimentHandler.compile
+
+    def held(self: SentimentHandler) -> None:
+        assert gates.setdefault(id(self), threading.Event()).wait(60)
+        compile_(self)
+
+    monkeypatch.setattr(SentimentHandler, "compile", held)
+    settings = Settings(checkpoint_dir=sentiment_only_dir, warmup=False)
+    async with two_engines(settings, tmp_path) as (client, engines, remote):
+
+        async def graphs() -> str:
+            return str((await client.get("/models")).json()["models"][0]["graphs"])
+
+        first, second = (e.service.life.tasks[0].handlers["sentiment-en"] for e in engines)
+        await eventually(lambda: {id(first), id(second)} <= gates.keys())
+        assert await graphs() == "building"
+        gates[id(first)].set()
+        # model process 1's "ready" has reached the HTTP process; model process 2 still builds
+        await eventually(lambda: (s := remote.pool.states[0]) is not None and s[1][0].graphs == "ready")
+        assert remote.pool.states[1] is not None
+        assert remote.pool.states[1][1][0].graphs == "building"
+        assert await graphs() == "building"
+        gates[id(second)].set()
+        await eventually(lambda: all(s is not None and s[1][0].graphs == "ready" for s in remote.pool.states))
+        assert await graphs() == "ready"
+        assert first.compiled
+        assert second.compiled
 
 
 async def _ready_until(client: httpx.AsyncClient, status: int) -> httpx.Response:

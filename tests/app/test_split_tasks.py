@@ -26,7 +26,7 @@ from app.parallel.engine import Engine
 from app.parallel.remote import RemoteService
 from app.schemas import AttentionRequest, SentimentRequest, TranslateRequest
 from app.service import Service
-from tests.app.conftest import wait_ready
+from tests.app.conftest import wait_graphs, wait_ready
 
 pytestmark = pytest.mark.anyio
 PLAIN = (int, float, str, bool, type(None))
@@ -76,6 +76,7 @@ async def split(checkpoints: Path, tmp_path: Path) -> AsyncIterator[Split]:
             httpx.AsyncClient(transport=httpx.ASGITransport(manager.app), base_url="http://test") as client,
         ):
             await wait_ready(client)
+            await wait_graphs(client)  # both answers on the graphs (the eager path rounds apart)
             seen = Split(client, answer)
             yield seen
     finally:

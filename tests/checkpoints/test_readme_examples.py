@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from app.core.settings import Settings
-from tests.app.conftest import serve, wait_ready
+from tests.app.conftest import serve, wait_graphs, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINTS = ROOT / "checkpoints"
@@ -192,7 +192,8 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
         # the default settings but a longer deadline: a loaded machine must not turn an answer into a 504
         settings = Settings(checkpoint_dir=CHECKPOINTS, request_timeout_s=300)
         async with serve(settings, ready=False) as (_, client):
-            await wait_ready(client, timeout=120)  # five models load and compile in the background
+            await wait_ready(client, timeout=120)  # five models load in the background
+            await wait_graphs(client, timeout=120)  # and their graphs are built after ready
             yield client
 
 
