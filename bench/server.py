@@ -65,10 +65,16 @@ def code_path(tree: Path) -> str:
 
 
 def wait_ready(
-    proc: subprocess.Popen, url: str, timeout: float = 60.0, output: Callable[[], str] | None = None
+    proc: subprocess.Popen,
+    url: str,
+    timeout: float = 60.0,
+    output: Callable[[], str] | None = None,
+    graphs: bool = True,
 ) -> float:
     """Poll GET {url}/ready until 200 -> seconds waited. RuntimeError with the server's output (`output()`, or
-    its piped stdout) if it exits first or is not ready within `timeout`."""
+    its piped stdout) if it exits first or is not ready within `timeout`. graphs: then wait (not counted)
+    until GET /models lists no model whose graphs are still being built (APP_TORCHSCRIPT_AFTER_READY): a
+    measurement starts on the server's steady state."""
 
     def tail() -> str:
         if output is not None:
@@ -86,7 +92,10 @@ def wait_ready(
             try:
                 r = client.get(f"{url}/ready")
                 if r.status_code == 200:
-                    return time.monotonic() - start
+                    ready = time.monotonic() - start
+                    if graphs:
+                        _wait_graphs(client, url, start + timeout)
+                    return ready
                 last = f"{r.status_code} {r.text}"
             except httpx.TransportError as e:
                 last = repr(e)
@@ -95,6 +104,17 @@ def wait_ready(
                 log = output() if output is not None else ""
                 raise RuntimeError(f"{url} not ready after {timeout:.0f} s; /ready: {last}\n{log}")
             time.sleep(0.05)
+
+
+def _wait_graphs(client: httpx.Client, url: str, end: float) -> None:
+    """Until GET /models lists no graphs pending or building (or answers no list: another server)."""
+    while (r := client.get(f"{url}/models")).status_code == 200:
+        states = [m.get("graphs") for m in r.json().get("models", [])]
+        if not {"pending", "building"} & set(states):
+            return
+        if time.monotonic() > end:
+            raise RuntimeError(f"{url}: graphs still being built: {r.text}")
+        time.sleep(0.05)
 
 
 def stop(proc: subprocess.Popen, timeout: float = 20.0) -> str:

@@ -6,12 +6,14 @@ Ready table: per tree (the baseline's first, same run) and APP_HTTP_WORKERS, the
 /ready 200, the CPU seconds every process of the server had used by then (they transfer to a machine of
 more cores better than wall time: there the processes run side by side), and from the logs when the
 supervisor had started its processes (after its own checks: "serving on"), when the model process had
-loaded its models ("ready: ...") and when the last HTTP process was up (uvicorn's "Application startup
-complete"); /ready follows within the model process's state poll (app/parallel/engine.py STATE_POLL_S).
+loaded its models ("ready: ..."), when the last HTTP process was up (uvicorn's "Application startup
+complete") and when the model process had built its TorchScript graphs, after ready ("graphs ready in");
+/ready follows within the model process's state poll (app/parallel/engine.py STATE_POLL_S).
 
 Phase table: per tree, each step of a start-up run alone in a fresh process (wall and CPU seconds): what an
 HTTP process does (its imports, the routing registry, the language detector, the tokenizers) and what the
-model process does (its imports, the device, the weights, the handlers: TorchScript tracing, the warm-up).
+model process does (its imports, the device, the weights, the handlers, the warm-up; then, after ready,
+the TorchScript graphs: APP_TORCHSCRIPT_AFTER_READY; a tree without it traces in the handlers' step).
 Both trees serve this checkout's checkpoints (APP_CHECKPOINT_DIR).
 """
 
@@ -84,7 +86,6 @@ import app.parallel.engine
 from app.core.settings import load_settings
 from app.registry import Registry
 from app.tasks.served import default_tasks
-from app.text.langid import LanguageDetector
 mark("imports")
 s = load_settings()
 device = s.torch_device()
@@ -94,17 +95,20 @@ tasks = default_tasks()
 for task in tasks:
     task.prepare(s, registry)
 mark("device (imports torch), registry")
-LanguageDetector(registry.languages)
-mark("language detector")
+after = []
 for name, entry in registry.entries.items():
     loaded = registry.load(name)
     mark("weights")
     handlers = [task.load(entry, loaded) for task in tasks if task.serves(entry)]
-    mark("handlers (tracing)")
+    mark("handlers (tracing, unless after ready)")
     for handler in handlers:
         if (warmup := getattr(handler, "warmup", None)) is not None:
             warmup()
     mark("warm-up")
+    after += [h for h in handlers if getattr(h, "compiled", None) is False and s.torchscript]
+for handler in after:
+    handler.compile()
+    mark("after ready: graphs (tracing, warm-up)")
 print(json.dumps(out))
 """
 )
@@ -130,10 +134,10 @@ def tree_cpu(root: int) -> float:
     return total
 
 
-def log_times(log: str, start: float) -> tuple[float | None, float | None, float | None]:
+def log_times(log: str, start: float) -> tuple[float | None, float | None, float | None, float | None]:
     """Seconds after `start` at which the supervisor had started its processes ("serving on"), the model
-    process logged "ready:" and the last HTTP process was up."""
-    spawned = models = http = None
+    process logged "ready:", the last HTTP process was up and the model process had built its graphs."""
+    spawned = models = http = graphs = None
     for line in log.splitlines():
         if not (m := LOG_TIME.match(line)):
             continue
@@ -144,12 +148,14 @@ def log_times(log: str, start: float) -> tuple[float | None, float | None, float
             models = at
         elif "Application startup complete" in line:
             http = at
-    return spawned, models, http
+        elif "app.lifecycle" in line and ": graphs ready in " in line:
+            graphs = at
+    return spawned, models, http, graphs
 
 
 def launch(tree: Path, workers: int, checkpoints: Path = CHECKPOINTS) -> dict[str, float | None]:
     """One start of `python -m app` from `tree` -> ready s, CPU s at ready, processes started at, models
-    loaded at, last HTTP process up at."""
+    loaded at, last HTTP process up at, graphs built at (APP_TORCHSCRIPT_AFTER_READY)."""
     port = free_port()
     env = server_env({
         "APP_HOST": "127.0.0.1", "APP_PORT": str(port), "APP_HTTP_WORKERS": str(workers),
@@ -160,13 +166,14 @@ def launch(tree: Path, workers: int, checkpoints: Path = CHECKPOINTS) -> dict[st
         start = time.time()
         proc = subprocess.Popen([sys.executable, "-m", "app"], cwd=tree, env=env, stdout=log, stderr=log)
         try:
-            ready = wait_ready(proc, f"http://127.0.0.1:{port}", 300)
+            ready = wait_ready(proc, f"http://127.0.0.1:{port}", 300, graphs=False)
             cpu = tree_cpu(proc.pid)
+            wait_ready(proc, f"http://127.0.0.1:{port}", 300)  # and the graphs built
         finally:
             stop(proc)
         log.seek(0)
-        spawned, models, http = log_times(log.read().decode(errors="replace"), start)
-    return {"ready": ready, "cpu": cpu, "spawned": spawned, "models": models, "http": http}
+        spawned, models, http, graphs = log_times(log.read().decode(errors="replace"), start)
+    return {"ready": ready, "cpu": cpu, "spawned": spawned, "models": models, "http": http, "graphs": graphs}
 
 
 def probe(tree: Path, code: str, checkpoints: Path = CHECKPOINTS) -> dict[str, object]:
@@ -202,9 +209,9 @@ def main() -> None:
                 runs.setdefault((label, workers), []).append(launch(tree, workers, args.checkpoints))
     print(
         "\n| tree | HTTP processes | ready s | CPU s at ready (all processes) | processes started at s | "
-        "models loaded at s | last HTTP process up at s |"
+        "models loaded at s | last HTTP process up at s | graphs built at s |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for workers in args.workers:
         for label, _ in trees:
             rows = runs[(label, workers)]
@@ -215,11 +222,11 @@ def main() -> None:
 
             print(
                 f"| {label} | {workers} | {fmt(med('ready'))} | {fmt(med('cpu'))} | {fmt(med('spawned'))} | "
-                f"{fmt(med('models'))} | {fmt(med('http'))} |"
+                f"{fmt(med('models'))} | {fmt(med('http'))} | {fmt(med('graphs'))} |"
             )
     for role, code in (("HTTP process", HTTP_PROBE), ("model process", MODEL_PROBE)):
         phases = {label: probe(tree, code, args.checkpoints) for label, tree in trees}
-        names = list(next(iter(phases.values())))
+        names = list(dict.fromkeys(name for steps in phases.values() for name in steps))  # either tree's
         print(f"\n| {role}: step, each alone in a fresh process | " + " | ".join(
             f"{label} wall s | {label} CPU s" for label, _ in trees) + " |")  # fmt: skip
         print("|---|" + "---:|---:|" * len(trees))
@@ -230,7 +237,7 @@ def main() -> None:
                 if isinstance(value, list):
                     cells += [f"{value[0]:.2f}", f"{value[1]:.2f}"]
                 else:
-                    cells += [str(value), ""]
+                    cells += ["-" if value is None else str(value), ""]
             print(f"| {name} | " + " | ".join(cells) + " |")
 
 
