@@ -24,8 +24,10 @@ def main() -> int:
         settings = load_settings()
         # APP_LOG_FORMAT, APP_LOG_LEVEL, the request id on every record: for uvicorn's loggers too
         configure_logging(settings.log_format, settings.log_level)
-        device = settings.torch_device()
-        Registry.discover(settings.check_checkpoint_dir(), device, settings.torch_dtype(device))
+        # an unavailable APP_DEVICE fails here; torch is imported only where a GPU may serve (the model
+        # processes import it themselves: the supervisor starts them that much sooner)
+        settings.device_type()
+        Registry.discover(settings.check_checkpoint_dir(), None, None)  # every config, no weights
         raise_fd_limit(settings.max_connections)
         model_processes = settings.model_processes_count()
         if error := settings.split_limits_error(model_processes):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -36,6 +37,18 @@ MAX_AUTO_MODEL_PROCESSES = 16
 # a batch on CUDA when APP_MAX_BATCH_SIZE / APP_MAX_BATCH_WORK are not set: (items, work units); work units
 # bound it (512 short sentences, or a few dozen long texts). To be measured on a GPU: docs/scaling.md
 CUDA_BATCH = (512, 65_536)
+
+
+def torch_gpu_build() -> bool:
+    """Whether the installed torch is built for a GPU (CUDA or ROCm), read from its files when it is not
+    imported yet: importing it takes about a second that a process which needs no tensors can skip."""
+    if (torch := sys.modules.get("torch")) is not None:
+        return bool(torch.version.cuda or torch.version.hip)
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return False
+    lib = Path(spec.origin).parent / "lib"
+    return any(lib.glob("libtorch_cuda*")) or any(lib.glob("libtorch_hip*"))
 
 
 def usable_cores() -> int:
@@ -279,7 +292,7 @@ class Settings(BaseSettings):
         cores = usable_cores()
         if cores < MANY_CORES:
             return 1
-        share = cores // 2 if self.torch_device().type == "cuda" else cores // 4
+        share = cores // 2 if self.device_type() == "cuda" else cores // 4
         return max(2, min(MAX_AUTO_HTTP_WORKERS, share))
 
     def model_processes_count(self) -> int:
@@ -287,13 +300,12 @@ class Settings(BaseSettings):
         CPU one below MANY_CORES cores, else one per CORES_PER_MODEL_PROCESS cores left after the HTTP
         processes, at most MAX_AUTO_MODEL_PROCESSES and at most as many as the admission limits can be
         shared out between (split_limits_error)."""
-        import torch
-
         if self.model_processes:
             return self.model_processes
-        device = self.torch_device()
-        if device.type == "cuda":
-            return 1 if device.index is not None else max(1, torch.cuda.device_count())
+        if self.device_type() == "cuda":
+            import torch
+
+            return 1 if self.torch_device().index is not None else max(1, torch.cuda.device_count())
         cores = usable_cores()
         if cores < MANY_CORES:
             return 1
@@ -351,6 +363,14 @@ class Settings(BaseSettings):
     def graphs_at_load(self) -> bool:
         """Whether handlers build their TorchScript graphs as they load (else after ready, or never)."""
         return self.torchscript and not self.torchscript_after_ready
+
+    def device_type(self) -> str:
+        """torch_device()'s type ("cpu" or "cuda"), without importing torch where the answer is certain:
+        APP_DEVICE=cpu, or auto with a torch built for CPUs only. The supervisor (app/parallel/) then starts
+        its processes without it; SettingsError as torch_device's."""
+        if self.device == "cpu" or (self.device == "auto" and not torch_gpu_build()):
+            return "cpu"
+        return self.torch_device().type
 
     def torch_device(self) -> torch.device:
         """The device to serve on; `auto` takes CUDA when present. Raises SettingsError if unavailable."""

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 
-import torch
-
 from app.core.settings import Settings, cpu_workers
 
 
@@ -55,15 +53,16 @@ def model_settings(settings: Settings, index: int, processes: int, cores: int | 
 
 def pinned(settings: Settings, processes: int) -> bool:
     """Whether the model processes run on slices of the cores: on a CPU, when there are several."""
-    return processes > 1 and settings.torch_device().type == "cpu"
+    return processes > 1 and settings.device_type() == "cpu"
 
 
 def gpu_env(settings: Settings, index: int) -> dict[str, str]:
     """CUDA_VISIBLE_DEVICES for model process `index`: one visible GPU each (round-robin when there are
     more processes than GPUs); nothing on a CPU or for an explicit APP_DEVICE=cuda:N."""
-    device = settings.torch_device()
-    if device.type != "cuda" or device.index is not None:
+    if settings.device_type() != "cuda" or settings.torch_device().index is not None:
         return {}
+    import torch  # CUDA: the supervisor has imported it already (Settings.device_type)
+
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     gpus = [g.strip() for g in visible.split(",")] if visible else []
     gpus = gpus or [str(i) for i in range(torch.cuda.device_count())]

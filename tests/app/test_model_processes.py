@@ -73,6 +73,7 @@ def test_model_processes_follow_the_cores_and_the_limits(
 
 
 def test_cuda_runs_one_model_process_per_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(app.core.settings, "torch_gpu_build", lambda: True)  # a CUDA machine's torch
     monkeypatch.setattr(Settings, "torch_device", lambda self: torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
     assert Settings().model_processes_count() == 3

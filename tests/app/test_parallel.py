@@ -22,7 +22,7 @@ from typing import IO, Any
 import httpx
 import pytest
 
-from app.core.settings import REPO_ROOT
+from app.core.settings import REPO_ROOT, torch_gpu_build
 from bench.scale import process_tree
 from bench.server import free_port, server_env, stop, wait_ready
 
@@ -173,13 +173,15 @@ def test_answers_are_those_of_one_process(one: Server, two_answers: list[tuple[i
 
 def test_http_processes_serve_every_route_without_torch(two: Server, two_answers: object) -> None:
     """Text work only: after every route (two_answers), no HTTP process has torch's library mapped (the
-    model process has: the check can see it)."""
+    model process has: the check can see it). Nor has the supervisor, with a torch built for CPUs only: it
+    starts the processes without importing it (with a GPU build it must, to count the GPUs)."""
 
     def torch_mapped(pid: int) -> bool:
         return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
 
     assert [torch_mapped(pid) for pid in two.pids("http")] == [False, False]
     assert torch_mapped(two.pids("engine")[0])
+    assert torch_mapped(two.proc.pid) is torch_gpu_build()
 
 
 def test_one_scrape_sums_every_process(two: Server) -> None:

@@ -152,6 +152,7 @@ def test_processes_workers_and_threads_follow_the_cores(
 def test_cuda_batches_are_bounded_by_work_units_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Settings(device="cpu").batch_limits(False) == (32, None)
     assert Settings(device="cpu").batch_limits(True) == (32, 8_192)
+    monkeypatch.setattr(app.core.settings, "torch_gpu_build", lambda: True)  # a CUDA machine's torch
     monkeypatch.setattr(Settings, "torch_device", lambda self: torch.device("cuda"))
     assert Settings().batch_limits(False) == CUDA_BATCH
     assert Settings().batch_limits(True) == CUDA_BATCH
@@ -236,3 +237,16 @@ def test_python_m_app_exits_with_a_clear_message(env: dict[str, str], message: s
     )
     assert proc.returncode == 2
     assert message in proc.stderr
+
+
+def test_the_gpu_build_is_read_from_torch_files_as_torch_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The supervisor's device check without importing torch (Settings.device_type) reads the build from
+    torch's libraries; it agrees with what the imported torch reports."""
+    says = bool(torch.version.cuda or torch.version.hip)
+    assert app.core.settings.torch_gpu_build() is says  # torch imported: its own word
+    monkeypatch.delitem(sys.modules, "torch")  # as in the supervisor, before any import of it
+    assert app.core.settings.torch_gpu_build() is says
+    assert Settings(device="cpu").device_type() == "cpu"
+    if not says:  # a CPU build: auto is the CPU, without importing torch
+        assert Settings().device_type() == "cpu"
+        assert "torch" not in sys.modules
