@@ -117,6 +117,11 @@ async def walk(code: Path, checkpoints: Path) -> dict[str, dict[str, Any]]:
         ):
             while (await client.get("/ready")).status_code != 200:
                 await asyncio.sleep(0.05)
+            # and the graphs built (APP_TORCHSCRIPT_AFTER_READY): the walk is the steady state's
+            while {"pending", "building"} & {
+                m["graphs"] for m in (await client.get("/models")).json()["models"]
+            }:
+                await asyncio.sleep(0.05)
             for route, body in WALKS.items():
                 current[0] = tracer = tracers[route]
                 assert (await client.post(route, json=body)).status_code == 200  # warm-up
