@@ -2,9 +2,10 @@
 frame, `!I` its length then three sections, each `!I` its length first:
 
 - SUBMITS: `submit` calls (a request's batch items: app/parallel/items.py), as columns of numbers and
-  strings (app/parallel/columns.py): per call its id, deadline, flags, request id, client, task name and
+  strings (app/core/columns.py): per call its id, deadline, flags, request id, client, task name and
   field; per job its model, batch key and item kind; per item its cost (work units, int64); then each kind's
-  items (e.g. token ids, int32, all items' concatenated; a translation's decoding options, one column each);
+  items, as its task writes them (app/tasks/wire.py: e.g. token ids, int32, all items' concatenated; a
+  translation's decoding options, one column each);
 - OUTPUTS: successful replies whose value is, per job, one output per item of a known kind (class
   probabilities as float64 rows, bit for bit; n-best hypotheses), with the models and largest batch that
   ran the call;
@@ -25,9 +26,9 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from app.parallel import items
-from app.parallel.columns import I64, BadFrame, Reader, Writer, split
-from app.parallel.items import ITEMS, OUTPUTS, Kind, kind_of
+from app.core.columns import I64, BadFrame, Reader, Writer, split
+from app.parallel.items import ITEMS, KEYS, OUTPUTS, item_kind, output_kind
+from app.tasks.wire import Kind
 
 HEADER = struct.Struct("!I")  # a frame's length in bytes (what follows the header)
 SECTIONS = struct.Struct("!III")  # the sections' lengths: submits, outputs, pickled
@@ -37,7 +38,7 @@ SUBMIT = "submit"
 WATCHED, WHO = 1, 2  # a call's flags: its caller watches its client; it names a request (id, client)
 UNFIT = (OverflowError, TypeError, struct.error)  # a value a column's type cannot hold: sent pickled
 CALL_ROW = struct.Struct("<qdBi")  # a submit call's id, deadline, flags and job count
-JOB_ROW = struct.Struct("<Bii")  # a job's item kind, item count and batch key number (items.key_number)
+JOB_ROW = struct.Struct("<Bii")  # a job's item kind, item count and batch key number (its kind's Keys)
 REPLY_ROW = struct.Struct("<qiii")  # a reply's call id, job count, batch size and model count
 OUTPUT_ROW = struct.Struct("<Bi")  # a job's output kind and output count
 
@@ -131,11 +132,11 @@ def _submit_kinds(m: Message) -> list[int] | None:
     kinds = []
     try:
         for model, key, values, costs in args[1]:
-            if type(model) is not str or not items.key_fits(key) or type(values) is not list:
+            if type(model) is not str or type(values) is not list:
                 return None
             if type(costs) is not list or len(costs) != len(values) or any(type(c) is not int for c in costs):
                 return None
-            if (kind := kind_of(ITEMS, values)) is None:
+            if (kind := item_kind(values, key)) is None:
                 return None
             kinds.append(kind)
     except (TypeError, ValueError):
@@ -152,8 +153,8 @@ def _encode_submits(calls: list[tuple[Message, list[int]]]) -> bytes:
     for (_, _, _, (task, wire, _, field), _, who, _), kinds in calls:
         strings += (task, field, *(who or ()))
         for (model, key, values, job_costs), kind in zip(wire, kinds, strict=True):
-            strings += (model, items.key_string(key))
-            job_rows.append((kind, len(values), items.key_number(key)))
+            strings += (model, KEYS[kind].string(key))
+            job_rows.append((kind, len(values), KEYS[kind].number(key)))
             jobs.append((kind, values))
             costs += job_costs
     w.rows(JOB_ROW, job_rows)
@@ -168,7 +169,7 @@ def _decode_submits(r: Reader) -> list[Message]:
     job_rows = r.rows(JOB_ROW, sum(c[3] for c in calls))
     s = iter(r.strings(2 * len(calls) + 2 * sum(bool(c[2] & WHO) for c in calls) + 2 * len(job_rows)))
     costs = r.column(I64, sum(j[1] for j in job_rows))
-    values = iter(_read_kinds(r, ITEMS, [j[0] for j in job_rows], [j[1] for j in job_rows]))
+    values = iter(_read_kinds(r, ITEMS, [j[0] for j in job_rows], [j[1] for j in job_rows]))  # kinds checked
     r.end()
     out: list[Message] = []
     job, at = iter(job_rows), 0
@@ -177,8 +178,8 @@ def _decode_submits(r: Reader) -> list[Message]:
         who = (next(s), next(s)) if flag & WHO else None
         jobs = []
         for _ in range(nj):
-            model, (_, size, key) = next(s), next(job)
-            jobs.append((model, items.key(key, next(s)), next(values), costs[at : at + size]))
+            model, (kind, size, key) = next(s), next(job)
+            jobs.append((model, KEYS[kind].key(key, next(s)), next(values), costs[at : at + size]))
             at += size
         out.append((CALL, call_id, SUBMIT, (task, jobs, deadline, field), {}, who, bool(flag & WATCHED)))
     return out
@@ -191,7 +192,7 @@ def _output_kinds(value: Any) -> list[int] | None:
     """Its jobs' output kinds when a reply's value is, per job, a list of outputs of a known kind."""
     if type(value) is not list or any(type(v) is not list for v in value):
         return None
-    kinds = [kind_of(OUTPUTS, v) for v in value]
+    kinds = [output_kind(v) for v in value]
     return None if None in kinds else kinds  # type: ignore[return-value]
 
 

@@ -11,13 +11,17 @@ from collections.abc import Hashable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from app.core.columns import I32, U8, BadFrame, Reader, Writer, split
 from app.core.errors import DeadlineExceeded, invalid
 from app.schemas import AttentionRequest
-from app.tasks.attention_maps import AttentionHandler, AttentionItem, AttentionText, LayerSelection
+from app.tasks.attention_maps import AttentionHandler, AttentionItem, AttentionText, LayerSelection, TextMaps
 from app.tasks.attention_png import PngRenderer
 from app.tasks.handlers import DecodeKey, Sentence
 from app.tasks.task import BatchSpec, Context, Disconnected, Job, Task
 from app.tasks.translation import TranslationTask
+from app.tasks.wire import NO_LIMIT, NoKeys, Wire, read_runs, write_runs
 from model.files import load_tokenizer
 
 if TYPE_CHECKING:
@@ -25,10 +29,81 @@ if TYPE_CHECKING:
     from model import LoadedModel
 
 
+class AttentionItems:
+    """/attention's items between processes: ids (source, and a translator's target) and the selection."""
+
+    def fits(self, values: list[Any]) -> bool:
+        return all(
+            type(v) is AttentionItem
+            and type(v.source) is list
+            and (v.target is None or type(v.target) is list)
+            and type(v.select) is LayerSelection
+            for v in values
+        )
+
+    def write(self, w: Writer, jobs: list[list[Any]]) -> None:
+        items: list[AttentionItem] = [item for job in jobs for item in job]
+        write_runs(w, [v.source for v in items])
+        w.column([NO_LIMIT if v.target is None else len(v.target) for v in items], I32)
+        w.column([t for v in items for t in v.target or ()], I32)
+        for part in ("encoder", "decoder", "heads"):
+            write_runs(w, [getattr(v.select, part) for v in items])
+
+    def read(self, r: Reader, sizes: list[int]) -> list[list[Any]]:
+        n = sum(sizes)
+        sources = read_runs(r, n)
+        lengths = r.column(I32, n)
+        found = iter(split(r.column(I32), [t for t in lengths if t != NO_LIMIT]))
+        targets = [None if t == NO_LIMIT else next(found) for t in lengths]
+        parts = [read_runs(r, n) for _ in range(3)]  # encoder layers, decoder layers, heads
+        items = [
+            AttentionItem(s, t, LayerSelection(*sel))
+            for s, t, *sel in zip(sources, targets, *parts, strict=True)
+        ]
+        return split(items, sizes)
+
+
+class AttentionMaps:
+    """/attention's outputs: per text its maps (TextMaps: float32 arrays, as computed)."""
+
+    def fits(self, values: list[Any]) -> bool:
+        for v in values:
+            if type(v) is not TextMaps or (v.decoder is None) != (v.cross is None):
+                return False
+            if any(type(a) is not np.ndarray or a.dtype != np.float32 or a.ndim != 4 for a in _arrays(v)):
+                return False
+        return True
+
+    def write(self, w: Writer, jobs: list[list[Any]]) -> None:
+        maps: list[TextMaps] = [m for job in jobs for m in job]
+        arrays = [a for m in maps for a in _arrays(m)]
+        w.column([m.decoder is not None for m in maps], U8)
+        w.column([d for a in arrays for d in a.shape], I32)
+        w.arrays(arrays)
+
+    def read(self, r: Reader, sizes: list[int]) -> list[list[Any]]:
+        full = r.column(U8, sum(sizes))
+        shapes = split(r.column(I32, 4 * (len(full) + 2 * sum(full))), [4] * (len(full) + 2 * sum(full)))
+        data = r.floats32()
+        counts = [int(np.prod(shape)) for shape in shapes]
+        if sum(counts) != len(data) or min((d for s in shapes for d in s), default=0) < 0:
+            raise BadFrame("attention maps' shapes do not match their values")
+        starts = np.cumsum([0, *counts])
+        arrays = iter(data[a:b].reshape(s) for a, b, s in zip(starts, starts[1:], shapes, strict=True))
+        maps = [TextMaps(next(arrays), *((next(arrays), next(arrays)) if f else ())) for f in full]
+        return split(maps, sizes)
+
+
+def _arrays(maps: TextMaps) -> list[np.ndarray]:
+    """A classifier's one stack, or a translator's three."""
+    return [a for a in (maps.encoder, maps.decoder, maps.cross) if a is not None]
+
+
 class AttentionTask(Task):
     name = "attention"
     expensive = True
     splits = True  # an HTTP process selects, tokenizes and draws; the model process computes the maps
+    wire = Wire(AttentionItems(), NoKeys(), AttentionMaps())  # ids and a selection in, maps out
 
     def __init__(self) -> None:
         super().__init__()

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from app.core.columns import Reader, Writer, split
 from app.schemas import SentimentRequest, SentimentResponse, SentimentResult
 from app.tasks.task import Context, Disconnected, Job, Task
+from app.tasks.wire import FloatRows, NoKeys, Wire, read_runs, write_runs
 from model.config import ModelConfig
 from model.files import load_tokenizer
 from model.preprocess import classifier_ids
@@ -23,9 +25,29 @@ WARMUP_TEXT = "warm up"
 ClassifierItem = tuple[list[int], str]  # token ids and the text (for an n-gram head; else "")
 
 
+class ClassifierItems:
+    """A classifier's items between processes: (ids, text), the text "" but for an n-gram head."""
+
+    def fits(self, values: list[Any]) -> bool:
+        for v in values:
+            if not (type(v) is tuple and len(v) == 2 and type(v[0]) is list and type(v[1]) is str):
+                return False
+        return True
+
+    def write(self, w: Writer, jobs: list[list[Any]]) -> None:
+        items = [item for job in jobs for item in job]
+        write_runs(w, [ids for ids, _ in items])
+        w.strings(text for _, text in items)
+
+    def read(self, r: Reader, sizes: list[int]) -> list[list[Any]]:
+        ids = read_runs(r, sum(sizes))
+        return split([*zip(ids, r.strings(len(ids)), strict=True)], sizes)
+
+
 class SentimentTask(Task):
     name = "sentiment"
     splits = True  # an HTTP process tokenizes and builds the results; the model process runs the batches
+    wire = Wire(ClassifierItems(), NoKeys(), FloatRows())  # ids (and texts) in, class probabilities out
 
     def serves(self, entry: ModelEntry) -> bool:
         return entry.task == "sentiment"

@@ -7,7 +7,9 @@ from app.tasks.sentiment import SentimentTask
 from app.tasks.task import Task
 from app.tasks.translation import TranslationTask
 
+SERVED: tuple[type[Task], ...] = (SentimentTask, TranslationTask, AttentionTask)
+
 
 def default_tasks() -> list[Task]:
     """A fresh object of each task (each holds its handlers of one server)."""
-    return [SentimentTask(), TranslationTask(), AttentionTask()]
+    return [task() for task in SERVED]

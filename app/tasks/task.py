@@ -18,7 +18,8 @@ batch: `run(items[, key=...][, should_stop=...]) -> outputs` in item order, and 
 `costs`), so the machinery that admits and shares them never calls back into the task per item.
 
 A task that `splits` also gives the text half of a handler (`load_text`: no weights); an HTTP process then
-runs its `answer`, and only the items cross to the model process (app/parallel/remote.py).
+runs its `answer`, and only the items cross to the model process (app/parallel/remote.py), as columns its
+`wire` writes and reads (app/tasks/wire.py; without one they cross pickled).
 
 A new task type is one module with a Task subclass, plus its request and response schemas, its route (which
 calls `service.answer(task name, body, disconnected)`) and its tests.
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar
 
 from app.core.limits import Limits
 from app.core.settings import Settings
+from app.tasks.wire import Wire
 from app.text.langid import Detection
 
 if TYPE_CHECKING:
@@ -103,6 +105,7 @@ class Task:
     name: ClassVar[str]
     expensive: ClassVar[bool] = False  # its batches are expensive (see BatchSpec); cheap ones keep a lane
     splits: ClassVar[bool] = False  # its `answer` can run where no model is (see load_text)
+    wire: ClassVar[Wire | None] = None  # its items, keys and outputs as columns between processes
 
     def __init__(self) -> None:
         self.handlers: dict[str, Any] = {}

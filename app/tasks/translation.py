@@ -8,15 +8,18 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
+from app.core.columns import F64, I32, U8, BadFrame, Reader, Writer, split
 from app.core.settings import Settings
 from app.schemas import AUTO, DetectedLanguage, TranslateRequest, TranslateResponse, TranslationResult
-from app.tasks.handlers import DecodeKey, TranslationText
+from app.tasks.handlers import DecodeKey, Sentence, TranslationText
 from app.tasks.task import BatchSpec, Context, Disconnected, Job, Task
+from app.tasks.wire import NO_LIMIT, Wire, read_runs, write_runs
 from app.text.langid import Detection
 from app.text.passthrough import PASSTHROUGH, passed
 from app.text.sentences import split_sentences
 from model import Tokenizer
 from model.files import load_tokenizer
+from model.options import Hypothesis
 
 if TYPE_CHECKING:
     from app.registry import ModelEntry, Registry
@@ -24,10 +27,97 @@ if TYPE_CHECKING:
     from model import LoadedModel
 
 
+class Sentences:
+    """A translator's items between processes: Sentences without their text side (`source` stays where the
+    answer runs: the model process reads ids, options, `align` and `passes`)."""
+
+    def fits(self, values: list[Any]) -> bool:
+        return all(type(v) is Sentence and type(v.ids) is list for v in values)
+
+    def write(self, w: Writer, jobs: list[list[Any]]) -> None:
+        items: list[Sentence] = [item for job in jobs for item in job]
+        write_runs(w, [s.ids for s in items])
+        w.column([s.num_hypotheses for s in items], I32)
+        w.column([s.length_penalty for s in items], F64)
+        w.column([NO_LIMIT if s.max_length is None else s.max_length for s in items], I32)
+        w.column([s.align for s in items], U8)
+        w.column([s.passes for s in items], U8)
+
+    def read(self, r: Reader, sizes: list[int]) -> list[list[Any]]:
+        n = sum(sizes)
+        ids = read_runs(r, n)
+        columns = (r.column(I32, n), r.column(F64, n), r.column(I32, n), r.column(U8, n), r.column(U8, n))
+        items = [
+            Sentence(s, k, lp, None if ml == NO_LIMIT else ml, a, bool(p))
+            for s, k, lp, ml, a, p in zip(ids, *columns, strict=True)
+        ]
+        return split(items, sizes)
+
+
+class DecodeKeys:
+    """A DecodeKey as its beam size and its target language."""
+
+    def fits(self, key: Hashable) -> bool:
+        return type(key) is DecodeKey and type(key.target_lang) is str and type(key.beam_size) is int
+
+    def number(self, key: Hashable) -> int:
+        assert isinstance(key, DecodeKey)
+        return key.beam_size
+
+    def string(self, key: Hashable) -> str:
+        assert isinstance(key, DecodeKey)
+        return key.target_lang
+
+    def key(self, number: int, string: str) -> Hashable:
+        if number < 1:
+            raise BadFrame(f"a beam size of {number}")
+        return DecodeKey(string, number)
+
+
+class Hypotheses:
+    """A translator's outputs: per sentence its n-best Hypothesis list (token ids, scores, alignments)."""
+
+    def fits(self, values: list[Any]) -> bool:
+        for hyps in values:
+            if type(hyps) is not list:
+                return False
+            for h in hyps:
+                if type(h) is not Hypothesis or type(h.tokens) is not list:
+                    return False
+                if h.alignment is not None and type(h.alignment) is not list:
+                    return False
+        return True
+
+    def write(self, w: Writer, jobs: list[list[Any]]) -> None:
+        n_best: list[list[Hypothesis]] = [hyps for job in jobs for hyps in job]
+        hyps = [h for n in n_best for h in n]
+        w.column([len(n) for n in n_best], I32)
+        write_runs(w, [h.tokens for h in hyps])
+        w.column([h.score for h in hyps], F64)
+        w.column([h.log_prob for h in hyps], F64)
+        w.column([NO_LIMIT if h.alignment is None else len(h.alignment) for h in hyps], I32)
+        w.column([p for h in hyps if h.alignment is not None for p in h.alignment], I32)
+
+    def read(self, r: Reader, sizes: list[int]) -> list[list[Any]]:
+        counts = r.column(I32, sum(sizes))
+        n = sum(counts)
+        tokens = read_runs(r, n)
+        scores, log_probs, aligned = r.column(F64, n), r.column(F64, n), r.column(I32, n)
+        if min(aligned, default=0) < NO_LIMIT:
+            raise BadFrame("an alignment of negative length")
+        found = iter(split(r.column(I32), [a for a in aligned if a != NO_LIMIT]))
+        hyps = [
+            Hypothesis(t, s, lp, None if a == NO_LIMIT else next(found))
+            for t, s, lp, a in zip(tokens, scores, log_probs, aligned, strict=True)
+        ]
+        return split(split(hyps, counts), sizes)
+
+
 class TranslationTask(Task):
     name = "translation"
     expensive = True
     splits = True  # an HTTP process detects, splits, tokenizes and joins; the model process decodes
+    wire = Wire(Sentences(), DecodeKeys(), Hypotheses())  # source ids and options in, n-best lists out
 
     def __init__(self) -> None:
         super().__init__()

@@ -1,6 +1,6 @@
-"""The frames between the server's processes (app/parallel/frames.py, columns.py, items.py): what goes in comes
-out, the compact sections hold what they claim to (a translation's items and hypotheses too, never pickled),
-and bytes that are not a frame are refused."""
+"""The frames between the server's processes (app/parallel/frames.py and items.py, app/core/columns.py, each
+task's kinds: app/tasks/wire.py): what goes in comes out, the compact sections hold what they claim to (a
+translation's items and hypotheses too, never pickled), and bytes that are not a frame are refused."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from app.core.columns import COLUMN
 from app.core.errors import QueueFull
-from app.parallel import frames
+from app.parallel import frames, items
 from app.parallel.channel import CALL, CANCEL, LEFT, NOTE, REPLY, portable
-from app.parallel.columns import COLUMN
 from app.parallel.frames import HEADER, SECTIONS, BadFrame
 from app.tasks.attention_maps import AttentionItem, LayerSelection, TextMaps
 from app.tasks.handlers import DecodeKey, Sentence
+from app.tasks.served import SERVED
 from model.options import Hypothesis
 from model.unknowns import ALIGN_ALL, ALIGN_UNKNOWNS, Source
 
@@ -274,3 +275,23 @@ def test_attention_maps_of_another_dtype_go_pickled() -> None:
 
 def astuple_maps(maps: TextMaps) -> tuple[np.ndarray | None, ...]:
     return maps.encoder, maps.decoder, maps.cross
+
+
+def test_each_served_task_writes_its_own_kinds_and_a_key_must_fit_them() -> None:
+    """The kinds are the served tasks' wires, in their order; a job whose items fit one task's kind but whose
+    key is another task's fits none, and goes pickled, whole and unchanged."""
+    assert tuple(t.wire.items for t in SERVED if t.wire is not None) == items.ITEMS
+    assert tuple(t.wire.outputs for t in SERVED if t.wire is not None) == items.OUTPUTS
+    odd = (
+        CALL,
+        5,
+        "submit",
+        ("x", [("m", DecodeKey("en", 2), [([5, 2], "")], [2])], 1.0, "text"),
+        {},
+        None,
+        False,
+    )
+    assert items.item_kind([([5, 2], "")], None) == 0  # a classifier's items, with no key: the first kind
+    assert items.item_kind([([5, 2], "")], DecodeKey("en", 2)) is None
+    assert sections([odd])[:2] == (0, 0)
+    assert round_trip([odd]) == [odd]

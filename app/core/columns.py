@@ -1,5 +1,5 @@
-"""Columns, the body of a compact frame section (app/parallel/frames.py): each column is `!BI` (its type and
-its length) then its values as one buffer, in the machine's byte order (both ends run on one machine); a string
+"""Columns, the body of a compact frame section (app/parallel/frames.py; each task's kinds write theirs:
+app/tasks/wire.py): each column is `!BI` (its type and its length) then its values as one buffer, in the machine's byte order (both ends run on one machine); a string
 column is its strings' lengths in code points (an int32 column) then their UTF-8, encoded and decoded at once
 (surrogates passed: any Python string fits, a NUL included); a record column is fixed-size struct records
 (a call's id, deadline, flags and job count: one column, not four). A Reader takes the columns back in the
