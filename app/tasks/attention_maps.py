@@ -1,7 +1,7 @@
 """/attention: which layers and heads a request selects, the forward pass that returns the weights, and the
 JSON body (app/tasks/attention_png.py renders the same maps as a PNG). The text half (AttentionText: select,
 tokenize, bound, the JSON) runs where the request arrives; AttentionHandler, one too, runs the forward and
-returns only the selected maps, as numpy arrays (between processes: float32 buffers, app/parallel/items.py).
+returns only the selected maps, as numpy arrays (between processes: float32 buffers, AttentionTask.wire).
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ class Sentence:
     """One batch item: a sentence's source ids (EOS included) and its request's per-row decoding options:
     n-best count, length penalty, length limit (None: the default ratio, within the model's max_len).
     `source`, its text side, stays where the request's answer runs: between processes only the rest crosses
-    (app/parallel/items.py), and the model process reads none of it."""
+    (TranslationTask.wire), and the model process reads none of it."""
 
     ids: list[int]
     num_hypotheses: int = 1
