@@ -40,15 +40,21 @@ CUDA_BATCH = (512, 65_536)
 
 
 def torch_gpu_build() -> bool:
-    """Whether the installed torch is built for a GPU (CUDA or ROCm), read from its files when it is not
-    imported yet: importing it takes about a second that a process which needs no tensors can skip."""
+    """Whether the installed torch may be built for a GPU (CUDA or ROCm): torch.version's `cuda` and `hip`,
+    read from its torch/version.py when torch is not imported yet (every build writes it; importing takes
+    about a second that a process which needs no tensors can skip). True when that file says nothing clear:
+    the caller then imports torch to find out."""
     if (torch := sys.modules.get("torch")) is not None:
         return bool(torch.version.cuda or torch.version.hip)
     spec = importlib.util.find_spec("torch")
     if spec is None or spec.origin is None:
-        return False
-    lib = Path(spec.origin).parent / "lib"
-    return any(lib.glob("libtorch_cuda*")) or any(lib.glob("libtorch_hip*"))
+        return True
+    try:
+        text = (Path(spec.origin).parent / "version.py").read_text()
+    except OSError:
+        return True
+    found = dict(re.findall(r"^(cuda|hip)\s*(?::[^=\n]*)?=\s*(.*?)\s*$", text, re.MULTILINE))
+    return found.keys() != {"cuda", "hip"} or any(v != "None" for v in found.values())
 
 
 def usable_cores() -> int:
