@@ -119,7 +119,7 @@ async def walk(code: Path, checkpoints: Path) -> dict[str, dict[str, Any]]:
                 await asyncio.sleep(0.05)
             # and the graphs built (APP_TORCHSCRIPT_AFTER_READY): the walk is the steady state's
             while {"pending", "building"} & {
-                m["graphs"] for m in (await client.get("/models")).json()["models"]
+                m.get("graphs") for m in (await client.get("/models")).json()["models"]
             }:
                 await asyncio.sleep(0.05)
             for route, body in WALKS.items():
