@@ -20,7 +20,9 @@ from app.parallel.channel import CALL, CANCEL, LEFT, NOTE, REPLY, portable
 from app.parallel.frames import HEADER, SECTIONS, BadFrame
 from app.tasks.attention_maps import AttentionItem, LayerSelection, TextMaps
 from app.tasks.handlers import DecodeKey, Sentence
+from app.tasks.sentiment import SentimentTask
 from app.tasks.served import SERVED
+from app.tasks.translation import TranslationTask
 from model.options import Hypothesis
 from model.unknowns import ALIGN_ALL, ALIGN_UNKNOWNS, Source
 
@@ -277,11 +279,9 @@ def astuple_maps(maps: TextMaps) -> tuple[np.ndarray | None, ...]:
     return maps.encoder, maps.decoder, maps.cross
 
 
-def test_each_served_task_writes_its_own_kinds_and_a_key_must_fit_them() -> None:
-    """The kinds are the served tasks' wires, in their order; a job whose items fit one task's kind but whose
-    key is another task's fits none, and goes pickled, whole and unchanged."""
-    assert tuple(t.wire.items for t in SERVED if t.wire is not None) == items.ITEMS
-    assert tuple(t.wire.outputs for t in SERVED if t.wire is not None) == items.OUTPUTS
+def test_a_job_takes_the_kind_whose_items_and_key_fit() -> None:
+    """A job whose items fit one task's kind but whose key is another task's fits none, and goes pickled,
+    whole and unchanged; a job without items takes the first kind its key fits."""
     odd = (
         CALL,
         5,
@@ -291,7 +291,9 @@ def test_each_served_task_writes_its_own_kinds_and_a_key_must_fit_them() -> None
         None,
         False,
     )
-    assert items.item_kind([([5, 2], "")], None) == 0  # a classifier's items, with no key: the first kind
+    sentiment, translation = (SERVED.index(t) for t in (SentimentTask, TranslationTask))
+    assert items.item_kind([([5, 2], "")], None) == sentiment
     assert items.item_kind([([5, 2], "")], DecodeKey("en", 2)) is None
+    assert items.item_kind([], DecodeKey("en", 2)) == translation  # e.g. every sentence passed through
     assert sections([odd])[:2] == (0, 0)
     assert round_trip([odd]) == [odd]
