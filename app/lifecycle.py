@@ -12,6 +12,8 @@ import contextlib
 import gc
 import logging
 import sys
+import threading
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -86,9 +88,10 @@ class Lifecycle:
         self._loader = asyncio.create_task(self._load_all(), name="load-models")
 
     async def _load_all(self) -> None:
-        """Load, compile and warm up every model, as many at a time as there are inference workers (each
-        step runs on one thread: with several workers, ready sooner than one model after the other), and
-        build the language detector beside them (half a second: its model decompresses without the GIL)."""
+        """Load and warm up every model (a classifier with its graph; a translator's graphs too unless they
+        come after ready), as many at a time as there are inference workers (each step runs on one thread:
+        with several workers, ready sooner than one model after the other), and build the language detector
+        beside them (half a second: its model decompresses without the GIL)."""
         assert self.registry is not None
         names = list(self.registry.entries)
         self.reason = f"loading {len(names)} models"
@@ -121,9 +124,11 @@ class Lifecycle:
             self._grapher = asyncio.create_task(self._build_graphs(), name="graphs")
 
     async def _build_graphs(self) -> None:
-        """APP_TORCHSCRIPT_AFTER_READY: each model's graphs, one model after another on a thread of their own
-        (the inference workers keep serving, eagerly until a handler swaps its graphs in). A model whose
-        graphs fail stays eager: it answers the same, slower."""
+        """APP_TORCHSCRIPT_AFTER_READY: each translator's graphs, one model after another on a daemon thread
+        (the inference workers keep serving, eagerly until a handler swaps its graphs in; a shutdown stops
+        after the model being traced and never waits for it). A model whose graphs fail stays eager: the
+        same translations, slower. The graphs are frozen as the models were at ready, without a collection
+        (a full one would pause the requests being served; what the traces left is kept for good)."""
         start = asyncio.get_running_loop().time()
         for name in [n for n, state in self.graphs.items() if state == "pending"]:
             self.graphs[name] = "building"
@@ -131,14 +136,13 @@ class Lifecycle:
                 for task in self.tasks:
                     handler = task.handlers.get(name)
                     if handler is not None and getattr(handler, "compiled", None) is False:
-                        await asyncio.to_thread(handler.compile)
+                        await _on_daemon_thread(handler.compile)
             except Exception as e:  # noqa: BLE001 (any error of one model's graphs: it stays eager)
                 log.error("model %s: graphs failed, it stays eager: %s", name, e)
                 self.graphs[name] = "failed"
             else:
                 self.graphs[name] = "ready"
-        gc.collect()
-        gc.freeze()  # as at ready: the graphs are permanent too
+        gc.freeze()  # else every full collection rescans the graphs' objects: p99 doubled (BENCHMARKS.md)
         took = asyncio.get_running_loop().time() - start
         log.info("graphs ready in %.1f s: %s", took, ", ".join(f"{n} {s}" for n, s in self.graphs.items()))
 
@@ -260,6 +264,29 @@ class Lifecycle:
                 )
             )
         return out
+
+
+async def _on_daemon_thread(fn: Callable[[], None]) -> None:
+    """fn() on a daemon thread of its own: unlike asyncio.to_thread's, the process never waits for it at
+    exit (a trace cannot be interrupted, and a drain must not wait for one)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if not done.done():  # not cancelled meanwhile
+            done.set_result(None) if error is None else done.set_exception(error)
+
+    def run() -> None:
+        error: BaseException | None = None
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 (handed to the awaiting task)
+            error = e
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(settle, error)
+
+    threading.Thread(target=run, name="graphs", daemon=True).start()
+    await done
 
 
 def _card(meta: dict[str, Any]) -> dict[str, Any]:

@@ -440,9 +440,9 @@ class ModelInfo(BaseModel):
     engine: Literal["torch", "ctranslate2"] = "torch"  # what decodes /translate
     graphs: Literal["pending", "building", "ready", "failed"] | None = Field(
         None,
-        description="Its TorchScript graphs (APP_TORCHSCRIPT): built after ready (APP_TORCHSCRIPT_AFTER_READY), "
-        "it answers the same on the eager path until they are 'ready'; 'failed': eager for good; "
-        "null: none (turned off, or an engine without them).",
+        description="Its TorchScript graphs (APP_TORCHSCRIPT): a translator's are built after ready "
+        "(APP_TORCHSCRIPT_AFTER_READY) and it decodes the same on the eager path until they are 'ready'; "
+        "'failed': eager for good; null: none (turned off, or an engine without them).",
     )
     reason: str | None = Field(None, description="Why it failed to load (status failed).")
 

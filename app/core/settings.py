@@ -152,9 +152,9 @@ class Settings(BaseSettings):
     # classifier batches run as one TorchScript graph (model.jit.compile_classifier), translators'
     # encoder and decoder step as traced graphs (model.jit.trace_translator)
     torchscript: bool = True
-    # those graphs are built after /ready turns 200, one model at a time off the inference workers, each
-    # swapped in once built and warmed up (the eager path answers the same until then); false: built
-    # before ready, as part of each model's load
+    # translators' graphs are built after /ready turns 200, one model at a time off the inference workers,
+    # each swapped in once built and warmed up (the eager path answers the same until then); false: built
+    # before ready, as part of each model's load. A classifier's graph is always built at load (cheap)
     torchscript_after_ready: bool = True
     # /translate decodes with this engine; ctranslate2: the checkpoint converted at load (the optional
     # `ctranslate2` extra); /attention stays on torch either way
@@ -367,7 +367,7 @@ class Settings(BaseSettings):
         return max(1, (cores - 1 - (http if http > 1 else 0)) // self.inference_workers_count())
 
     def graphs_at_load(self) -> bool:
-        """Whether handlers build their TorchScript graphs as they load (else after ready, or never)."""
+        """Whether translators build their TorchScript graphs as they load (else after ready, or never)."""
         return self.torchscript and not self.torchscript_after_ready
 
     def device_type(self) -> str:

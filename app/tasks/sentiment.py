@@ -55,7 +55,9 @@ class SentimentTask(Task):
     def load(self, entry: ModelEntry, loaded: LoadedModel | None) -> SentimentHandler:
         assert loaded is not None
         assert self.settings is not None
-        return SentimentHandler(loaded, self.settings.graphs_at_load())
+        # its graph at load even with APP_TORCHSCRIPT_AFTER_READY: a tenth of a translator's tracing, and
+        # eager batches hold the GIL op by op (half the throughput while a server waits for it)
+        return SentimentHandler(loaded, self.settings.torchscript)
 
     def load_text(self, entry: ModelEntry) -> SentimentText:
         tokenizer = load_tokenizer(entry.path, entry.meta, entry.config)

@@ -1,6 +1,7 @@
-"""TorchScript graphs built after ready (APP_TORCHSCRIPT_AFTER_READY): the server answers from the eager path
-as soon as its models load, each model swaps its graphs in once they are built, and the answers do not
-change; a model whose graphs fail stays eager. Across model processes: tests/app/test_model_processes.py."""
+"""Translators' TorchScript graphs built after ready (APP_TORCHSCRIPT_AFTER_READY): the server answers from the
+eager path as soon as its models load, each translator swaps its graphs in once they are built, and the
+answers do not change; a model whose graphs fail stays eager. A classifier's graph is built at load. Across
+model processes: tests/app/test_model_processes.py."""
 
 from __future__ import annotations
 
@@ -40,17 +41,16 @@ async def _graphs(client: Any) -> dict[str, str | None]:
 
 
 def _hold_compiles(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, list[Any]]:
-    """Every handler's `compile` waits for the returned event; the list: the handlers that entered it."""
-    gate, entered = threading.Event(), []
-    for kind in (SentimentHandler, TranslationHandler):
-        original = kind.compile
+    """Every translator's `compile` waits for the returned event; the list: (handler, thread) of each that
+    entered it."""
+    gate, entered, original = threading.Event(), [], TranslationHandler.compile
 
-        def held(self: Any, original: Any = original) -> None:
-            entered.append(self)
-            assert gate.wait(60)
-            original(self)
+    def held(self: TranslationHandler) -> None:
+        entered.append((self, threading.current_thread()))
+        assert gate.wait(60)
+        original(self)
 
-        monkeypatch.setattr(kind, "compile", held)
+    monkeypatch.setattr(TranslationHandler, "compile", held)
     return gate, entered
 
 
@@ -58,33 +58,52 @@ async def test_ready_serves_eagerly_until_each_model_swaps_its_graphs_in(
     app_checkpoint_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gate, entered = _hold_compiles(monkeypatch)
-    async with serve(Settings(checkpoint_dir=app_checkpoint_dir), graphs=False) as (app, client):
-        # ready with the first model's graphs being built, the others waiting their turn
-        await eventually(lambda: len(entered) == 1)
-        graphs = await _graphs(client)
-        assert sorted(graphs.values()) == ["building", "pending", "pending", "pending"], graphs
-        handlers = [h for t in app.state.service.life.tasks for h in t.handlers.values()]
-        assert not any(getattr(h, "compiled", False) for h in handlers)
-        eager = await _answers(client)
-        assert (await client.get("/ready")).status_code == 200
+    try:
+        async with serve(Settings(checkpoint_dir=app_checkpoint_dir), graphs=False) as (app, client):
+            # ready: the classifiers' graphs built, the first translator's being built, the next one waiting
+            await eventually(lambda: len(entered) == 1)
+            assert await _graphs(client) == {
+                "sentiment-en": "ready",
+                "sentiment-ko": "ready",
+                "translate-fr-en": "building",
+                "translate-multi": "pending",
+            }
+            handlers = [h for t in app.state.service.life.tasks for h in t.handlers.values()]
+            translators = [h for h in handlers if isinstance(h, TranslationHandler)]
+            assert len(translators) == 2
+            assert not any(h.compiled for h in translators)
+            assert all(h.compiled for h in handlers if isinstance(h, SentimentHandler))
+            eager = await _answers(client)
+            assert (await client.get("/ready")).status_code == 200
 
+            gate.set()
+            await wait_graphs(client)
+            assert set((await _graphs(client)).values()) == {"ready"}
+            assert all(h.compiled for h in translators)
+            assert all(h.decoder is not h.model for h in translators)  # the traced graphs decode now
+            assert await _answers(client) == eager  # the same translations and scores, bit for bit on a CPU
+    finally:
+        gate.set()  # a failed assert above must not leave the trace waiting
+
+
+async def test_a_shutdown_never_waits_for_a_graph_being_traced(
+    two_models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lifespan's shutdown (SIGTERM's drain) ends while a translator's trace is still running, and the
+    model stays eager: the trace cannot be interrupted, and a drain must not wait for it."""
+    gate, entered = _hold_compiles(monkeypatch)
+    try:
+        async with serve(Settings(checkpoint_dir=two_models_dir), graphs=False) as (app, _):
+            await eventually(lambda: len(entered) == 1)
+            life = app.state.service.life
+        assert life.status == "shutting_down"
+        assert life.graphs["translate-fr-en"] == "building"
+        [(translator, thread)] = entered
+        assert not translator.compiled
+        assert thread.is_alive()  # still tracing
+        assert thread.daemon  # the process will not wait for it either
+    finally:
         gate.set()
-        await wait_graphs(client)
-        assert set((await _graphs(client)).values()) == {"ready"}
-        compiled = [h for h in handlers if isinstance(h, SentimentHandler | TranslationHandler)]
-        assert compiled
-        assert all(h.compiled for h in compiled)
-        for h in compiled:  # the graphs are what runs now
-            if isinstance(h, TranslationHandler):
-                assert h.decoder is not h.model
-            else:
-                assert h._graph is not None
-        after = await _answers(client)
-        assert after[1:] == eager[1:]  # the same translations and scores, bit for bit on a CPU
-        # the same labels; probabilities to float32 rounding (the graph's ops round apart from eager's)
-        for graph, alone in zip(after[0]["results"], eager[0]["results"], strict=True):
-            assert graph["label"] == alone["label"]
-            assert graph["probabilities"] == pytest.approx(alone["probabilities"], abs=1e-6)
 
 
 async def test_a_model_whose_graphs_fail_stays_eager_and_keeps_answering(
@@ -111,11 +130,12 @@ async def test_a_model_whose_graphs_fail_stays_eager_and_keeps_answering(
     [({"torchscript_after_ready": False}, "ready"), ({"torchscript": False}, None)],
 )
 async def test_graphs_built_at_load_or_not_at_all(
-    sentiment_only_dir: Path, overrides: dict[str, Any], expected: str | None
+    two_models_dir: Path, overrides: dict[str, Any], expected: str | None
 ) -> None:
     """Built before ready (the first /models after ready lists them built), or never (null: eager)."""
-    settings = Settings(checkpoint_dir=sentiment_only_dir, warmup=False, **overrides)
+    settings = Settings(checkpoint_dir=two_models_dir, warmup=False, **overrides)
     async with serve(settings, graphs=False) as (app, client):
-        assert await _graphs(client) == {"sentiment-en": expected}
-        handler = app.state.service.life.tasks[0].handlers["sentiment-en"]
-        assert handler.compiled is (expected == "ready")
+        assert await _graphs(client) == {"sentiment-en": expected, "translate-fr-en": expected}
+        for task in app.state.service.life.tasks[:2]:  # sentiment, translation
+            handler = next(iter(task.handlers.values()))
+            assert handler.compiled is (expected == "ready")

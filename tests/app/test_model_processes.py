@@ -25,6 +25,7 @@ from app.parallel.engine import Engine
 from app.parallel.remote import RemoteService
 from app.parallel.shares import core_slices, model_settings, share
 from app.service import Service
+from app.tasks.handlers import TranslationHandler
 from app.tasks.sentiment import SentimentHandler
 from tests.app.conftest import eventually, wait_ready
 
@@ -209,36 +210,41 @@ async def test_ready_and_metrics_cover_both_model_processes(sentiment_only_dir: 
 
 @pytest.mark.anyio
 async def test_a_model_runs_its_graphs_once_every_model_process_has_built_them(
-    sentiment_only_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    two_models_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """GET /models gives each model's graphs the least along of any model process: "building" while one
     model process still builds them (the other's pushed "ready" already arrived), "ready" after the last."""
     gates: dict[int, threading.Event] = {}  # per handler (id): its compile waits for it
-    compile_ = SentimentHandler.compile
+    compile_ = TranslationHandler.compile
 
-    def held(self: SentimentHandler) -> None:
+    def held(self: TranslationHandler) -> None:
         assert gates.setdefault(id(self), threading.Event()).wait(60)
         compile_(self)
 
-    monkeypatch.setattr(SentimentHandler, "compile", held)
-    settings = Settings(checkpoint_dir=sentiment_only_dir, warmup=False)
+    monkeypatch.setattr(TranslationHandler, "compile", held)
+    settings = Settings(checkpoint_dir=two_models_dir, warmup=False)
     async with two_engines(settings, tmp_path) as (client, engines, remote):
 
-        async def graphs() -> str:
-            return str((await client.get("/models")).json()["models"][0]["graphs"])
+        async def graphs() -> dict[str, str]:
+            return {m["name"]: m["graphs"] for m in (await client.get("/models")).json()["models"]}
 
-        first, second = (e.service.life.tasks[0].handlers["sentiment-en"] for e in engines)
+        def told(i: int) -> str | None:  # what model process i last told the HTTP process
+            state = remote.pool.states[i]
+            return None if state is None else next(m.graphs for m in state[1] if m.name == "translate-fr-en")
+
+        first, second = (e.service.tasks["translation"].handlers["translate-fr-en"] for e in engines)
         await eventually(lambda: {id(first), id(second)} <= gates.keys())
-        assert await graphs() == "building"
+        assert await graphs() == {
+            "sentiment-en": "ready",
+            "translate-fr-en": "building",
+        }  # a classifier's: at load
         gates[id(first)].set()
-        # model process 1's "ready" has reached the HTTP process; model process 2 still builds
-        await eventually(lambda: (s := remote.pool.states[0]) is not None and s[1][0].graphs == "ready")
-        assert remote.pool.states[1] is not None
-        assert remote.pool.states[1][1][0].graphs == "building"
-        assert await graphs() == "building"
+        await eventually(lambda: told(0) == "ready")  # model process 1's word arrived; 2 still builds
+        assert told(1) == "building"
+        assert (await graphs())["translate-fr-en"] == "building"
         gates[id(second)].set()
-        await eventually(lambda: all(s is not None and s[1][0].graphs == "ready" for s in remote.pool.states))
-        assert await graphs() == "ready"
+        await eventually(lambda: told(1) == "ready")
+        assert (await graphs())["translate-fr-en"] == "ready"
         assert first.compiled
         assert second.compiled
 
