@@ -48,7 +48,7 @@ def torch_gpu_build() -> bool:
         return bool(torch.version.cuda or torch.version.hip)
     spec = importlib.util.find_spec("torch")
     if spec is None or spec.origin is None:
-        return True
+        return False  # no torch at all: no GPU build either (the model processes say what is missing)
     try:
         text = (Path(spec.origin).parent / "version.py").read_text()
     except OSError:
