@@ -31,6 +31,7 @@ from app.tasks.task import Task
 from app.text.langid import LanguageDetector
 
 log = logging.getLogger(__name__)
+TRACE_JOIN_S = 2.0  # how long a shutdown waits for a graph being traced (a translator's takes well under)
 
 
 class Lifecycle:
@@ -56,6 +57,7 @@ class Lifecycle:
         self.graphs: dict[str, str] = {}
         self._loader: asyncio.Task[None] | None = None
         self._grapher: asyncio.Task[None] | None = None
+        self._tracer: threading.Thread | None = None  # the thread of the graphs being built, if any
 
     async def start(self) -> None:
         """Validate settings and read every config now (fail fast); load and warm up in the background."""
@@ -126,8 +128,8 @@ class Lifecycle:
     async def _build_graphs(self) -> None:
         """APP_TORCHSCRIPT_AFTER_READY: each translator's graphs, one model after another on a daemon thread
         (the inference workers keep serving, eagerly until a handler swaps its graphs in; a shutdown stops
-        after the model being traced and never waits for it). A model whose graphs fail stays eager: the
-        same translations, slower. The graphs are frozen as the models were at ready, without a collection
+        at the model being traced and waits TRACE_JOIN_S for it at most). A model whose graphs fail stays
+        eager: the same answers, slower. The graphs are frozen as the models were at ready, without a collection
         (a full one would pause the requests being served; what the traces left is kept for good)."""
         start = asyncio.get_running_loop().time()
         for name in [n for n, state in self.graphs.items() if state == "pending"]:
@@ -136,7 +138,8 @@ class Lifecycle:
                 for task in self.tasks:
                     handler = task.handlers.get(name)
                     if handler is not None and getattr(handler, "compiled", None) is False:
-                        await _on_daemon_thread(handler.compile)
+                        self._tracer, done = _on_daemon_thread(handler.compile)
+                        await done
             except Exception as e:  # noqa: BLE001 (any error of one model's graphs: it stays eager)
                 log.error("model %s: graphs failed, it stays eager: %s", name, e)
                 self.graphs[name] = "failed"
@@ -192,11 +195,15 @@ class Lifecycle:
     async def stop(self) -> None:
         """Stop accepting (ready -> 503), finish queued and in-flight items, stop batchers and the threads."""
         self.status, self.reason = "shutting_down", "the server is shutting down"
-        for loading in (self._loader, self._grapher):  # a graph being traced finishes on its thread
+        for loading in (self._loader, self._grapher):
             if loading is not None and not loading.done():
                 loading.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await loading
+        if self._tracer is not None and self._tracer.is_alive():
+            # a trace cannot be stopped: wait a little for it (a process that exits while a thread is inside
+            # libtorch can crash on the way out), never longer than TRACE_JOIN_S (the drain goes on)
+            await asyncio.to_thread(self._tracer.join, TRACE_JOIN_S)
         await self.queues.pool.close()
         for task in self.tasks:
             await task.stop()
@@ -266,27 +273,32 @@ class Lifecycle:
         return out
 
 
-async def _on_daemon_thread(fn: Callable[[], None]) -> None:
-    """fn() on a daemon thread of its own: unlike asyncio.to_thread's, the process never waits for it at
-    exit (a trace cannot be interrupted, and a drain must not wait for one)."""
+def _on_daemon_thread(fn: Callable[[], None]) -> tuple[threading.Thread, asyncio.Future[None]]:
+    """fn() started on a daemon thread of its own -> the thread, and a future of the running loop settled
+    when fn returns or raises (any error as an Exception: a future takes no StopIteration, and an exit
+    request belongs to the process, not to one model's graphs). Unlike asyncio.to_thread's, the process
+    never waits for this thread at exit."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
 
-    def settle(error: BaseException | None) -> None:
+    def settle(error: Exception | None) -> None:
         if not done.done():  # not cancelled meanwhile
             done.set_result(None) if error is None else done.set_exception(error)
 
     def run() -> None:
-        error: BaseException | None = None
+        error: Exception | None = None
         try:
             fn()
         except BaseException as e:  # noqa: BLE001 (handed to the awaiting task)
-            error = e
+            plain = isinstance(e, Exception) and not isinstance(e, StopIteration)
+            error = e if plain else RuntimeError(f"{type(e).__name__}: {e}")
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
             loop.call_soon_threadsafe(settle, error)
+        error = None  # the error's traceback holds this frame: no cycle left for the collector
 
-    threading.Thread(target=run, name="graphs", daemon=True).start()
-    await done
+    thread = threading.Thread(target=run, name="graphs", daemon=True)
+    thread.start()
+    return thread, done
 
 
 def _card(meta: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.errors import invalid
 from app.schemas import DEFAULT_LENGTH_PENALTY, ScoredTranslation, TranslationResult
+from app.tasks.task import compile_or_stay_eager
 from app.text.passthrough import has_letters
 from model.config import ModelConfig
 from model.options import DecodeOptions, DecodingStopped, Hypothesis
@@ -275,7 +276,7 @@ class TranslationHandler(TranslationText):
         self.max_len = loaded.config.max_len
         self.engine: CT2Decoder | None = None  # CTranslate2 decodes instead (app.tasks.ctranslate2, .argos)
         if torchscript:
-            self.compile()
+            compile_or_stay_eager(self)
 
     def compile(self) -> None:
         """Trace the encoder and decoder-step graphs (model.jit.trace_translator), run a warm-up batch

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.core.columns import Reader, Writer, split
 from app.schemas import SentimentRequest, SentimentResponse, SentimentResult
-from app.tasks.task import Context, Disconnected, Job, Task
+from app.tasks.task import Context, Disconnected, Job, Task, compile_or_stay_eager
 from app.tasks.wire import FloatRows, NoKeys, Wire, read_runs, write_runs
 from model.config import ModelConfig
 from model.files import load_tokenizer
@@ -142,7 +142,7 @@ class SentimentHandler(SentimentText):
         self._graph: ClassifierGraph | None = None
         self.compiled = False  # batches run the graph
         if torchscript:
-            self.compile()
+            compile_or_stay_eager(self)
 
     def compile(self) -> None:
         """Build the batch graph (model.jit.compile_classifier, checked against eager there), run a warm-up

@@ -27,6 +27,7 @@ calls `service.answer(task name, body, disconnected)`) and its tests.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from app.registry import ModelEntry, Registry
     from model import LoadedModel
 
+log = logging.getLogger(__name__)
 Disconnected = Any  # app.batching.wait.Disconnected: an awaitable factory that returns once the client left
 T = TypeVar("T", bound="Task")
 
@@ -143,3 +145,13 @@ class Task:
 
     async def stop(self) -> None:
         """At shutdown, after the batchers have drained: release what the task holds."""
+
+
+def compile_or_stay_eager(handler: Any) -> None:
+    """handler.compile() as it loads: a graph that fails (its check against eager, a scripting error on
+    another torch) leaves the model eager, with the same answers, instead of failing its load; it stays
+    `compiled` False, and app/lifecycle.py tries once more after ready before it says "failed"."""
+    try:
+        handler.compile()
+    except Exception as e:  # noqa: BLE001 (any error of the graph: the eager model still serves)
+        log.error("model %s: its graphs failed at load, it runs eager: %s", handler.name, e)
