@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The wheels a device machine (docs/gpu-run.md) lacks, at requirements.lock's pins, for its python 3.12:
+# into .whl/ (ignored by git; the device tool's `carry` takes it along). Needs PyPI, so run it here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NAMES="fastapi starlette pydantic pydantic-core pydantic-settings python-dotenv uvicorn httptools click h11
+annotated-types annotated-doc typing-inspection typing-extensions python-multipart sentencex py3langid anyio
+idna opentelemetry-api"
+mkdir -p .whl
+for name in $NAMES; do
+    pin=$(grep -iE "^${name}==" requirements.lock | head -1 | cut -d' ' -f1)
+    [ -n "$pin" ] || { echo "no pin for $name in requirements.lock" >&2; exit 1; }
+    .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform any -d .whl "$pin"
+done
+ls .whl | wc -l
+du -sh .whl
