@@ -19,10 +19,11 @@ log = logging.getLogger(__name__)
 class ArgosTranslationHandler(TranslationHandler):
     """TranslationHandler over an Argos package's CTranslate2 model and sentencepiece model."""
 
+    compiled = None  # type: ignore[assignment]  # no torch graphs to build (the property, overridden)
+
     def __init__(self, name: str, package: ArgosPackage, translator_kwargs: dict[str, Any]) -> None:
         # not TranslationHandler.__init__: it needs a torch model
         self.name, self.cfg, self.max_len = name, package.config, package.config.max_len
-        self.compiled = None  # no torch graphs to build
         self.engine, self.tokenizer = load_argos_decoder(package, **translator_kwargs)
         log.info(
             "%s: Argos package on CTranslate2 %s",

@@ -270,8 +270,7 @@ class TranslationHandler(TranslationText):
 
         assert isinstance(loaded.model, Translator)
         self.name, self.model, self.tokenizer = loaded.name, loaded.model, loaded.tokenizer
-        self.decoder: Decodable[Any] = self.model
-        self.compiled: bool | None = False  # decoding runs the traced graphs (None: none to build)
+        self.decoder: Decodable[Any] = self.model  # the traced graphs once `compile` has run
         self.cfg = loaded.config
         self.max_len = loaded.config.max_len
         self.engine: CT2Decoder | None = None  # CTranslate2 decodes instead (app.tasks.ctranslate2, .argos)
@@ -285,9 +284,14 @@ class TranslationHandler(TranslationText):
 
         decoder = trace_translator(self.model)
         self._warmup(decoder)
-        self.decoder, self.compiled = decoder, True
+        self.decoder = decoder
         if self.engine is not None and self.engine.fallback is not None:
             self.engine.fallback = decoder
+
+    @property
+    def compiled(self) -> bool | None:
+        """Whether decoding runs the traced graphs (None: a kind with none to build, e.g. Argos)."""
+        return self.decoder is not self.model
 
     def run(
         self, items: list[Sentence], key: DecodeKey, should_stop: StopCheck = None

@@ -140,7 +140,6 @@ class SentimentHandler(SentimentText):
         self.model = loaded.model
         # one graph call per batch keeps the GIL free while it runs (see ClassifierGraph): built off the loop
         self._graph: ClassifierGraph | None = None
-        self.compiled = False  # batches run the graph
         if torchscript:
             compile_or_stay_eager(self)
 
@@ -151,7 +150,12 @@ class SentimentHandler(SentimentText):
 
         graph = compile_classifier(self.model)
         self._run([self.tokenize(WARMUP_TEXT)], graph)
-        self._graph, self.compiled = graph, True
+        self._graph = graph
+
+    @property
+    def compiled(self) -> bool:
+        """Whether batches run the graph."""
+        return self._graph is not None
 
     def run(self, items: list[ClassifierItem]) -> list[list[float]]:
         """Class probabilities per item; classify_ids sorts by length and pads (B, S) per length bucket."""
