@@ -32,6 +32,7 @@ import torch
 from app.core.settings import Settings
 from bench.blast import Load, blast, requests
 from bench.load import EN_WORDS, FR_WORDS, SENTENCE_WORDS, process_cpu_s, texts
+from bench.machine import cpu_name
 from bench.server import REPO, code_path, free_port, server_env, stop, wait_ready
 
 SENTIMENT_MODEL, TRANSLATE_MODEL = "sentiment-en", "translate-fr-en"
@@ -126,13 +127,17 @@ def model_dir(root: Path, tmp: Path) -> Path:
 
 
 def process_tree(pid: int) -> list[int]:
-    """pid and its descendants (Linux /proc)."""
+    """pid and its descendants (Linux /proc). Processes come and go while it walks: one that is gone
+    between the listing and the read is skipped, with its children."""
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
         out.append(p)
         for task in Path(f"/proc/{p}/task").glob("*/children"):
-            todo += [int(c) for c in task.read_text().split()]
+            try:
+                todo += [int(c) for c in task.read_text().split()]
+            except OSError:  # the thread or the process exited since the glob listed it
+                continue
     return out
 
 
@@ -334,13 +339,6 @@ def _model_alone(checkpoints: Path, cuda: bool, routes: list[str] | None) -> Non
 
 HEADER = """| setup | route | conns | req/s (median, range) | p50 ms | p99 ms | errors | server CPU ms/req | busiest loop ms/req | model loop ms/req | client CPU ms/req | busiest client | ready s |
 |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"""
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "?"
 
 
 def _no_regression(results: dict[tuple[str, str, int], float], c: int) -> None:

@@ -54,7 +54,11 @@ class Server:
     def engine(self, index: int) -> int:
         """The pid of model process `index` (its argument after the metrics directory)."""
         for pid in self.pids("engine"):
-            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[-3] == str(index).encode():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:  # exited since pids() listed it
+                continue
+            if cmd[-3] == str(index).encode():
                 return pid
         raise AssertionError(f"no model process {index}")
 

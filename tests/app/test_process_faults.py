@@ -172,7 +172,11 @@ def serving(server: Server, conn: http.client.HTTPConnection) -> int:
         if (f[1], f[2]) == ends
     ]
     for pid in server.pids("http"):
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:  # exited since pids() listed it
+            continue
+        for fd in fds:
             with contextlib.suppress(OSError):
                 if os.readlink(fd) == f"socket:[{inode}]":
                     return pid
