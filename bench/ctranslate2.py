@@ -20,7 +20,6 @@ tokens/s (> 1: ours is faster).
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import tempfile
 import time
@@ -32,6 +31,7 @@ from typing import Any
 import ctranslate2
 import torch
 
+from bench.machine import cpu_name
 from engines.ct2_convert import export_ctranslate2
 from engines.ct2_decode import CT2Decoder, translate_ids_ctranslate2
 from model import Decodable, DecodeOptions, LoadedModel, Translator, load_checkpoint
@@ -55,13 +55,6 @@ Decode = Callable[[list[list[int]], DecodeOptions, int], list[list[int]]]  # (id
 class Timing:
     tokens_per_s: float
     p50_ms: float | None  # batch 1 only
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
 
 
 def ours(loaded: LoadedModel, model: Decodable[Any]) -> Decode:

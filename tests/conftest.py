@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.machine import describe
 from bench.tiny import (  # the one builder of tiny models and tokenizers, re-exported for the tests
     make_corpus,
     piece_count,
@@ -36,6 +37,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.get_closest_marker("slow") is not None:
             slow[item.path.as_posix()] = slow.get(item.path.as_posix(), 0) + 1
     items.sort(key=lambda item: -slow.get(item.path.as_posix(), 0))
+
+
+def pytest_report_header() -> str:
+    return f"machine: {describe()}"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
+    """A failing run names its machine just above the short summary of its failures: float rounding differs
+    between CPUs (and between torch's kernels for them), so a failure seen on one may not show on another."""
+    if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        terminalreporter.write_line(f"failed on: {describe()}", red=True, bold=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
