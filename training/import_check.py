@@ -3,6 +3,7 @@ is moved into place, so nothing the server would refuse is ever written (trainin
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,9 @@ from model.preprocess import classifier_ids, source_ids
 from model.translator import Translator
 
 PROBE = "Hello, world."  # the check's forward pass: any text the tokenizer can cut
+# a checkpoint's name is one path component inside --out-dir, and what the server calls the model: no
+# separators, no "." or "..", no leading dot (staging folders are hidden), printable ASCII a URL can carry
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 class ImportFailed(ValueError):
@@ -23,7 +27,22 @@ class ImportFailed(ValueError):
 
 
 def one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
+    """The exception's reason on one line: a KeyError's key is named as missing, an exception without a
+    message is named by its type."""
+    if isinstance(e, KeyError) and len(e.args) == 1:
+        return f"missing key {e.args[0]!r}"
+    text = " ".join(str(e).split())
+    return text if text else type(e).__name__
+
+
+def checkpoint_path(out_dir: Path, name: str) -> Path:
+    """out_dir / name, where `name` must be one plain path component (NAME): ImportFailed otherwise."""
+    if not NAME.fullmatch(name):
+        raise ImportFailed(
+            f"--name {name!r}: a checkpoint name is 1 to 100 letters, digits, '.', '_' or '-', starting "
+            "with a letter or digit (one folder inside --out-dir)"
+        )
+    return out_dir / name
 
 
 def check_loadable(path: Path) -> None:
@@ -45,11 +64,22 @@ def check_loadable(path: Path) -> None:
         raise ImportFailed("a forward pass of the result gives NaN or inf (corrupted weights?)")
 
 
+def check_replaceable(out: Path, force: bool) -> None:
+    """An existing `out` is replaced only with force, and only when it is a checkpoint folder (config.json
+    in a real folder): --force never deletes anything else."""
+    if not (out.exists() or out.is_symlink()):
+        return
+    if not force:
+        raise ImportFailed(f"{out} already exists (--force replaces it)")
+    if out.is_symlink() or not out.is_dir() or not (out / "config.json").is_file():
+        raise ImportFailed(f"{out} exists and is not a checkpoint folder (no config.json): not replaced")
+
+
 def write_checked(out: Path, write: Callable[[Path], Path], force: bool) -> Path:
     """write(stage) into a staging folder next to `out`, check_loadable, then move it to `out` (replacing
-    an existing one only with force). On any failure the staging folder is removed: nothing half-written."""
-    if out.exists() and not force:
-        raise ImportFailed(f"{out} already exists (--force replaces it)")
+    an existing checkpoint only with force). On any failure the staging folder is removed: nothing
+    half-written. The old checkpoint is moved aside before the new one takes its name, then removed."""
+    check_replaceable(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = out.parent / f".{out.name}.importing"
     shutil.rmtree(stage, ignore_errors=True)
@@ -62,6 +92,11 @@ def write_checked(out: Path, write: Callable[[Path], Path], force: bool) -> Path
             raise type(e)(str(e).replace(str(stage), str(out))) from e
         raise
     if out.exists():
-        shutil.rmtree(out)
-    stage.rename(out)
+        old = out.parent / f".{out.name}.replaced"
+        shutil.rmtree(old, ignore_errors=True)
+        out.rename(old)
+        stage.rename(out)
+        shutil.rmtree(old)
+    else:
+        stage.rename(out)
     return out

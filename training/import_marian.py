@@ -119,11 +119,23 @@ NAME_HELP = "opus-mt-SRC-TGT or opus-mt-tc-big-SRC-TGT"
 
 
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """model.safetensors, else pytorch_model.bin read with weights_only=True (never a pickle's code)."""
+    """model.safetensors, else pytorch_model.bin read with weights_only=True (never a pickle's code);
+    ValueError naming the file when it cannot be read as such."""
     if (f := folder / "model.safetensors").is_file():
-        return safetensors.torch.load_file(str(f))
+        try:
+            return safetensors.torch.load_file(str(f))
+        except Exception as e:  # safetensors' own SafetensorError: a bad header, a short body
+            raise ValueError(f"{f}: not a valid safetensors file ({e})") from e
     if (f := folder / "pytorch_model.bin").is_file():
-        state = torch.load(f, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(f, map_location="cpu", weights_only=True)
+        except Exception as e:  # pickle.UnpicklingError: more than tensors (code it would have to run)
+            first = " ".join(str(e).split())[:200]
+            raise ValueError(
+                f"{f}: refused by torch.load(weights_only=True), not plain tensors ({first})"
+            ) from e
+        if not isinstance(state, dict):
+            raise ValueError(f"{f}: holds a {type(state).__name__}, not a dict of tensors")
         return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
     raise FileNotFoundError(f"{folder}: neither model.safetensors nor pytorch_model.bin")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from training.import_check import one_line, write_checked
+from training.import_check import checkpoint_path, one_line, write_checked
 
 FAMILIES = ("marian", "xlm-roberta")
 
@@ -53,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> Path:
-    out, dtype = args.out_dir / args.name, getattr(torch, args.dtype)
+    out, dtype = checkpoint_path(args.out_dir, args.name), getattr(torch, args.dtype)
     if args.family == "marian":
         from training.import_marian import import_marian
 
@@ -73,7 +73,7 @@ def cli(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         path = run(args)
-    except (OSError, ValueError, KeyError, RuntimeError) as e:  # RuntimeError: load_state_dict's shapes
+    except Exception as e:  # any refusal (a pickle refused, a truncated file, a wrong type): one line
         print(f"error: import {args.family} {args.dir}: {one_line(e)}", file=sys.stderr)  # noqa: T201
         return 1
     print(f"wrote {path} (loaded back and run once as the server does)")  # noqa: T201

@@ -123,3 +123,91 @@ def test_verify_without_transformers_says_so(
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ImportError
     assert verify("marian", tiny_sentiment_checkpoint, tiny_sentiment_checkpoint, None)
     assert "transformers is not installed (pip install transformers): not compared" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["..", ".", "", "/abs/dir", "a/b", "../x", ".hidden", "a\\b", "x" * 101])
+def test_a_name_is_one_folder_inside_out_dir(
+    tiny_marian_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """--name ".." with --force once emptied --out-dir's parent, "" replaced --out-dir itself and "/abs"
+    wrote outside it: every name that is not one plain folder is refused before anything is touched."""
+    out = tmp_path / "x" / "sub"
+    out.mkdir(parents=True)
+    (out / "keep").write_text("mine")
+    (tmp_path / "x" / "keep").write_text("mine")
+    argv = ["marian", str(tiny_marian_dir), "--name", name, "--out-dir", str(out), "--force"]
+    assert imports.cli(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "a checkpoint name is 1 to 100 letters, digits, '.', '_' or '-'" in err
+    assert sorted(p.name for p in out.iterdir()) == ["keep"]
+    assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["keep", "sub"]
+
+
+def test_force_replaces_a_checkpoint_and_nothing_else(
+    tiny_marian_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "checkpoints"
+    (out / "notes").mkdir(parents=True)
+    (out / "notes" / "todo.txt").write_text("mine")
+    (tmp_path / "elsewhere").mkdir()
+    (out / "link").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    for name in ("notes", "link"):
+        argv = ["marian", str(tiny_marian_dir), "--name", name, "--out-dir", str(out), "--force"]
+        assert imports.cli(argv) == 1
+        assert "exists and is not a checkpoint folder (no config.json): not replaced" in capsys.readouterr().err
+    assert (out / "notes" / "todo.txt").read_text() == "mine"
+    assert (out / "link").is_symlink()
+    argv = ["marian", str(tiny_marian_dir), "--name", "m", "--out-dir", str(out)]
+    assert imports.cli(argv) == 0
+    first = (out / "m" / "config.json").read_text()
+    assert imports.cli([*argv, "--force"]) == 0  # a checkpoint is replaced, and nothing is left beside it
+    assert json.loads((out / "m" / "config.json").read_text())["files"] == json.loads(first)["files"]
+    assert sorted(p.name for p in out.iterdir()) == ["link", "m", "notes"]
+
+
+def _bad_download(src: Path, dst: Path, case: str) -> None:
+    shutil.copytree(src, dst)
+    hf = json.loads((dst / "config.json").read_text())
+    if case == "pickle":  # a pytorch_model.bin that runs code when unpickled: torch.load(weights_only) refuses
+        import pickle
+
+        class Evil:
+            def __reduce__(self) -> tuple:
+                return (print, ("pwned",))
+
+        (dst / "model.safetensors").unlink()
+        (dst / "pytorch_model.bin").write_bytes(pickle.dumps(Evil()))
+    elif case == "truncated":
+        data = (dst / "model.safetensors").read_bytes()
+        (dst / "model.safetensors").write_bytes(data[: len(data) // 2])
+    elif case == "string d_model":
+        (dst / "config.json").write_text(json.dumps({**hf, "d_model": str(hf["d_model"])}))
+    elif case == "no vocab_size":
+        (dst / "config.json").write_text(json.dumps({k: v for k, v in hf.items() if k != "vocab_size"}))
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("pickle", "pytorch_model.bin"),
+        ("truncated", "model.safetensors"),
+        ("string d_model", "d_model"),
+        ("no vocab_size", "missing key 'vocab_size'"),
+    ],
+)
+def test_every_refusal_is_one_line(
+    tiny_marian_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, reason: str
+) -> None:
+    """These ended in 31-34 lines of traceback (or in a bare 'vocab_size'): now exit 1, one line with the
+    reason, nothing written."""
+    folder = tmp_path / "opus-mt-fr-en"
+    _bad_download(tiny_marian_dir, folder, case)
+    out = tmp_path / "checkpoints"
+    assert imports.cli(["marian", str(folder), "--name", "m", "--out-dir", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1, captured.err
+    assert captured.err.startswith(f"error: import marian {folder}: ")
+    assert reason in captured.err
+    assert "pwned" not in captured.out
+    assert not out.exists() or list(out.iterdir()) == []
