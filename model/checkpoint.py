@@ -63,6 +63,21 @@ def build_model(cfg: ModelConfig, init: bool = True) -> SentimentClassifier | Tr
     return SentimentClassifier(cfg, init) if cfg.task == "sentiment" else Translator(cfg, init)
 
 
+def expected_shapes(cfg: ModelConfig) -> dict[str, torch.Size]:
+    """The shape of every tensor a checkpoint of `cfg` holds (tied aliases once, first name wins), from a
+    model built on the meta device: nothing is allocated, so a config.json that asks for absurd sizes costs
+    nothing before the weights file can contradict it."""
+    with torch.device("meta"):
+        skeleton = build_model(cfg, init=False)
+    seen: set[int] = set()
+    out = {}
+    for name, t in skeleton.state_dict(keep_vars=True).items():  # a tied weight is one Parameter object
+        if id(t) not in seen:
+            seen.add(id(t))
+            out[name] = t.shape
+    return out
+
+
 def unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """state_dict without aliases of tied weights (safetensors refuses shared storage); first name wins."""
     seen: set[int] = set()
@@ -152,8 +167,7 @@ def load_checkpoint(
         tensors = safetensors.torch.load(data)
     except Exception as e:  # safetensors raises its own SafetensorError on a bad header or short body
         raise CheckpointError(f"{path / WEIGHTS}: not a valid safetensors file ({e})") from e
-    model = build_model(cfg, init=False)  # every weight comes from the file: no random init to redo
-    expected = {k: v.shape for k, v in unique_state(model).items()}
+    expected = expected_shapes(cfg)  # checked before the model is built: nothing allocated yet
     missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
     if missing or unexpected:
         raise CheckpointError(
@@ -164,6 +178,7 @@ def load_checkpoint(
             raise CheckpointError(
                 f"{path / WEIGHTS}: tensor {k} has shape {tuple(tensors[k].shape)}, config.json implies {tuple(shape)}"
             )
+    model = build_model(cfg, init=False)  # every weight comes from the file: no random init to redo
     model.load_state_dict(tensors, strict=False)  # tied aliases are filled through their shared parameter
     model.to(device=device, dtype=dtype or torch.float32).eval()
     if isinstance(model, SentimentClassifier) and model.ngram is not None:

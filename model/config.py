@@ -14,6 +14,23 @@ Activation = Literal["relu", "gelu", "swish"]  # swish = SiLU (x * sigmoid(x)), 
 
 _SPEC = re.compile(r"w(\d)c(\d)")
 
+# Upper bounds on the sizes a config.json may ask for, checked before anything is built: a model is built
+# (and its positional table allocated) from these, so an absurd value would cost minutes and gigabytes
+# before the weights could disagree. Each is several times what any supported model uses (OPUS-MT big:
+# d_model 1024, 6 + 6 layers, d_ff 4096, 512 positions; XLM-R large: 24 layers, 250,002 pieces, 514).
+SIZE_LIMITS = {
+    "vocab_size": 1_048_576,
+    "d_model": 8_192,
+    "n_heads": 128,
+    "n_layers": 64,
+    "n_decoder_layers": 64,
+    "d_ff": 65_536,
+    "max_len": 16_384,
+    "ngram_buckets": 16_777_216,
+}
+# the smallest value each takes (a sentiment model has no decoder; no n-gram head has 0 buckets)
+SIZE_FLOORS = {"n_decoder_layers": 0, "ngram_buckets": 0}
+
 
 @dataclass(frozen=True)
 class NgramSpec:
@@ -90,6 +107,11 @@ class ModelConfig:
     architecture: Literal["transformer", "xlm-roberta"] = "transformer"
 
     def __post_init__(self) -> None:
+        self._check_types()
+        for name, limit in SIZE_LIMITS.items():
+            value, floor = getattr(self, name), SIZE_FLOORS.get(name, 1)
+            if not floor <= value <= limit:
+                raise ValueError(f"{name}={value} is outside {floor}..{limit:,} (model.config.SIZE_LIMITS)")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         if self.activation not in ("relu", "gelu", "swish"):
@@ -129,6 +151,16 @@ class ModelConfig:
                 raise ValueError(
                     f"{name}={getattr(self, name)} is outside the vocabulary (size {self.vocab_size})"
                 )
+
+    def _check_types(self) -> None:
+        """Each field of the JSON type its annotation names (bool is no int here: "d_model": true is wrong)."""
+        for f in dataclasses.fields(self):
+            value, kind = getattr(self, f.name), _KINDS.get(str(f.type))
+            if kind is None or (value is None and str(f.type).endswith("| None")):
+                continue
+            if type(value) not in kind:
+                names = " or ".join(sorted({t.__name__ for t in kind} - {"NoneType"}))
+                raise ValueError(f"{f.name} must be {names}, got {value!r} ({type(value).__name__})")
 
     @property
     def head_dim(self) -> int:
@@ -171,3 +203,13 @@ class ModelConfig:
             if key in data:
                 data[key] = tuple(data[key])
         return cls(**data)
+
+
+# the JSON types of ModelConfig's scalar fields, by annotation (the others are checked by value)
+_KINDS: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "int | None": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "str": (str,),
+}
