@@ -41,7 +41,7 @@ from app.parallel.channel import Channel, ChannelClosed
 from app.parallel.heartbeat import DEADLINE_MARGIN_S, STALL_S
 from app.parallel.merge import METRICS_TIMEOUT_S, count_process, merge, render
 from app.parallel.pool import ModelPool
-from app.registry import Registry
+from app.registry import Registry, public_reason
 from app.schemas import ModelInfo, Readiness
 from app.service import TaskContext, detect_texts
 from app.tasks.served import default_tasks
@@ -122,11 +122,19 @@ class RemoteService(TaskContext):
             await task.stop()
 
     def _load_text(self, registry: Registry) -> None:
-        """The text half of each splitting task's handler of each model it serves."""
+        """The text half of each splitting task's handler of each model it serves. A model whose tokenizer
+        cannot be loaded (missing, corrupted, or disagreeing with its config.json) fails alone, as in the
+        model process (which refuses it too, and says so in /ready): never this process."""
+        strict = self.settings.strict_readiness
         for task in self.tasks.values():  # not `prepare`: what the models load with is not needed here
             for entry in registry.entries.values():
-                if task.serves(entry):
+                if not task.serves(entry) or entry.name in registry.failed:
+                    continue
+                try:
                     task.handlers[entry.name] = task.load_text(entry)
+                except (ValueError, OSError) as e:  # CheckpointError, sentencepiece's, a file gone
+                    log.error("model %s failed: %s", entry.name, e)
+                    registry.fail(entry.name, public_reason(self.settings.checkpoint_dir, e), not strict)
 
     # --- what the routes call ------------------------------------------------------------------------
 
@@ -182,10 +190,11 @@ class RemoteService(TaskContext):
         reason otherwise. A model process that is merely silent still gets the call (504 at the deadline,
         as for the tasks it answers whole)."""
         state = self._state
-        if state.status not in ("ready", "shutting_down") or self.registry is None:
+        if state.status not in ("ready", "shutting_down") and not _loaded_but_some_failed(state):
             raise Unavailable(
                 f"not ready: {state.reason}", retry_after=None if state.status == "failed" else 1
             )
+        assert self.registry is not None  # set before the first state is taken
         return self.registry
 
     async def submit(
@@ -243,6 +252,10 @@ class RemoteService(TaskContext):
             return
         self._state, self._models = combined
         self.status, self.reason = self._state.status, self._state.reason
+        if self.registry is not None:  # the model processes' failures route here as there (503 or rerouted)
+            for name, reason in (self._state.failed or {}).items():
+                if name in self.registry.entries and name not in self.registry.failed:
+                    self.registry.fail(name, reason, not self.settings.strict_readiness)
 
     async def _families(self) -> list[Metric]:
         return list(self.metrics.registry.collect())
@@ -263,6 +276,17 @@ class RemoteService(TaskContext):
             log.error("the model process has gone: not ready%s", self.pool.name(i))
             self.status, self.reason = "failed", f"the model process has gone{self.pool.name(i)}"
             self._state = Readiness(status="failed", reason=self.reason, models=self._state.models)
+
+
+def _loaded_but_some_failed(state: Readiness) -> bool:
+    """Loading is over and only models failed (APP_STRICT_READINESS): the others serve, as in one process,
+    and a failed model's requests answer 503 saying why (Registry.check_loaded). Not a model process that
+    has gone or is silent: those states name no failed model."""
+    return (
+        state.status == "failed"
+        and bool(state.failed)
+        and all(v in ("ready", "failed") for v in state.models.values())
+    )
 
 
 async def _connect(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

@@ -64,7 +64,8 @@ class Server:
 
 
 @contextmanager
-def serve(checkpoint_dir: Path, **env: str) -> Iterator[Server]:
+def serve(checkpoint_dir: Path, ready: bool = True, **env: str) -> Iterator[Server]:
+    """python -m app on `checkpoint_dir` with `env`, once /ready says 200 (ready=False: once started)."""
     port = free_port()
     base = {"APP_CHECKPOINT_DIR": str(checkpoint_dir), "APP_PORT": str(port), "APP_LOG_LEVEL": "warning"}
     with tempfile.TemporaryFile() as log:
@@ -73,7 +74,8 @@ def serve(checkpoint_dir: Path, **env: str) -> Iterator[Server]:
         )
         server = Server(f"http://127.0.0.1:{port}", proc, log)
         try:
-            wait_ready(proc, server.url, 120, server.output)
+            if ready:
+                wait_ready(proc, server.url, 120, server.output)
             yield server
         finally:
             stop(proc, timeout=30)
