@@ -15,7 +15,7 @@
 #
 # APP_TRANSLATION_ENGINE=ctranslate2 needs the optional ctranslate2 package, not installed here (+146 MB beside
 # torch CPU's 754 MB): add `RUN pip install "ctranslate2>=4.5,<5"` in an image built FROM this one.
-# Settings are APP_* env vars (see app/core/settings.py). The shipped checkpoints are baked in at /app/checkpoints; mount
+# Settings are APP_* env vars (see app/core/settings/). The shipped checkpoints are baked in at /app/checkpoints; mount
 # a volume over it (or point APP_CHECKPOINT_DIR elsewhere) to serve others.
 
 ARG BASE_IMAGE=python:3.11-slim

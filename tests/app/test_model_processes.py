@@ -17,7 +17,7 @@ import pytest
 import torch
 from asgi_lifespan import LifespanManager
 
-import app.core.settings
+import app.core.settings.machine
 from app.core.metrics import Metrics
 from app.core.settings import Settings
 from app.main import create_app
@@ -65,7 +65,7 @@ def test_model_processes_follow_the_cores_and_the_limits(
 ) -> None:
     """One below 8 cores; from 8, one per 2 cores left after the HTTP processes, as many as the default
     limits can be split between (APP_MAX_QUEUE_WORK / APP_MAX_WORK = 4)."""
-    monkeypatch.setattr(app.core.settings, "usable_cores", lambda: cores)
+    monkeypatch.setattr(app.core.settings.machine, "usable_cores", lambda: cores)
     s = Settings(device="cpu")
     assert (s.http_workers_count(), s.model_processes_count()) == (http, model)
     roomy = Settings(device="cpu", max_queue_work=10_000_000)
@@ -74,7 +74,7 @@ def test_model_processes_follow_the_cores_and_the_limits(
 
 
 def test_cuda_runs_one_model_process_per_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(app.core.settings, "torch_gpu_build", lambda: True)  # a CUDA machine's torch
+    monkeypatch.setattr(app.core.settings.machine, "torch_gpu_build", lambda: True)  # a CUDA machine's torch
     monkeypatch.setattr(Settings, "torch_device", lambda self: torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
     assert Settings().model_processes_count() == 3

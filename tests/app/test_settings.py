@@ -11,7 +11,7 @@ import pytest
 import torch
 from asgi_lifespan import LifespanManager
 
-import app.core.settings
+import app.core.settings.machine
 from app.core.settings import CUDA_BATCH, REPO_ROOT, Settings, SettingsError, load_settings
 from app.main import create_app
 
@@ -127,7 +127,7 @@ def test_cpu_workers_and_threads_leave_the_event_loop_a_core() -> None:
 
 def many_cores(monkeypatch: pytest.MonkeyPatch, cores: int) -> None:
     monkeypatch.setattr(torch, "get_num_threads", lambda: cores)
-    monkeypatch.setattr(app.core.settings, "usable_cores", lambda: cores)
+    monkeypatch.setattr(app.core.settings.machine, "usable_cores", lambda: cores)
 
 
 @pytest.mark.parametrize(
@@ -152,7 +152,7 @@ def test_processes_workers_and_threads_follow_the_cores(
 def test_cuda_batches_are_bounded_by_work_units_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Settings(device="cpu").batch_limits(False) == (32, None)
     assert Settings(device="cpu").batch_limits(True) == (32, 8_192)
-    monkeypatch.setattr(app.core.settings, "torch_gpu_build", lambda: True)  # a CUDA machine's torch
+    monkeypatch.setattr(app.core.settings.machine, "torch_gpu_build", lambda: True)  # a CUDA machine's torch
     monkeypatch.setattr(Settings, "torch_device", lambda self: torch.device("cuda"))
     assert Settings().batch_limits(False) == CUDA_BATCH
     assert Settings().batch_limits(True) == CUDA_BATCH

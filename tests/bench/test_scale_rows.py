@@ -8,12 +8,12 @@ import os
 import pytest
 import torch
 
-import app.core.settings
+import app.core.settings.machine
 from bench.scale import setups
 
 
 def test_a_16_core_box_gets_the_issue_36_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(app.core.settings, "usable_cores", lambda: 16)
+    monkeypatch.setattr(app.core.settings.machine, "usable_cores", lambda: 16)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 16)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(16)))
     rows = {row.name: row for row in setups(16, cuda=False, baseline=None)}

@@ -1,0 +1,152 @@
+"""Models and engines: which checkpoints are served, how they load (warm-up, readiness, int8, TorchScript),
+which engine decodes /translate, and which model answers a language pair."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import field_validator
+from pydantic_settings import BaseSettings, NoDecode
+
+from app.core.settings.base import ENV_PREFIX, REPO_ROOT, SettingsError
+
+# torch is imported where a method needs it: an HTTP process never does (app/parallel/http.py)
+if TYPE_CHECKING:
+    import torch
+
+
+class EngineSettings(BaseSettings):
+    """A group of Settings (app/core/settings/__init__.py), which reads it from the environment."""
+
+    if TYPE_CHECKING:  # ProcessSettings', beside this group in Settings: for mypy only, nothing at run time
+
+        def inference_workers_count(self) -> int: ...
+        def inference_threads(self) -> int: ...
+
+    checkpoint_dir: Path = REPO_ROOT / "checkpoints"  # every subdirectory holding a config.json is served
+    warmup: bool = True  # one inference per model before /ready turns 200
+    # a model that fails to load (Triton's --strict-readiness): true, /ready stays 503 naming it and why while
+    # the others serve; false, /ready turns 200 and its pairs go to the next model in the routing order
+    strict_readiness: bool = True
+    quantize: Literal["none", "int8"] = "none"  # int8: dynamic int8 Linear layers (CPU, float32)
+    # classifier batches run as one TorchScript graph (model.jit.compile_classifier), translators'
+    # encoder and decoder step as traced graphs (model.jit.trace_translator)
+    torchscript: bool = True
+    # translators' graphs are built after /ready turns 200, one model at a time off the inference workers,
+    # each swapped in once built and warmed up (the eager path answers the same until then); false: built
+    # before ready, as part of each model's load. A classifier's graph is always built at load (cheap)
+    torchscript_after_ready: bool = True
+    # /translate decodes with this engine; ctranslate2: the checkpoint converted at load (the optional
+    # `ctranslate2` extra); /attention stays on torch either way
+    translation_engine: Literal["torch", "ctranslate2"] = "torch"
+    # which model answers a language pair (app/registry.py): origins in this order (comma-separated; trained:
+    # here, opus-mt: `python -m training import marian`, argos: an Argos Translate package), and explicit
+    # routes "fr-en=opus-mt-fr-en,de-en=translate-de-en" that override the order
+    origin_order: Annotated[list[str], NoDecode] = ["opus-mt", "argos", "trained"]
+    routes: Annotated[dict[str, str], NoDecode] = {}
+
+    @field_validator("origin_order", mode="before")
+    @classmethod
+    def _split_origins_order(cls, v: object) -> object:
+        if isinstance(v, str):
+            v = [o.strip() for o in v.split(",") if o.strip()]
+        if isinstance(v, list) and (unknown := [o for o in v if o not in ("trained", "opus-mt", "argos")]):
+            raise ValueError(f"origins are trained, opus-mt and argos, got {unknown}")
+        return v
+
+    @field_validator("routes", mode="before")
+    @classmethod
+    def _parse_routes(cls, v: object) -> object:
+        if not isinstance(v, str):
+            return v
+        routes = {}
+        for part in (p.strip() for p in v.split(",") if p.strip()):
+            pair, _, name = part.partition("=")
+            if not re.fullmatch(r"[A-Za-z_]+-[A-Za-z_]+", pair.strip()) or not name.strip():
+                raise ValueError(f"routes look like fr-en=MODEL,de-en=MODEL; got {part!r}")
+            routes[pair.strip()] = name.strip()
+        return routes
+
+    def check_checkpoint_dir(self) -> Path:
+        path = self.checkpoint_dir.expanduser()
+        if not path.is_dir():
+            raise SettingsError(f"{ENV_PREFIX}CHECKPOINT_DIR={path}: directory does not exist")
+        return path
+
+    def graphs_at_load(self) -> bool:
+        """Whether translators build their TorchScript graphs as they load (else after ready, or never)."""
+        return self.torchscript and not self.torchscript_after_ready
+
+    def quantize_mode(self, device: torch.device, dtype: torch.dtype) -> str | None:
+        """The load_checkpoint quantize mode, or None; SettingsError where it cannot run."""
+        import torch
+
+        if self.quantize == "none":
+            return None
+        if device.type != "cpu" or dtype != torch.float32:
+            raise SettingsError(
+                f"{ENV_PREFIX}QUANTIZE={self.quantize} runs on a CPU in float32, not {device.type} with "
+                f"{ENV_PREFIX}DTYPE={str(dtype).removeprefix('torch.')} (set {ENV_PREFIX}DEVICE=cpu and "
+                f"{ENV_PREFIX}DTYPE=float32 or auto)"
+            )
+        return self.quantize
+
+    def dtype_warning(self, device: torch.device, dtype: torch.dtype) -> str | None:
+        """Why `dtype` will be slow on this CPU, if it will (start-up logs it; serving goes on)."""
+        import torch
+
+        if device.type != "cpu" or dtype == torch.float32:
+            return None
+        if dtype == torch.bfloat16 and (
+            torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+        ):
+            return None  # native bf16 matrix products: faster than float32 (BENCHMARKS.md)
+        if dtype == torch.float16 and torch.cpu._is_amx_fp16_supported():
+            return None
+        native = "AVX512-BF16 or AMX" if dtype == torch.bfloat16 else "AMX-FP16"
+        name = str(dtype).removeprefix("torch.")
+        return (
+            f"{ENV_PREFIX}DTYPE={name} on a CPU without {native}: its matrix products are emulated and run "
+            f"several times slower than float32 (on a CPU, {ENV_PREFIX}DTYPE=auto is float32)"
+        )
+
+    def ctranslate2_kwargs(
+        self, device: torch.device, dtype: torch.dtype, always: bool = False
+    ) -> dict[str, Any] | None:
+        """ctranslate2.Translator keyword arguments for APP_TRANSLATION_ENGINE=ctranslate2 (None for torch,
+        unless `always`: Argos packages run on CTranslate2 whatever the engine):
+        the server's device and dtype (APP_QUANTIZE=int8: compute_type int8), one replica per inference worker
+        (inter_threads) so the workers decode side by side, each with the workers' intra-op threads.
+        SettingsError when ctranslate2 is missing or cannot run this device and compute type."""
+        if self.translation_engine != "ctranslate2" and not always:
+            return None
+        engine = f"{ENV_PREFIX}TRANSLATION_ENGINE=ctranslate2" if not always else "an Argos Translate package"
+        if importlib.util.find_spec("ctranslate2") is None:
+            raise SettingsError(
+                f"{engine}: the ctranslate2 package is not installed (pip install ctranslate2, or the "
+                "extra: pip install 'transformer-serving[ctranslate2]')"
+            )
+        import ctranslate2
+
+        compute_type = "int8" if self.quantize == "int8" else str(dtype).removeprefix("torch.")
+        supported = ctranslate2.get_supported_compute_types(device.type, device.index or 0)
+        if compute_type not in supported:
+            setting = (
+                f"{ENV_PREFIX}QUANTIZE=int8"
+                if self.quantize == "int8"
+                else f"{ENV_PREFIX}DTYPE={compute_type}"
+            )
+            raise SettingsError(
+                f"{engine} with {setting}: CTranslate2 runs {', '.join(sorted(supported))} on this {device.type}, "
+                f"not {compute_type}"
+            )
+        return {
+            "device": device.type,
+            "device_index": device.index or 0,
+            "compute_type": compute_type,
+            "inter_threads": self.inference_workers_count(),
+            "intra_threads": self.inference_threads(),
+        }
