@@ -145,17 +145,19 @@ class Gate:
     def _refusal(self, scope: Scope) -> HTTPException | None:
         """The refusal of a request whose headers say its body cannot be read as sent, in this order (one pass
         over the headers):
-        - more than one Host header: 400 (RFC 9112 section 3.2; proxies and servers that read different ones
-          of the two can be made to disagree about where a request goes: request smuggling, cache poisoning);
+        - more than one Host header, or one naming several hosts ("a, b"): 400 (RFC 9112 section 3.2;
+          proxies and servers that read different ones of the two can be made to disagree about where a
+          request goes: request smuggling, cache poisoning); none at all on HTTP/1.1: 400 (the same section);
         - a declared Content-Length over APP_MAX_BODY_BYTES: 413;
         - a Transfer-Encoding other than chunked (RFC 9112: 501; h11 refuses it itself, httptools hands the
           still-coded body on) or a Content-Encoding other than identity (RFC 9110: 415, with Accept-Encoding).
         Each closes the connection: the body is not read."""
         hosts, size, coded = 0, None, None
-        lengths = 0
+        lengths, listed = 0, False
         for name, value in scope["headers"]:
             if name == b"host":
                 hosts += 1
+                listed = listed or b"," in value
             elif name == b"content-length":
                 lengths += 1
                 size = _length(value) if lengths == 1 else size  # the first one counts
@@ -175,6 +177,17 @@ class Gate:
         if hosts > 1:
             return HTTPException(
                 400, "more than one Host header: send exactly one (RFC 9112)", headers={"Connection": "close"}
+            )
+        if listed:
+            return HTTPException(
+                400, "the Host header names more than one host: send exactly one (RFC 9112)",
+                headers={"Connection": "close"},
+            )  # fmt: skip
+        if hosts == 0 and scope.get("http_version") == "1.1":
+            return HTTPException(
+                400,
+                "no Host header: an HTTP/1.1 request must send one (RFC 9112)",
+                headers={"Connection": "close"},
             )
         if size is not None and size > self.max_body_bytes:
             return BodyTooLarge(self.max_body_bytes, size)

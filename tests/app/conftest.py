@@ -144,7 +144,10 @@ def json_post_scope(path: str, content_length: int) -> dict[str, Any]:
     return {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
         "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(content_length).encode())],
+        "headers": [
+            (b"host", b"test"), (b"content-type", b"application/json"),
+            (b"content-length", str(content_length).encode()),
+        ],
         "client": ("127.0.0.1", 1), "server": ("test", 80), "state": {},
     }  # fmt: skip
 

@@ -87,6 +87,8 @@ def test_two_host_headers_are_a_400_over_tcp(server: Server) -> None:
         (b"Host: a\r\n", b"200"),
         (b"Host: a\r\nHost: b\r\n", b"400"),
         (b"Host: a\r\nhost: a\r\n", b"400"),
+        (b"Host: a, b\r\n", b"400"),  # issue 43: a list is no one host
+        (b"", b"400"),  # issue 43: HTTP/1.1 with no Host at all
     ]
     for hosts, status in cases:
         with server.connect() as sock:
@@ -98,6 +100,13 @@ def test_two_host_headers_are_a_400_over_tcp(server: Server) -> None:
         assert data.startswith(b"HTTP/1.1 %s " % status), (hosts, data)
         if status == b"400":
             assert b"Host" in data.split(b"\r\n\r\n", 1)[1], data
+    with server.connect() as sock:  # HTTP/1.0 has no Host requirement
+        sock.sendall(
+            b"POST /sentiment HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(body), body)
+        )
+        data, _ = read_until_closed(sock)
+    assert data.split(b" ", 2)[1] == b"200", data
 
 
 @pytest.mark.anyio
