@@ -143,7 +143,7 @@ def contract(app_checkpoint_dir: Path) -> Iterator[Served]:
 # detects in a language no model (or not the one named) translates
 UNSERVED = [
     (404, ""),
-    (400, " is not supported"),
+    (400, " is not supported"),  # a served code that no pair of the other field's language has
     (400, " is not available as a target language from "),
     (422, " is out of range: valid range is "),
     (422, "-token limit of "),
@@ -267,3 +267,24 @@ def test_the_limits_are_the_settings(contract: Served) -> None:
     lt = contract.request("GET", f"{LT}/spec").json()["paths"][f"{LT}/translate"]["post"]
     q = lt["requestBody"]["content"][JSON]["schema"]["properties"]["q"]["anyOf"]
     assert [b.get("maxLength", b.get("maxItems")) for b in q] == [MAX_CHARS, MAX_TEXTS]
+
+
+def test_the_libretranslate_codes_are_the_served_ones(contract: Served) -> None:
+    """Issue 43: source "0" was a 400 ("0 is not supported") while the document allowed any string. The
+    document now states the codes the models serve, in any case (LibreTranslate lowercases them)."""
+    import re
+
+    body = contract.schema.raw_schema["paths"][f"{LT}/translate"]["post"]["requestBody"]["content"]
+    for media in body.values():
+        fields = media["schema"]["properties"]
+        source, target = re.compile(fields["source"]["pattern"]), re.compile(fields["target"]["pattern"])
+        for code in ("fr", "EN", " en ", "auto", "Auto"):
+            assert source.search(code), code
+        for code in ("0", "zz", "", "fren", "auto fr"):
+            assert not source.search(code), code
+        assert target.search("en")
+        assert not target.search("auto")
+        assert not target.search("0")
+    for code, status in (("0", 400), ("FR", 200), ("zz", 400)):
+        r = contract.request("POST", f"{LT}/translate", json={"q": "Bonjour", "source": code, "target": "en"})
+        assert r.status_code == status, (code, r.text)
