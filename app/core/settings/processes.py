@@ -71,7 +71,7 @@ class ProcessSettings(BaseSettings):
         """APP_INFERENCE_WORKERS, or for 0: on a CPU with 2+ cores 2, and from MANY_CORES on a quarter of
         the cores (at most MAX_AUTO_INFERENCE_WORKERS: small models gain little from intra-op threads, so
         many cores are better used as more batches side by side); on CUDA CUDA_WORKERS (one batch's CPU
-        side, padding and copies, overlaps another's kernels: BENCHMARKS.md, "GPU box")."""
+        side, padding and copies, overlaps another's kernels: BENCHMARKS.md, "The GPU box")."""
         import torch
 
         if self.inference_workers:
