@@ -259,6 +259,15 @@ class Channel:
             assert self.writer is not None
             self.writer.write(frames.encode(out))
 
+    def abandon(self, error: Exception) -> int:
+        """Answer every call waiting on the other end with `error`, and tell it to drop them (CANCEL frames,
+        read when it runs again): it has stopped answering, and its callers must not wait -> how many."""
+        waiting = [(i, r) for i, r in self._waiting.items() if not r.done()]
+        for call_id, reply in waiting:
+            reply.set_result((False, portable(error), ((), 0)))
+            self._send((CANCEL, call_id))
+        return len(waiting)
+
     def close(self) -> None:
         """Fail the calls waiting for an answer (ChannelClosed), cancel the ones we run, close the stream."""
         if self.closed.done():

@@ -37,18 +37,24 @@ class ModelPool:
         self.states.append(None)
         return len(self.channels) - 1
 
-    def order(self) -> list[int]:
-        """The live model processes, least loaded first."""
+    def order(self, stall_s: float) -> list[int]:
+        """The live model processes that have spoken within `stall_s`, least loaded first: a silent one
+        (stopped, wedged) is out of the rotation until it speaks again."""
         n = len(self.channels)
         self._turn += 1
-        live = [i for i, c in enumerate(self.channels) if not c.closed.done()]
+        live = self.answering(stall_s)
         return sorted(live, key=lambda i: (self.in_flight[i], (i - self._turn) % n))
 
-    async def call(self, items: int, method: str, *args: Any, **kwargs: Any) -> Any:
-        """`method` on the least loaded model process (`items`: what the call carries); on a 429 the
-        next, until one admits it or every one has refused (429 then). ChannelClosed when none is left."""
+    def answering(self, stall_s: float) -> list[int]:
+        """The model processes that are connected and have spoken within `stall_s`."""
+        return [i for i, c in enumerate(self.channels) if not c.closed.done() and c.silent_for() <= stall_s]
+
+    async def call(self, items: int, method: str, *args: Any, stall_s: float, **kwargs: Any) -> Any:
+        """`method` on the least loaded answering model process (`items`: what the call carries); on a 429
+        the next, until one admits it or every one has refused (429 then). ChannelClosed when none is
+        left."""
         full: list[QueueFull] = []
-        for i in self.order():
+        for i in self.order(stall_s):
             self.in_flight[i] += items
             try:
                 return await self.channels[i].call(method, *args, **kwargs)

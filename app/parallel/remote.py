@@ -38,7 +38,7 @@ from app.core.limits import Limits
 from app.core.metrics import Metrics
 from app.core.settings import Settings
 from app.parallel.channel import Channel, ChannelClosed
-from app.parallel.heartbeat import DEADLINE_MARGIN_S, STALL_S
+from app.parallel.heartbeat import DEADLINE_MARGIN_S, HEARTBEAT_S, STALL_S
 from app.parallel.merge import METRICS_TIMEOUT_S, count_process, merge, render
 from app.parallel.pool import ModelPool
 from app.registry import Registry, public_reason
@@ -78,6 +78,7 @@ class RemoteService(TaskContext):
         self.pool = ModelPool()  # a channel to each model process
         self._gone = False  # a model process has gone: the server is stopping
         self._readers: list[asyncio.Task[None]] = []
+        self._watchdog: asyncio.Task[None] | None = None  # answers the calls held by a silent model process
         self._state = Readiness(status="loading", reason="connecting to the model process")
         self._models: list[ModelInfo] = []
 
@@ -93,6 +94,7 @@ class RemoteService(TaskContext):
             self.pool.add(channel)
             self._readers.append(task := asyncio.create_task(channel.serve(), name=f"model-process-{i}"))
             task.add_done_callback(partial(self._on_closed, i))
+        self._watchdog = asyncio.create_task(self._watch_silence(), name="silence-watch")
         hellos = await asyncio.gather(*(c.call("hello", os.getpid()) for c in self.pool.channels))
         for i, state in enumerate(hellos):
             # a model process pushes its state to us from our hello on, so a "state" note that came while
@@ -115,6 +117,8 @@ class RemoteService(TaskContext):
         for channel in self.pool.channels:
             channel.note("bye")  # not a death: the server is shutting down
             channel.close()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         for reader in self._readers:
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
@@ -174,8 +178,13 @@ class RemoteService(TaskContext):
         return await first.call("metrics", merge(theirs))  # type: ignore[no-any-return]
 
     def readiness(self) -> Readiness:
-        """The model processes' last word; 503 ("failed") while one has been silent for STALL_S."""
+        """The model processes' last word; 503 ("failed") while every one has been silent for STALL_S; while
+        only some are, ready, the reason saying how many answer (the others serve their requests)."""
         if (silent := self._silent()) is not None and self._state.status == "ready":
+            answering, n = len(self.pool.answering(STALL_S)), len(self.pool.channels)
+            if answering:
+                reason = f"{answering} of {n} model processes answering: {self._silence(*silent)}"
+                return self._state.model_copy(update={"reason": reason})
             return Readiness(status="failed", reason=self._silence(*silent), models=self._state.models)
         return self._state
 
@@ -221,8 +230,9 @@ class RemoteService(TaskContext):
         """A model call (`items`: what it carries, the model processes' load), answered 504 here
         DEADLINE_MARGIN_S past the deadline whatever the model process does (the cancelled call sends
         CANCEL: its task there is cancelled, its queued items dropped)."""
-        # fail fast: a call sent now would outlast the supervisor's kill of a silent model process
-        if (silent := self._silent()) is not None:
+        # fail fast when no model process answers: a call sent now would outlast the supervisor's kill of a
+        # silent one (with several, a silent one is only left out of the rotation: ModelPool.order)
+        if not self.pool.answering(STALL_S) and (silent := self._silent()) is not None:
             raise Unavailable(self._silence(*silent), retry_after=1)
         timeout_s = self.settings.request_timeout_s
         limit = asyncio.timeout(timeout_s + DEADLINE_MARGIN_S)
@@ -238,7 +248,7 @@ class RemoteService(TaskContext):
         if not self.pool.channels:
             raise Unavailable(f"not ready: {self.reason}")
         try:
-            return await self.pool.call(items, method, *args, **kwargs)
+            return await self.pool.call(items, method, *args, stall_s=STALL_S, **kwargs)
         except ChannelClosed:
             raise Unavailable("the model process has gone; the server is restarting or stopping") from None
 
@@ -262,6 +272,23 @@ class RemoteService(TaskContext):
 
     async def _alive(self) -> None:
         """The model process's heartbeat: arriving is the message (Channel.last_heard)."""
+
+    async def _watch_silence(self) -> None:
+        """Every HEARTBEAT_S, while another model process answers: the calls waiting on one silent for
+        STALL_S are answered 503 at once (and cancelled there, for when it runs again) rather than at their
+        deadline, and the others take the new requests (ModelPool.order). With none answering, the calls
+        keep their deadline (504): there is nowhere else to send them."""
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            if not self.pool.answering(STALL_S):
+                continue
+            for i, channel in enumerate(self.pool.channels):
+                seconds = channel.silent_for()
+                if seconds > STALL_S and not channel.closed.done():
+                    error = Unavailable(f"{self._silence(i, seconds)}: try again", retry_after=1)
+                    if abandoned := channel.abandon(error):
+                        log.error("answered 503 to %d call(s) held by a silent model process%s", abandoned,
+                                  self.pool.name(i))  # fmt: skip
 
     def _silent(self) -> tuple[int, float] | None:
         """(index, seconds) of the model process silent the longest, once past STALL_S; else None."""

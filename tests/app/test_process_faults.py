@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -117,32 +118,82 @@ def test_a_stopped_model_process_gets_504_at_the_deadline_and_drops_the_work(ser
 
 
 def test_a_model_process_that_stops_answering_is_seen(two_models: Server) -> None:
-    """One of two model processes stops: the other one does not hide it; running again, it is ready again."""
+    """One of two model processes stops: it is left out of the rotation, the other one serves, and /ready
+    says how many answer (200: the server serves); running again, it rejoins."""
     server = two_models
     engine = server.engine(1)
     with stopped(engine):
-        # within a few seconds /ready is 503 and says why (the heartbeat stopped arriving)
-        _, state = eventually(lambda: (s := ready(server))[0] == 503 and s, timeout=STALL_S + 2)
-        assert state["status"] == "failed", state
-        assert state["reason"].startswith("the model process has not answered for "), state
+        # within a few seconds /ready says so (the heartbeat stopped arriving), still 200
+        def degraded() -> dict[str, Any] | None:
+            status, state = ready(server)
+            return (
+                state
+                if status == 200 and "model processes answering" in (state.get("reason") or "")
+                else None
+            )
+
+        state = eventually(degraded, timeout=STALL_S + 1)
+        assert state["status"] == "ready", state
+        assert state["reason"].startswith("1 of 2 model processes answering: the model process has not "), (
+            state
+        )
         assert state["reason"].endswith(" s (model process 2 of 2)"), state
         # /metrics answers, with what this HTTP process has: its gauges, no counter that would fall
         text = metrics(server, timeout=METRICS_WAIT_S + 1)
         assert sample(text, 'transformer_serving_processes{role="http"}') == 1
-        assert sample(text, 'transformer_serving_processes{role="model"}') == 0
         assert not [line for line in text.splitlines() if line.endswith((" counter", " histogram"))]
-        # a new model call is refused at once, not held until its deadline
-        r = classify(server, timeout=TIMEOUT_S)
-        assert r.status_code == 503, r.text
-        assert "has not answered" in r.json()["detail"]
-        assert "retry-after" in r.headers
+        # new requests go to the one that answers
+        assert [classify(server, timeout=TIMEOUT_S).status_code for _ in range(6)] == [200] * 6
         # the supervisor has seen it too (it kills at wedged_after, not yet)
-        eventually(lambda: f"not ready (2 of 2, pid {engine})" in server.output(), timeout=STALL_S + 2)
-    # running again: ready again, and it serves
-    eventually(lambda: ready(server)[0] == 200, timeout=10)
+        eventually(lambda: f"not ready (2 of 2, pid {engine})" in server.output(), timeout=1)
+    # running again: every model process answers, and it serves
+    eventually(lambda: (s := ready(server))[0] == 200 and not s[1].get("reason"), timeout=10)
     eventually(lambda: f"the model process answers again (2 of 2, pid {engine})" in server.output())
     assert server.proc.poll() is None
     assert classify(server).status_code == 200
+
+
+def test_a_stopped_model_process_of_two_costs_only_what_it_held(sentiment_only_dir: Path) -> None:
+    """Issue 43: SIGSTOP of one of two model processes for 8 s under load made every route answer 503 for
+    8 s (12,626 of 15,668 requests). Now the requests it held answer 503 within STALL_S and a beat, the
+    other model process serves the rest, and no connection is reset. (APP_REQUEST_TIMEOUT_S is the default
+    here: the supervisor kills a silent model process only after it.)"""
+    env = {"APP_HTTP_WORKERS": "2", "APP_MODEL_PROCESSES": "2"}
+    with serve(sentiment_only_dir, **env) as server:
+        engine = server.engine(1)
+        during: list[int | str] = []  # the answers to the requests sent while it was stopped
+        stop_at: list[float] = []
+        done = threading.Event()
+
+        def client() -> None:
+            with httpx.Client(base_url=server.url, timeout=40) as c:
+                while not done.is_set():
+                    sent = time.monotonic()
+                    try:
+                        answer: int | str = c.post("/sentiment", json={"text": "a good film"}).status_code
+                    except httpx.TransportError as e:
+                        answer = type(e).__name__
+                    if stop_at and stop_at[0] <= sent <= stop_at[0] + 8:
+                        during.append(answer)
+
+        threads = [threading.Thread(target=client) for _ in range(8)]
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(1)
+            with stopped(engine):
+                stop_at.append(time.monotonic())
+                time.sleep(8)
+        finally:
+            time.sleep(0.5)
+            done.set()
+            for t in threads:
+                t.join(timeout=60)
+        assert server.proc.poll() is None
+    counts = {a: during.count(a) for a in set(during)}
+    assert set(counts) <= {200, 503, 504}, counts  # nothing reset, no other error
+    assert counts.get(200, 0) >= 0.9 * len(during), counts
+    assert counts.get(503, 0) + counts.get(504, 0) <= 8, counts  # at most one held per client
 
 
 def test_a_model_process_that_stops_answering_stops_the_server(two_models: Server) -> None:
