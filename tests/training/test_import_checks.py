@@ -155,7 +155,8 @@ def test_force_replaces_a_checkpoint_and_nothing_else(
     for name in ("notes", "link"):
         argv = ["marian", str(tiny_marian_dir), "--name", name, "--out-dir", str(out), "--force"]
         assert imports.cli(argv) == 1
-        assert "exists and is not a checkpoint folder (no config.json): not replaced" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "exists and is not a checkpoint folder (no config.json): not replaced" in err
     assert (out / "notes" / "todo.txt").read_text() == "mine"
     assert (out / "link").is_symlink()
     argv = ["marian", str(tiny_marian_dir), "--name", "m", "--out-dir", str(out)]
@@ -169,7 +170,7 @@ def test_force_replaces_a_checkpoint_and_nothing_else(
 def _bad_download(src: Path, dst: Path, case: str) -> None:
     shutil.copytree(src, dst)
     hf = json.loads((dst / "config.json").read_text())
-    if case == "pickle":  # a pytorch_model.bin that runs code when unpickled: torch.load(weights_only) refuses
+    if case == "pickle":  # a pytorch_model.bin that runs code when unpickled: weights_only refuses it
         import pickle
 
         class Evil:
