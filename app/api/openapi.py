@@ -41,7 +41,9 @@ def any_case(codes: Iterable[str]) -> str:
     surrounding whitespace the server strips: {"fr", "en"} -> ^\\s*([eE][nN]|[fF][rR])\\s*$."""
 
     def letters(code: str) -> str:
-        return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c if c in "-_" else re.escape(c) for c in code)
+        return "".join(
+            f"[{c.lower()}{c.upper()}]" if c.isalpha() else c if c in "-_" else re.escape(c) for c in code
+        )
 
     return r"^\s*(" + "|".join(letters(c) for c in sorted(set(codes))) + r")\s*$"
 
