@@ -24,6 +24,7 @@ from app.batching.workers import InferenceWorkers
 from app.core.errors import Unavailable
 from app.core.metrics import Metrics
 from app.core.settings import Settings
+from app.core.threads import name_os_thread
 from app.queues import Queues
 from app.registry import Registry, public_reason
 from app.schemas import ModelInfo, Readiness
@@ -286,6 +287,7 @@ def _on_daemon_thread(fn: Callable[[], None]) -> tuple[threading.Thread, asyncio
             done.set_result(None) if error is None else done.set_exception(error)
 
     def run() -> None:
+        name_os_thread()
         error: Exception | None = None
         try:
             fn()

@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from app.core.threads import name_os_thread
+
 O = TypeVar("O")  # noqa: E741 - a call's result
 
 
@@ -136,6 +138,7 @@ class InferenceWorkers:
         return None
 
     def _serve(self, threads: int) -> None:
+        name_os_thread()
         if threads:
             torch.set_num_threads(threads)  # OpenMP: per thread
         while True:

@@ -13,6 +13,7 @@ import socket
 import threading
 from collections.abc import Callable
 
+from app.core.threads import name_os_thread
 from app.parallel import frames
 from app.parallel.frames import HEADER, MAX_FRAME, BadFrame, Message
 
@@ -52,6 +53,7 @@ class IOThreads:
         self._out.put(None)  # the writer shuts the socket down once it has sent what was queued
 
     def _read(self, initial: bytes) -> None:
+        name_os_thread()
         buf = bytearray(initial)
         try:
             while True:
@@ -80,6 +82,7 @@ class IOThreads:
             self._done()
 
     def _write(self) -> None:
+        name_os_thread()
         stop = False
         try:
             while not stop and (first := self._out.get()) is not None:
