@@ -11,7 +11,8 @@ Setups, each served with APP_HTTP_WORKERS HTTP processes and one model process:
 - bare ASGI: uvicorn with httptools and as many workers, answering every POST with a fixed JSON (`bare_app`
   here): the floor of a Python HTTP server on this machine.
 
-Routes: /sentiment with one text and with 64 texts per request, /translate greedy and beam 4, one sentence
+Routes: /sentiment with one text and with 64 texts per request (at 16 connections: 1,024 texts in flight,
+APP_MAX_QUEUE), /translate greedy and beam 4, one sentence
 per request. Per cell: items/s (texts or sentences answered) and CPU microseconds per item, for the HTTP
 processes together and for each kind of thread of the model process, told apart by their OS names
 (app/core/threads.py): its event loop (scheduling, admission, the channel's frames), the inference workers,
@@ -47,6 +48,7 @@ ROUTES = {  # name -> (path, items per request)
     "translate beam 4": ("/translate", 1),
 }
 THREADS = ("loop", "inference", "I/O", "other")
+QUEUE = 1024  # APP_MAX_QUEUE's default: items that may wait per model
 
 
 def bodies(route: str) -> list[dict[str, Any]]:
@@ -213,11 +215,15 @@ def main(argv: list[str] | None = None) -> int:
                 url, root = launch(setup, checkpoints, args.http_workers, stack)
                 routes = args.routes if checkpoints is not None else ["sentiment x1"]
                 for route in routes:
-                    load, cpu = cell(url, root, route, args.connections, args.duration, args.clients)
-                    items = max(1, load.answered * ROUTES[route][1])
+                    n = ROUTES[route][1]
+                    # 64 texts a request: fewer connections, so that what waits stays within APP_MAX_QUEUE
+                    # (1,024 items) and every answer carries its items (a 429 carries none)
+                    conns = max(1, min(args.connections, QUEUE // n))
+                    load, cpu = cell(url, root, route, conns, args.duration, args.clients)
+                    items = max(1, (load.answered - load.errors) * n)
                     us = {k: 1e6 * v / items for k, v in cpu.items()}
                     model = sum(us[k] for k in THREADS)
-                    row = [setup, route, f"{load.rps * ROUTES[route][1]:,.0f}", str(load.errors),
+                    row = [setup, route, f"{load.rps * n:,.0f}", str(load.errors),
                            f"{us['http']:.0f}", *(f"{us[k]:.1f}" for k in THREADS), f"{model:.1f}",
                            f"{load.busiest_client:.0%}" + (" (client-bound?)" if load.client_bound else "")]  # fmt: skip
                     print("| " + " | ".join(row) + " |", flush=True)  # noqa: T201
