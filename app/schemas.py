@@ -271,9 +271,14 @@ class AttentionRequest(_Request):
         min_length=1,
         max_length=MAX_SELECTED,
         description="Default: all. An index selects that layer in each stack that has it (encoder, decoder).",
+        json_schema_extra={"uniqueItems": True},  # each at most once (422 otherwise: a bounded answer)
     )
     heads: list[Annotated[int, Field(ge=0)]] | None = Field(
-        None, min_length=1, max_length=MAX_SELECTED, description="Default: all."
+        None,
+        min_length=1,
+        max_length=MAX_SELECTED,
+        description="Default: all.",
+        json_schema_extra={"uniqueItems": True},
     )
     format: Literal["json", "png"] = Field("json", description="png: a heatmap grid (also ?format=png).")
 
