@@ -20,6 +20,7 @@ from app.service import Service
 from app.tasks.sentiment import ClassifierItem, SentimentHandler
 from tests.app.conftest import eventually, json_post_scope, serve, wait_ready
 from tests.conftest import make_corpus
+from tests.margins import MARGIN, answer_with_margin
 
 pytestmark = pytest.mark.anyio
 SLOW = "a very slow text"
@@ -132,10 +133,23 @@ async def test_sentiment_batching_parity_and_batches_form(
 async def test_translation_batching_parity(
     make_settings: Callable[..., Settings], model: str, source_lang: str, beam_size: int
 ) -> None:
+    """Each text's translation in concurrent requests (batched) is its translation alone, unless decoding it
+    alone made a choice within MARGIN of a tie (tests/margins.py): a batch rounds each row's log-probabilities
+    apart from the row alone (within ~2e-6), so the answer there is either one. This asserted every text
+    equal; but at beam 3 (translate-multi) 5 texts have such choices, the closest 4e-6 apart (6e-6 on default
+    kernels). Now: the texts decided alone (59 of 64 there, all 64 at greedy) are equal, and they are at
+    least 90%."""
     texts = mixed_texts(64, seed=1)
     req = {"source_lang": source_lang, "beam_size": beam_size, "num_hypotheses": 1, "max_length": 12}
     async with serve(make_settings(max_batch_delay_ms=20)) as (_, client):
-        single = [(await client.post("/translate", json={"text": t} | req)).json() for t in texts]
+        # alone, each with its n-best (the same search: num_hypotheses only cuts it) to see the runner-up
+        single, margins = [], []
+        for t in texts:
+            answer, margin = await answer_with_margin(
+                client, "/translate", {"text": t} | req | {"num_hypotheses": beam_size}
+            )
+            single.append(answer)
+            margins.append(margin)
         # num_hypotheses may differ inside a batch: the batch decodes with the largest and slices per item
         n_best = [1 + i % beam_size for i in range(len(texts))]
         responses = await asyncio.gather(
@@ -145,11 +159,15 @@ async def test_translation_batching_parity(
             )
         )
         metrics = (await client.get("/metrics")).text
-    for one, r, n in zip(single, responses, n_best, strict=True):
+    decided = 0
+    for one, margin, r, n in zip(single, margins, responses, n_best, strict=True):
         assert r.status_code == 200
         assert one["model"] == r.json()["model"] == model
-        assert one["results"][0]["translation"] == r.json()["results"][0]["translation"]
         assert len(r.json()["results"][0].get("hypotheses", [None])) == n
+        if margin >= MARGIN:
+            decided += 1
+            assert one["results"][0]["translation"] == r.json()["results"][0]["translation"]
+    assert decided >= 0.9 * len(texts)
     sizes = batch_sizes(metrics, model)
     assert sizes[1.0] < sizes[float("inf")]
 

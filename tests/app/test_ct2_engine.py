@@ -22,6 +22,7 @@ from app.tasks.ctranslate2 import CT2TranslationHandler
 from model import Translator, save_checkpoint
 from tests.app.conftest import serve
 from tests.conftest import tiny_translation_config
+from tests.margins import MARGIN, answer_with_margin
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 pytestmark = pytest.mark.anyio
@@ -110,18 +111,33 @@ BODIES = [
 ]
 
 
-def assert_same_answer(got: dict[str, Any], want: dict[str, Any]) -> None:
-    """Equal translations; scores equal within 1e-4 (two engines' float32 sums)."""
+async def assert_same_answer(
+    got: dict[str, Any], want: dict[str, Any], torch_client: httpx.AsyncClient, body: dict[str, Any]
+) -> None:
+    """Equal translations; scores equal within 1e-4 (two engines' float32 sums). Except for a text whose
+    torch decode, alone, made a choice within MARGIN of a tie (tests/margins.py): the engines round each
+    log-probability apart (scores within 8e-6), so either answer is right there. This asserted every text
+    equal; the unknown-replacement texts below have beam choices 3e-5 from a tie (replace_unknowns off). At
+    most half of an answer's texts (one of a one-text answer) may be excused so."""
     assert got["model"] == want["model"]
-    for g, w in zip(got["results"], want["results"], strict=True):
-        assert g["translation"] == w["translation"]
+    texts = body["texts"] if "texts" in body else [body["text"]]
+    excused = 0
+    for text, g, w in zip(texts, got["results"], want["results"], strict=True):
+        if [g["translation"], *(h["translation"] for h in g.get("hypotheses", []))] != [
+            w["translation"],
+            *(h["translation"] for h in w.get("hypotheses", [])),
+        ]:
+            alone = {k: v for k, v in body.items() if k != "text"}
+            alone |= {"texts": [text], "num_hypotheses": body.get("beam_size", 4)}  # the runner-up too
+            _, margin = await answer_with_margin(torch_client, "/translate", alone)
+            assert margin < MARGIN, (g, w, f"torch's choices were clear by >= {margin:.2g}")
+            excused += 1
+            continue
         assert g.get("score") == pytest.approx(w.get("score"), abs=1e-4)
-        assert [h["translation"] for h in g.get("hypotheses", [])] == [
-            h["translation"] for h in w.get("hypotheses", [])
-        ]
         assert [h["score"] for h in g.get("hypotheses", [])] == pytest.approx(
             [h["score"] for h in w.get("hypotheses", [])], abs=1e-4
         )
+    assert excused <= max(1, len(texts) // 2)
 
 
 @pytest.mark.parametrize("body", BODIES)
@@ -131,7 +147,7 @@ async def test_ctranslate2_answers_as_torch(
     want = await torch_client.post("/translate", json=body)
     got = await ct2_server[1].post("/translate", json=body)
     assert want.status_code == got.status_code == 200, (want.text, got.text)
-    assert_same_answer(got.json(), want.json())
+    await assert_same_answer(got.json(), want.json(), torch_client, body)
 
 
 async def test_ctranslate2_decodes_what_ends_before_the_limit(
@@ -178,9 +194,9 @@ async def test_concurrent_requests_are_batched_and_answered_as_torch(
     ]
     wants = [(await torch_client.post("/translate", json=b)).json() for b in bodies]
     answers = await asyncio.gather(*(client.post("/translate", json=b) for b in bodies))
-    for r, want in zip(answers, wants, strict=True):
+    for r, want, body in zip(answers, wants, bodies, strict=True):
         assert r.status_code == 200, r.text
-        assert_same_answer(r.json(), want)
+        await assert_same_answer(r.json(), want, torch_client, body)
     assert max(sizes) > 1, sizes  # several requests' sentences decoded in one CTranslate2 call
 
 
@@ -311,7 +327,7 @@ async def test_unknowns_are_replaced_as_torch_replaces_them(
     want = await torch_client.post("/translate", json=body)
     got = await ct2_server[1].post("/translate", json=body)
     assert want.status_code == got.status_code == 200, (want.text, got.text)
-    assert_same_answer(got.json(), want.json())
+    await assert_same_answer(got.json(), want.json(), torch_client, body)
     texts = [r["translation"] for r in want.json()["results"]]
     if body.get("replace_unknowns", True):
         assert not any("\u2047" in t for t in texts[:4])

@@ -25,6 +25,7 @@ from fastapi import FastAPI
 from app.core.settings import Settings
 from model.checkpoint import load_checkpoint
 from tests.app.conftest import serve
+from tests.margins import MARGIN, answer_with_margin
 from training import imports
 
 pytest.importorskip("transformers")
@@ -99,14 +100,16 @@ def test_languages_come_from_flags_name_or_tokens(layouts_dir: Path, downloads: 
 
 def generate(reference, text: str, tag: str, beams: int) -> tuple[str, bool]:  # noqa: ANN001
     """transformers' translation of one text (our default limit: 2 x source tokens + 10) and whether it
-    ended before that limit."""
+    ended before that limit. renormalize_logits: log-softmax again after banning <pad>, as our decoder does;
+    without it transformers' beam scores keep <pad>'s share and differ from ours by up to 5e-3 with these
+    trained models, enough to rank two beams the other way round (greedy's argmax is the same either way)."""
     model, tok = reference
     enc = tok([f"{tag}{text}"], return_tensors="pt")
     limit = 2 * enc["input_ids"].shape[1] + 10
     with torch.inference_mode():
         out = model.generate(
             **enc, num_beams=beams, do_sample=False, max_new_tokens=limit, length_penalty=0.0,
-            early_stopping=True, bad_words_ids=[[tok.pad_token_id]],
+            early_stopping=True, bad_words_ids=[[tok.pad_token_id]], renormalize_logits=True,
         )  # fmt: skip
     ended = int((out[0, 1:] != tok.pad_token_id).sum()) < limit
     return tok.decode(out[0], skip_special_tokens=True), ended
@@ -125,7 +128,12 @@ async def test_translate_equals_generate(
     beams: int,
 ) -> None:
     """/translate (concurrent requests, batched by the server) equals generate: greedy on every sentence,
-    beam 4 (length penalty 0) on those ending before the length limit, where the two differ by design."""
+    beam 4 (length penalty 0) on those ending before the length limit, where the two differ by design.
+    Except a sentence whose decode alone made a choice within MARGIN of a tie (tests/margins.py): the two
+    implementations' log-probabilities differ by rounding, and the tiny models are trained in the session on
+    this CPU's kernels, so their near-ties are drawn anew on each machine (opus-mt-mul-en has a beam choice
+    7e-5 to 9e-5 from a tie here). This asserted every such sentence equal (and generate did not renormalize:
+    see `generate`)."""
     client = server[1]
     replies = await asyncio.gather(
         *(
@@ -149,7 +157,11 @@ async def test_translate_equals_generate(
     for text, r in zip(FR, replies, strict=True):
         want, ended = generate(references[name], text, tag, beams)
         if beams == 1 or ended:
-            assert r.json()["results"][0]["translation"] == want, text
+            if r.json()["results"][0]["translation"] != want:
+                alone = json.loads(r.request.content) | {"num_hypotheses": beams}  # the runner-up too
+                _, margin = await answer_with_margin(client, "/translate", alone)
+                assert margin < MARGIN, (text, want, f"our choices were clear by >= {margin:.2g}")
+                continue
             compared, wants = compared + 1, [*wants, want]
     assert compared >= len(FR) // 2
     assert any(w.strip() for w in wants)  # real outputs, not all empty

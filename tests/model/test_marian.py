@@ -21,6 +21,7 @@ from model.decoding import DecodeOptions, Hypothesis, beam_search, length_penalt
 from model.inference import translate_ids
 from model.preprocess import pad_ids
 from model.translator import Translator
+from tests.margins import MARGIN, with_margin
 from tests.tiny_marian import build_marian, load_reference
 from training import import_marian as importer
 from training import imports
@@ -108,8 +109,32 @@ def test_logits_equal_transformers(imported: LoadedModel, reference) -> None:  #
     assert checked >= 50
 
 
+def assert_equal_unless_near_tie(
+    loaded: LoadedModel,
+    seqs: list[list[int]],
+    opts: DecodeOptions,
+    ours: list[list[int]],
+    theirs: list[list[int]],
+) -> int:
+    """ours[i] == theirs[i], unless our decode of seqs[i] alone has a choice within MARGIN of a tie (either
+    output is then right: tests/margins.py); returns how many rows are equal. Two implementations' logits
+    differ by rounding (6e-6 here), and the tiny model is trained in the session, on this CPU's kernels: its
+    near-ties are drawn anew on each machine (one greedy step within 1e-4 in 1 of 8 training seeds)."""
+    equal = 0
+    for seq, o, t in zip(seqs, ours, theirs, strict=True):
+        if o == t:
+            equal += 1
+            continue
+        _, margin = with_margin(lambda seq=seq: translate_ids(loaded.model, [seq], opts))
+        assert margin < MARGIN, f"ours {o} != {t}, yet each of our choices was clear by >= {margin:.2g}"
+    return equal
+
+
 def test_greedy_equals_generate(imported: LoadedModel, reference) -> None:  # noqa: ANN001
+    """Token for token, except at a near-tie (assert_equal_unless_near_tie): this asserted every row equal,
+    which holds only while no greedy step of the session-trained model is a near-tie."""
     model, cfg = reference[0], imported.config
+    rows = equal = 0
     for batch in range(7):
         seqs = random_sources(imported, 8, seed=100 + batch)
         ours = translate_ids(imported.model, seqs, fixed_limit(1))
@@ -122,14 +147,23 @@ def test_greedy_equals_generate(imported: LoadedModel, reference) -> None:  # no
             max_new_tokens=LIMIT,
             bad_words_ids=[[cfg.pad_id]],  # OPUS-MT's generation_config bans <pad> as well
         )
-        for hyps, row in zip(ours, out.tolist(), strict=True):
-            theirs = [t for t in row[1:] if t != cfg.pad_id]  # no start token, no right padding
-            assert hyps[0].tokens + [cfg.eos_id] == theirs
+        theirs = [[t for t in row[1:] if t != cfg.pad_id] for row in out.tolist()]  # no start, no padding
+        mine = [hyps[0].tokens + [cfg.eos_id] for hyps in ours]
+        equal += assert_equal_unless_near_tie(imported, seqs, fixed_limit(1), mine, theirs)
+        rows += len(seqs)
+    assert equal >= 0.9 * rows
 
 
 def test_beam_equals_generate_without_length_penalty(imported: LoadedModel, reference) -> None:  # noqa: ANN001
     """At length_penalty 0 both rank by the sum of log-probabilities and stop once k hypotheses ended
-    (transformers' early_stopping=True): the same best hypothesis."""
+    (transformers' early_stopping=True): the same best hypothesis, except at a near-tie of our search
+    (assert_equal_unless_near_tie; this asserted every row equal).
+
+    The same sums only with renormalize_logits: transformers bans <pad> (bad_words_ids) after its
+    log-softmax, so without it its log-probabilities keep <pad>'s share (not renormalized, as ours are) and
+    its hypotheses' sums differ from ours by up to 5e-3 with the trained model (0.5e-3 to 5e-3 over 3
+    training seeds), more than many gaps between candidates: the equality held by the luck of where <pad>'s
+    share fell. With it they agree within 6e-6."""
     model, cfg = reference[0], imported.config
     for k in (2, 4):
         seqs = random_sources(imported, 12, seed=200 + k)
@@ -144,14 +178,19 @@ def test_beam_equals_generate_without_length_penalty(imported: LoadedModel, refe
             length_penalty=0.0,
             max_new_tokens=LIMIT,
             bad_words_ids=[[cfg.pad_id]],
+            renormalize_logits=True,  # log-softmax again after the ban, as our decode_step does
         )
-        compared = 0
-        for hyps, row in zip(ours, out.tolist(), strict=True):
-            theirs = [t for t in row[1:] if t != cfg.pad_id]
-            if len(theirs) < LIMIT:  # ended before the limit (see test_forced_eos_at_the_limit)
-                assert hyps[0].tokens + [cfg.eos_id] == theirs
-                compared += 1
-        assert compared >= len(seqs) // 2
+        theirs = [[t for t in row[1:] if t != cfg.pad_id] for row in out.tolist()]
+        # compared: the rows that ended before the limit (see test_forced_eos_at_the_limit)
+        rows = [i for i, t in enumerate(theirs) if len(t) < LIMIT]
+        equal = assert_equal_unless_near_tie(
+            imported,
+            [seqs[i] for i in rows],
+            fixed_limit(k),
+            [ours[i][0].tokens + [cfg.eos_id] for i in rows],
+            [theirs[i] for i in rows],
+        )
+        assert equal >= len(seqs) // 2
 
 
 def test_our_length_penalty_is_gnmt(imported: LoadedModel) -> None:
@@ -168,6 +207,13 @@ def test_our_length_penalty_is_gnmt(imported: LoadedModel) -> None:
 
 
 def test_ctranslate2_export_equals_torch(imported: LoadedModel, tmp_path: Path) -> None:
+    """Greedy: every row, its forced EOS at the limit included. Beam search: the rows whose CTranslate2 output
+    ended before the limit: a beam that reaches it ends there without EOS in CTranslate2 (scored without one),
+    where ours forces EOS and scores it, so their best hypotheses may differ by design (engines/ct2_decode.py,
+    and test_beam_equals_generate_without_length_penalty's rows). Both except at a near-tie of our search
+    (assert_equal_unless_near_tie). This asserted every row equal at beam 4 too: it held while no beam of the
+    session-trained model reached the limit, which 2 of 8 training seeds (another CPU trains other weights)
+    break."""
     ctranslate2 = pytest.importorskip("ctranslate2")
     out = export_ctranslate2(imported.path, tmp_path / "ct2")
     translator = ctranslate2.Translator(str(out), device="cpu", compute_type="float32")
@@ -181,7 +227,15 @@ def test_ctranslate2_export_equals_torch(imported: LoadedModel, tmp_path: Path) 
             seqs,
             fixed_limit(k),  # type: ignore[arg-type]
         )
-        assert theirs == ours
+        rows = [i for i, t in enumerate(theirs) if k == 1 or len(t) < LIMIT - 1]  # LIMIT counts the EOS
+        equal = assert_equal_unless_near_tie(
+            imported,
+            [seqs[i] for i in rows],
+            fixed_limit(k),
+            [ours[i] for i in rows],
+            [theirs[i] for i in rows],
+        )
+        assert equal >= (len(seqs) - 1 if k == 1 else len(seqs) // 2)
 
 
 def test_multilingual_target_tag_goes_on_the_source(tmp_path: Path) -> None:
@@ -253,14 +307,23 @@ def test_server_and_model_never_import_transformers() -> None:
 def test_forced_eos_at_the_limit_keeps_its_log_probability(imported: LoadedModel) -> None:
     """The other documented difference: at the length limit we force EOS and score it with the model's
     own log-probability (a teacher-forced pass gives the same sum); transformers' ForcedEOS sets it to 0, so
-    its beams that reach the limit can rank differently (excluded from the beam comparison above)."""
+    its beams that reach the limit can rank differently (excluded from the beam comparison above).
+
+    The teacher-forced pass bans what decoding bans (<pad>: -inf before the softmax, as decode_step does).
+    It did not: its log-probabilities then differ from the decoder's by log(1 - p(<pad>)) a step, and the
+    test held only while the session-trained model gave <pad> < 1e-4 over the 3 steps: 4.7e-5 with its seed
+    here, 1.6e-4 to 1.1e-3 with 4 of 7 other training seeds (another CPU trains other weights). With the ban,
+    the sums agree within 5e-6 (rounding) for all 8."""
     cfg = imported.config
+    assert isinstance(imported.model, Translator)
     seqs = random_sources(imported, 4, seed=500)
     opts = DecodeOptions(1, 3, 0.0, 3, 0.0, 1)
     for seq, [hyp] in zip(seqs, translate_ids(imported.model, seqs, opts), strict=True):
         assert len(hyp.tokens) <= 2
         tgt = torch.tensor([[cfg.pad_id, *hyp.tokens, cfg.eos_id]])
         with torch.inference_mode():
-            log_probs = imported.model(torch.tensor([seq]), tgt[:, :-1]).float().log_softmax(-1)
+            logits = imported.model(torch.tensor([seq]), tgt[:, :-1]).float()
+            logits[..., imported.model.banned] = float("-inf")
+            log_probs = logits.log_softmax(-1)
         want = log_probs[0].gather(1, tgt[0, 1:, None]).sum().item()
         assert hyp.log_prob == pytest.approx(want, abs=1e-4)
