@@ -22,7 +22,8 @@ from app.core.errors import install_error_handlers
 from app.core.metrics import Metrics
 from app.core.settings import Settings, load_settings
 from app.edge.gate import Gate
-from app.service import Service, Serving
+from app.service import Service
+from app.serving import Serving
 
 DESCRIPTION = """From-scratch Transformers (sentiment, translation) with cross-request dynamic batching.
 

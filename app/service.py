@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from app.batching.wait import Disconnected, wait_all
+from app.batching.wait import WATCH_AFTER_S, Disconnected
+from app.core.errors import ClientDisconnected, DeadlineExceeded
 from app.core.limits import Limits
 from app.core.metrics import Metrics
 from app.core.settings import Settings
@@ -35,36 +37,6 @@ class InlineWork(NamedTuple):
 
 
 INLINE_DETECT = InlineWork(texts=4, chars=2000)  # a few short texts: detected sooner than a thread hop
-
-
-class Serving(Protocol):
-    """What the routes call: Service here, app.parallel.remote.RemoteService in an HTTP process."""
-
-    settings: Settings
-    metrics: Metrics
-
-    @property
-    def registry(self) -> Registry | None: ...
-
-    @property
-    def reason(self) -> str | None: ...
-
-    @property
-    def detector(self) -> LanguageDetector | None: ...
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    async def answer(self, task: str, req: Any, disconnected: Disconnected = None, **options: Any) -> Any: ...
-
-    async def detect(self, texts: Sequence[str], field: str = "texts") -> list[list[Detection]]: ...
-
-    async def metrics_text(self) -> bytes: ...
-
-    def readiness(self) -> Readiness: ...
-
-    def models(self) -> list[ModelInfo]: ...
 
 
 async def detect_texts(
@@ -197,3 +169,61 @@ class Service(TaskContext):
                 f.cancel()
             raise
         return futures
+
+
+async def wait_all(
+    futures: list[asyncio.Future[list[Any]]], deadline: float, disconnected: Disconnected, timeout_s: float
+) -> list[list[Any]]:
+    """Every future's result in order; the first error; 504 past the deadline; ClientDisconnected. The futures
+    still pending when it ends are cancelled (a batch loop then skips their items).
+
+    Callbacks (a timer, the disconnect watcher) cancel the combined future: no asyncio.wait per request.
+    """
+    loop = asyncio.get_running_loop()
+    combined: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
+    why: list[Exception] = []
+    watcher: asyncio.Task[None] | None = None
+
+    def stop(reason: Exception) -> None:
+        if not combined.done():
+            why.append(reason)
+            combined.cancel()
+
+    def timed_out() -> None:
+        stop(DeadlineExceeded.after(timeout_s))
+
+    def watch() -> None:
+        nonlocal watcher, timer
+        assert disconnected is not None
+        timer = loop.call_at(deadline, timed_out)  # first: the deadline holds whatever happens next
+        watcher = loop.create_task(disconnected())
+        watcher.add_done_callback(partial(_on_watcher_done, stop))
+
+    if disconnected is None or deadline <= loop.time() + WATCH_AFTER_S:
+        timer = loop.call_at(deadline, timed_out)
+    else:
+        timer = loop.call_later(WATCH_AFTER_S, watch)
+    try:
+        result = await combined
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if why and not (task is not None and task.cancelling()):  # the timer or the watcher, not our caller
+            raise why[0] from None
+        raise
+    finally:
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()
+        for f in futures:  # no-op when done
+            f.cancel()
+    return [result] if len(futures) == 1 else list(result)
+
+
+def _on_watcher_done(stop: Callable[[Exception], None], watcher: asyncio.Task[None]) -> None:
+    """The client left (the watcher finished); a failing watcher is logged, not taken for a disconnect."""
+    if watcher.cancelled():
+        return
+    if (error := watcher.exception()) is not None:
+        log.error("disconnect watcher failed", exc_info=error)
+        return
+    stop(ClientDisconnected())

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from app.service import Serving
+from app.serving import Serving
 
 
 async def get_service(request: Request) -> Serving:

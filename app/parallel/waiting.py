@@ -1,6 +1,6 @@
 """The model process's deadlines for the requests it queues without a task (the channel's Immediate
 `submit`, at thousands a second): one timer, at the earliest deadline of all, instead of one per request
-(app.batching.wait.wait_all's), fails those past theirs with the same 504."""
+(app.service.wait_all's), fails those past theirs with the same 504."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from app.schemas import (
     TranslateResponse,
     TranslationResult,
 )
-from app.service import Serving
+from app.serving import Serving
 from app.tasks.translation import TranslationTask
 from app.text.blank import is_blank
 
