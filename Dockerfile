@@ -13,8 +13,9 @@
 # gets its distribution's Python 3 (3.12 on Ubuntu 24.04). TORCH_VERSION and the index must agree (2.13.0: cpu, cu130).
 # The default index is the CPU one: `torch==2.13.0` from PyPI would pull gigabytes of CUDA packages.
 #
-# APP_TRANSLATION_ENGINE=ctranslate2 needs the optional ctranslate2 package, not installed here (+146 MB beside
-# torch CPU's 754 MB): add `RUN pip install "ctranslate2>=4.5,<5"` in an image built FROM this one.
+# The CTranslate2 engine (APP_TRANSLATION_ENGINE=auto's choice on a CPU where it is installed) needs the optional
+# ctranslate2 package, not installed here (+146 MB beside torch CPU's 754 MB), so this image decodes with torch:
+# add `RUN pip install "ctranslate2>=4.5,<5"` in an image built FROM this one.
 # Settings are APP_* env vars (see app/core/settings/). The shipped checkpoints are baked in at /app/checkpoints; mount
 # a volume over it (or point APP_CHECKPOINT_DIR elsewhere) to serve others.
 

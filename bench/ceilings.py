@@ -91,7 +91,8 @@ def ceiling(
         seqs = [source_ids(m.tokenizer, t, m.config) for t in texts(FR_WORDS, n, lengths=SENTENCE_WORDS)]
         opts = DecodeOptions(beam_size=beam_size)
         run_ids: Callable[..., Any] = partial(translate_ids, m.model)
-        if server_settings(settings or {}).translation_engine == "ctranslate2":  # the server's engine
+        # the server's engine (auto: CTranslate2 on a CPU where it answers as torch)
+        if server_settings(settings or {}).ctranslate2_kwargs(torch.device(device), dtype) is not None:
             from engines.ct2_decode import load_ct2_decoder
 
             ct2 = load_ct2_decoder(

@@ -11,8 +11,8 @@ throughput and p50/p95/p99 latency, one text per request (`--texts-per-request N
 (bench/wrk/post.lua) when installed: a Python client tops out near 150 req/s on 2 cores and takes CPU from
 the server (`--wrk no` falls back to an httpx async client). The ceiling runs model.inference directly on the
 same inputs in batches of 32. /sentiment inputs are in the model's language: English for sentiment-en (the
-default), Korean for `--sentiment-model sentiment-ko`. `--engine ctranslate2` serves (and measures the
-/translate ceiling) with APP_TRANSLATION_ENGINE=ctranslate2.
+default), Korean for `--sentiment-model sentiment-ko`. `--engine torch|ctranslate2` serves (and measures the
+/translate ceiling) with that APP_TRANSLATION_ENGINE.
 
 The pieces: bench/server.py starts the server, bench/load.py makes the inputs and the load and measures a
 cell, bench/ceilings.py the model-only figures, bench/report.py prints the tables.
@@ -87,8 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--engine",
-        choices=["torch", "ctranslate2"],
-        help="the servers' (and the /translate ceiling's) APP_TRANSLATION_ENGINE (default: the server's, torch)",
+        choices=["auto", "torch", "ctranslate2"],
+        help="the servers' (and the /translate ceiling's) APP_TRANSLATION_ENGINE (default: the server's, auto)",
     )
     p.add_argument(
         "--ceiling-runs",
@@ -152,7 +152,9 @@ def run(args: argparse.Namespace, servers: dict[str, tuple[str, float, int]]) ->
     dtype = str(server_settings(args.settings).torch_dtype(torch.device("cpu"))).removeprefix("torch.")
     print(f"server and ceiling dtype: {dtype}")
     if "/translate" in routes:
-        print(f"/translate engine: {server_settings(args.settings).translation_engine}")
+        server = server_settings(args.settings)
+        engine = "ctranslate2" if server.ctranslate2_kwargs(torch.device("cpu"), torch.float32) else "torch"
+        print(f"/translate engine: {engine} (APP_TRANSLATION_ENGINE={server.translation_engine})")
     if sentiment and "/sentiment" in routes:
         print(f"/sentiment model: {sentiment['model']}")
     print()

@@ -5,6 +5,7 @@ Translate packages, chosen per model at load."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from app.registry import ModelEntry, Registry
     from app.tasks.handlers import TranslationHandler
     from model import LoadedModel
+
+log = logging.getLogger(__name__)
 
 
 class Sentences:
@@ -145,7 +148,13 @@ class TranslationTask(Task):
             return ArgosTranslationHandler(entry.name, entry.package, self._argos_kwargs)
         assert loaded is not None
         if self._ct2_kwargs is not None:
-            return CT2TranslationHandler(loaded, self.settings.graphs_at_load(), self._ct2_kwargs)
+            try:
+                return CT2TranslationHandler(loaded, self.settings.graphs_at_load(), self._ct2_kwargs)
+            except Exception as e:
+                if self.settings.translation_engine != "auto":  # asked for: the model fails, saying why
+                    raise
+                # auto: a model CTranslate2 cannot take is decoded by torch, the same answers
+                log.warning("%s: CTranslate2 cannot load it (%s): the torch engine decodes it", entry.name, e)
         return TranslationHandler(loaded, self.settings.graphs_at_load())
 
     def load_text(self, entry: ModelEntry) -> TranslationText:
@@ -155,6 +164,8 @@ class TranslationTask(Task):
         return TranslationText(entry.name, load_tokenizer(entry.path, entry.meta, entry.config), entry.config)
 
     def engine(self, entry: ModelEntry) -> str | None:
+        if not self.serves(entry):
+            return None
         return "ctranslate2" if entry.package is not None or self._ct2_kwargs is not None else None
 
     def batching(self, model: str, key: Hashable) -> BatchSpec:

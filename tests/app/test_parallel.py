@@ -266,7 +266,8 @@ def _alive(pid: int) -> bool:
         return False
 
 
-SLOW = {
+SLOW = {  # the torch engine: its decoder stops a batch between two steps (a CTranslate2 batch runs to its end)
+    "APP_TRANSLATION_ENGINE": "torch",
     "APP_MAX_QUEUE": "3",
     "APP_MAX_BATCH_SIZE": "1",
     "APP_INFERENCE_WORKERS": "1",

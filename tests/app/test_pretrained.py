@@ -151,9 +151,9 @@ async def test_models_name_each_origin(mixed: tuple[FastAPI, httpx.AsyncClient])
         name: (m["origin"], m["engine"], m["source_langs"], m["target_langs"]) for name, m in models.items()
     }
     assert got == {
-        "translate-fr-en": ("trained", "torch", ["fr"], ["en"]),
-        "opus-mt-fr-en": ("opus-mt", "torch", ["fr"], ["en"]),
-        "opus-mt-fr-ROMANCE": ("opus-mt", "torch", ["fr"], ["es", "it"]),
+        "translate-fr-en": ("trained", "ctranslate2", ["fr"], ["en"]),  # auto, on a CPU: CTranslate2
+        "opus-mt-fr-en": ("opus-mt", "ctranslate2", ["fr"], ["en"]),
+        "opus-mt-fr-ROMANCE": ("opus-mt", "ctranslate2", ["fr"], ["es", "it"]),
         ARGOS: ("argos", "ctranslate2", ["es"], ["en"]),
     }
 

@@ -40,8 +40,9 @@ class EngineSettings(BaseSettings):
     # before ready, as part of each model's load. A classifier's graph is always built at load (cheap)
     torchscript_after_ready: bool = True
     # /translate decodes with this engine; ctranslate2: the checkpoint converted at load (the optional
-    # `ctranslate2` extra); /attention stays on torch either way
-    translation_engine: Literal["torch", "ctranslate2"] = "torch"
+    # `ctranslate2` extra); auto: ctranslate2 on a CPU where it is installed and runs the dtype, else torch
+    # (the faster engine with the same answers: BENCHMARKS.md); /attention stays on torch either way
+    translation_engine: Literal["auto", "torch", "ctranslate2"] = "auto"
     # which model answers a language pair (app/registry.py): origins in this order (comma-separated; trained:
     # here, opus-mt: `python -m training import marian`, argos: an Argos Translate package), and explicit
     # routes "fr-en=opus-mt-fr-en,de-en=translate-de-en" that override the order
@@ -116,13 +117,16 @@ class EngineSettings(BaseSettings):
     def ctranslate2_kwargs(
         self, device: torch.device, dtype: torch.dtype, always: bool = False
     ) -> dict[str, Any] | None:
-        """ctranslate2.Translator keyword arguments for APP_TRANSLATION_ENGINE=ctranslate2 (None for torch,
-        unless `always`: Argos packages run on CTranslate2 whatever the engine):
+        """ctranslate2.Translator keyword arguments for APP_TRANSLATION_ENGINE=ctranslate2, or auto where it
+        applies (None for the torch engine, unless `always`: Argos packages run on CTranslate2 whatever the
+        engine):
         the server's device and dtype (APP_QUANTIZE=int8: compute_type int8), one replica per inference worker
         (inter_threads) so the workers decode side by side, each with the workers' intra-op threads.
         SettingsError when ctranslate2 is missing or cannot run this device and compute type."""
-        if self.translation_engine != "ctranslate2" and not always:
+        if self.translation_engine == "torch" and not always:
             return None
+        if self.translation_engine == "auto" and not always:
+            return self._auto_ctranslate2_kwargs(device, dtype)
         engine = f"{ENV_PREFIX}TRANSLATION_ENGINE=ctranslate2" if not always else "an Argos Translate package"
         if importlib.util.find_spec("ctranslate2") is None:
             raise SettingsError(
@@ -143,6 +147,19 @@ class EngineSettings(BaseSettings):
                 f"{engine} with {setting}: CTranslate2 runs {', '.join(sorted(supported))} on this {device.type}, "
                 f"not {compute_type}"
             )
+        return self._translator_kwargs(device, compute_type)
+
+    def _auto_ctranslate2_kwargs(self, device: torch.device, dtype: torch.dtype) -> dict[str, Any] | None:
+        """APP_TRANSLATION_ENGINE=auto: CTranslate2's kwargs where it is installed and gives the torch
+        engine's answers: on a CPU in float32, not quantized (CTranslate2's int8 and bfloat16 round otherwise
+        than torch's; on CUDA the torch engine's graphs stay the measured choice until CTranslate2 is measured
+        there); None, the torch engine, otherwise."""
+        plain = device.type == "cpu" and str(dtype) == "torch.float32" and self.quantize == "none"
+        if not plain or importlib.util.find_spec("ctranslate2") is None:
+            return None
+        return self._translator_kwargs(device, "float32")
+
+    def _translator_kwargs(self, device: torch.device, compute_type: str) -> dict[str, Any]:
         return {
             "device": device.type,
             "device_index": device.index or 0,
