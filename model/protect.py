@@ -12,10 +12,13 @@ production MT protects them (DeepL's and Google's "do not translate" tags, Libre
   "06 12 34 56 78", "12/03/2024", "14 h 30"), each space-separated group holding a digit or a symbol (a
   lone "?" or "-" between two numbers is the sentence's);
 - emoji and symbol runs ("😀😀", "&", "→");
-- a list marker opening the sentence ("1.", "2)", "a)", "•", "-").
+- a list marker opening the sentence ("1.", "2)", "a)", "•", "-");
+- invisible format characters (bidi embeddings, overrides, isolates and marks, zero-width characters, the
+  BOM, the soft hyphen: model/format_chars.py), taken out first; the ones glued to an item and balanced there
+  travel inside it, the others are kept aside (`Protected.controls`): bidi pairs and marks go back balanced.
 
 Sentence punctuation stays the model's: a run is cut back to its digits and symbols ("7." -> "7"), or grown to
-the brackets it fills ("(2019)"). A run glued to a letter on one side ("Tom&Jerry", "l'€") is left to the
+the brackets it fills ("(2019)", "(TVA 20 %)"). A run glued to a letter on one side ("Tom&Jerry", "l'€") is left to the
 model: taking it out would join or split words. Neighbouring items with only spaces between them make one.
 Pure text work: no tokenizer here.
 """
@@ -25,6 +28,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+
+from model.format_chars import absorb, strip_format
 
 _SPACE = " \u00a0\u202f"  # the spaces allowed inside an item ("15 €", "1 000")
 _LINK = re.compile(
@@ -105,12 +110,14 @@ _BRACKETS = {"(": ")", "[": "]"}
 @dataclass(frozen=True)
 class Protected:
     """A sentence without its items: `text` is what the model reads; `items` are (position in `text` where the
-    item stood, the item's text), in source order. `text` == the sentence when it has no item. A quantity
-    stays in `text` (its span in `quantities`): the caller masks it as a placeholder the model copies."""
+    item stood, the item's text), in source order. `text` == the sentence when it has no item and no format
+    character (`controls`, the ones no item holds). A quantity stays in `text` (its span in `quantities`): the
+    caller masks it as a placeholder the model copies."""
 
     text: str
     items: tuple[tuple[int, str], ...] = ()
     quantities: tuple[tuple[int, int], ...] = ()  # spans of `text`: numbers left in (`is_quantity`)
+    controls: tuple[tuple[int, str], ...] = ()  # format characters: (position in `text`, character)
 
 
 def has_letters(text: str) -> bool:
@@ -160,10 +167,19 @@ def find_items(text: str) -> list[tuple[int, int]]:
             b -= 1
         glued = (a > 0 and text[a - 1].isalpha()) or (b < len(text) and text[b].isalpha())
         if a < b and not glued and any(map(is_symbol, text[a:b])):
-            if a > 0 and b < len(text) and _BRACKETS.get(text[a - 1]) == text[b]:
-                a, b = a - 1, b + 1  # "(2019)": the brackets are the item's
             add(a, b)
-    return _merged(text, sorted(spans))
+    return _merged(text, _bracketed(text, _merged(text, sorted(spans))))
+
+
+def _bracketed(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Each span grown to the brackets it fills ("(2019)", "(TVA 20 %)", "[v2.3]"): the brackets are the
+    item's, not left empty in what the model reads."""
+    out = []
+    for a, b in spans:
+        while a > 0 and b < len(text) and _BRACKETS.get(text[a - 1]) == text[b]:
+            a, b = a - 1, b + 1
+        out.append((a, b))
+    return out
 
 
 def _runs(text: str, taken: list[bool]) -> list[tuple[int, int]]:
@@ -224,32 +240,39 @@ def is_quantity(text: str, a: int, b: int) -> bool:
 
 
 def protect(text: str, quantities: bool = True) -> Protected:
-    """`text` without its items (each taken out with one space beside it, quantities aside unless
-    `quantities` is False: a tokenizer with byte fallback has no placeholder for them) and where each
-    stood."""
+    """`text` without its format characters (model/format_chars.py) and its items (each taken out with one
+    space beside it, quantities aside unless `quantities` is False: a tokenizer with byte fallback has no
+    placeholder for them), and where each stood."""
+    stripped = strip_format(text)
+    text = stripped.text
     spans = find_items(text)
     if not spans:
-        return Protected(text)
+        return Protected(text, controls=stripped.chars)
     out: list[str] = []
     items: list[tuple[int, str]] = []
     kept: list[tuple[int, int]] = []
+    taken: set[int] = set()  # format characters inside an item
+    moved = list(range(len(text) + 1))  # per position of `text`, where it lands in the result
     pos = length = 0  # next character of `text` to copy, characters of the result so far
     for a, b in spans:
         if quantities and is_quantity(text, a, b):
             continue  # copied with the text around it
-        keep, item, after = text[pos:a], text[a:b], text[b : b + 1]
+        keep, item, after = text[pos:a], absorb(stripped, a, b, taken), text[b : b + 1]
         if keep[-1:].isspace() and (not after or after.isspace() or not after.isalnum()):
             keep = keep[:-1]  # "a 3 b" -> "a b", "beau 7." -> "beau."
         elif not (length or keep) and after.isspace():
             b += 1  # "7 jours" -> "jours"
         kept += _shifted(spans, pos, pos + len(keep), length, text) if quantities else []
+        moved[pos:b] = [length + min(p - pos, len(keep)) for p in range(pos, b)]  # an item's: its place
         out.append(keep)
         length += len(keep)
         items.append((length, item))
         pos = b
     kept += _shifted(spans, pos, len(text), length, text) if quantities else []
+    moved[pos:] = [length + p - pos for p in range(pos, len(text) + 1)]
     out.append(text[pos:])
-    return Protected("".join(out), tuple(items), tuple(kept))
+    controls = tuple((moved[p], c) for k, (p, c) in enumerate(stripped.chars) if k not in taken)
+    return Protected("".join(out), tuple(items), tuple(kept), controls)
 
 
 def _shifted(spans: list[tuple[int, int]], start: int, end: int, at: int, text: str) -> list[tuple[int, int]]:

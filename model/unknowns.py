@@ -15,7 +15,8 @@ A tokenizer without byte fallback maps characters it never saw (digits, `€ % @
   during its search (`return_attention`).
 - `restore`: the detokenized text with each output <unk> replaced by its source surface (a run of <unk>s
   that pick the same position gives it once), and each chunk the model dropped put back after the output
-  word aligned just before it (`reattach`), as is each item taken out: every item comes back once, verbatim.
+  word aligned just before it (`reattach`), as is each item taken out: every item comes back once, verbatim;
+  then the bidi controls and marks taken out (model/format_chars.py), balanced (`with_controls`).
 
 A source without items whose source and output hold no <unk> is encoded, decoded and answered exactly as
 without replacement.
@@ -29,12 +30,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from model.config import ModelConfig
+from model.format_chars import CLOSERS, place
 from model.options import Hypothesis
 from model.protect import find_items, has_letters, protect
 from model.tokenizer import PairTokenizer, Tokenizer
 
 AnyTokenizer = Tokenizer | PairTokenizer
 SENTINEL = "\ue000"  # a private-use character: one <unk> for a tokenizer without byte fallback
+_AHEAD = "\ufdd0"  # a noncharacter before a format character put back that binds to what follows
 _LINK = r"(?:https?://|www\.)\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # URL, e-mail
 _ITEM = r"[^\w\s]|[\d_]"  # a character that is neither a letter nor a space
 # a link, or non-letters with spaces inside ("15 €", "1 000")
@@ -54,11 +57,13 @@ class Source:
     surfaces: tuple[str, ...]  # (S,): "" for EOS and for pieces that cover no character
     items: tuple[tuple[int, str], ...] = ()
     verbatim: str | None = None
+    controls: tuple[tuple[int, str], ...] = ()  # format characters: (source position it stood before, char)
 
     @property
     def align(self) -> int:
-        """What the engines align (`needs_alignment`): every hypothesis when items were taken out."""
-        return ALIGN_ALL if self.items else ALIGN_UNKNOWNS
+        """What the engines align (`needs_alignment`): every hypothesis when items or format characters were
+        taken out."""
+        return ALIGN_ALL if self.items or self.controls else ALIGN_UNKNOWNS
 
 
 def chunks(text: str, unknown: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -115,12 +120,14 @@ def encode_source(
             offsets = [(origin[a][0], origin[b - 1][1]) if a < b else (0, 0) for a, b in offsets]
     n = cfg.max_source_len - 1 if cut else len(ids)
     surfaces = (*(body[a:b] for a, b in offsets[:n]), "")
-    if protected is None or not protected.items:
+    if protected is None or not (protected.items or protected.controls):
         return Source(ids[:n] + [cfg.eos_id], surfaces)
     starts = [a for a, _ in offsets[:n]]  # an item stands before the first piece that starts at or after it
     placed = tuple((sum(a < at for a in starts), item) for at, item in protected.items)
+    # a format character: after the pieces ending at or before it (before "▁sur" in "dort \u200fsur")
+    controls = tuple((sum(0 < b <= at for _, b in offsets[:n]), c) for at, c in protected.controls)
     verbatim = None if has_letters(body) else text
-    return Source(ids[:n] + [cfg.eos_id], surfaces, placed, verbatim)
+    return Source(ids[:n] + [cfg.eos_id], surfaces, placed, verbatim, controls)
 
 
 def _mask(text: str, spans: list[tuple[int, int]]) -> tuple[str, list[tuple[int, int]]]:
@@ -211,11 +218,18 @@ def restore(
     surfaces: Sequence[str],
     put_back: bool = True,
     items: Sequence[tuple[int, str]] = (),
+    controls: Sequence[tuple[int, str]] = (),
 ) -> str:
     """Detokenize `tokens` with each <unk> replaced by the surface of its source position (`alignment`, one
     per token; the <unk>s of a run that picked the same position give it once), the items taken out put
-    back and (put_back) the source's chunks no output <unk> picked (`reattach`)."""
+    back, (put_back) the source's chunks no output <unk> picked (`reattach`) and the format characters
+    taken out put back balanced (`with_controls`)."""
+    n = len(surfaces)
     tokens, alignment, surfaces = reattach(tokenizer, tokens, alignment, src_ids, surfaces, put_back, items)
+    if controls:
+        tokens, alignment, surfaces = with_controls(
+            tokenizer, tokens, alignment, surfaces, n, items, controls
+        )
     text = tokenizer.decode_marked(tokens)
     parts = text.split(tokenizer.unk_surface.strip())  # (a stripped text may have lost an end's space)
     unks = [j for j, t in enumerate(tokens) if t == tokenizer.unk_id]
@@ -238,14 +252,45 @@ def restore(
                 "0123456789"
             )  # the model learned "<unk>0" from numbers split by unknown digits
         out += fill + part
+    if controls:
+        # openers and marks put before a "▁word" go after its space: "a <LRI>word", not "a<LRI> word"
+        ahead = re.compile(f"((?:{_AHEAD}.)+)( ?)")
+        out = ahead.sub(lambda m: m[2] + m[1].replace(_AHEAD, ""), out).removeprefix(" ")
     return out
+
+
+def with_controls(
+    tokenizer: AnyTokenizer,
+    tokens: Sequence[int],
+    alignment: Sequence[int],
+    surfaces: Sequence[str],
+    n: int,
+    items: Sequence[tuple[int, str]],
+    controls: Sequence[tuple[int, str]],
+) -> tuple[list[int], list[int], tuple[str, ...]]:
+    """`reattach`'s tokens, alignment and surfaces with an <unk> per format character put back
+    (model.format_chars.place; `n`: the source's length, EOS last), aligned to its own surface."""
+    # per token its source position: an item's put-back tokens stand where the item stood
+    aligned = [a if a < n else items[a - n][0] if a < n + len(items) else None for a in alignment]
+    k = n - 1  # where the source's final punctuation starts
+    while k > 0 and surfaces[k - 1].strip() and not any(c.isalnum() for c in surfaces[k - 1]):
+        k -= 1
+    places = place(controls, aligned, n - 1, (k, _final_punctuation(tokenizer.pieces(list(tokens)))))
+    fills = [c if c in CLOSERS else _AHEAD + c for _, c in places]
+    out_tokens, out_alignment = list(tokens), list(alignment)
+    for m, (at, _) in reversed(list(enumerate(places))):  # from the back: same place, listed order kept
+        out_tokens.insert(at, tokenizer.unk_id)
+        out_alignment.insert(at, len(surfaces) + m)
+    return out_tokens, out_alignment, (*surfaces, *fills)
 
 
 def restore_text(tokenizer: AnyTokenizer, hyp: Hypothesis, source: Source, put_back: bool = True) -> str:
     """A hypothesis' text: the source itself when it has nothing to translate, else `restore_hypothesis`."""
     if source.verbatim is not None:
         return source.verbatim
-    return restore_hypothesis(tokenizer, hyp, source.ids, source.surfaces, source.items, put_back)
+    return restore_hypothesis(
+        tokenizer, hyp, source.ids, source.surfaces, source.items, put_back, source.controls
+    )
 
 
 def restore_hypothesis(
@@ -255,13 +300,15 @@ def restore_hypothesis(
     surfaces: Sequence[str],
     items: Sequence[tuple[int, str]] = (),
     put_back: bool = True,
+    controls: Sequence[tuple[int, str]] = (),
 ) -> str:
     """`restore` with the hypothesis' alignment; without one (CTranslate2 with no torch model to align what
-    it decoded without attention), plain detokenization, or, when items were taken out, each <unk> dropped
-    and the items put back at the output's start: an item is never lost."""
+    it decoded without attention), plain detokenization, or, when items or format characters were taken
+    out, each <unk> dropped, the items put back at the output's start and the format characters at its
+    edges: an item is never lost."""
     if hyp.alignment is not None:
-        return restore(tokenizer, hyp.tokens, hyp.alignment, src_ids, surfaces, put_back, items)
-    if not items:
+        return restore(tokenizer, hyp.tokens, hyp.alignment, src_ids, surfaces, put_back, items, controls)
+    if not (items or controls):
         return tokenizer.decode(hyp.tokens)
     eos = [len(src_ids) - 1] * len(hyp.tokens)  # EOS: aligned after every item, its surface ""
-    return restore(tokenizer, hyp.tokens, eos, src_ids, surfaces, False, items)
+    return restore(tokenizer, hyp.tokens, eos, src_ids, surfaces, False, items, controls)

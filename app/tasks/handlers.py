@@ -232,7 +232,9 @@ class TranslationText:
         """The hypothesis' text: its <unk>s replaced and the items taken out put back (with replacement on)."""
         if (src := item.source) is None:
             return self.tokenizer.decode(hyp.tokens)
-        return restore_hypothesis(self.tokenizer, hyp, item.ids, src.surfaces, src.items)
+        return restore_hypothesis(
+            self.tokenizer, hyp, item.ids, src.surfaces, src.items, controls=src.controls
+        )
 
     def join(
         self, layout: TextLayout, outputs: list[list[SentenceTranslation]], n: int, return_scores: bool

@@ -28,6 +28,8 @@ from model.protect import Protected, find_items, protect
         ("2) Fermez.", ["2)"]),
         ("• Un point", ["•"]),
         ("Le film (2019) est bon.", ["(2019)"]),
+        ("Le prix (TVA 20 %) est bas.", ["(TVA 20 %)"]),  # the brackets a name, code or link fills
+        ("Le [v2.3] ou (https://x.org) ou ((COVID-19))", ["[v2.3]", "(https://x.org)", "((COVID-19))"]),
         ("Il fait beau 7", ["7"]),
         ("J'ai un iOS 17 et GPT 4.", ["iOS 17", "GPT 4"]),
         ("Il coûte 15 € - 20 €.", ["15 € - 20 €"]),  # a range
@@ -68,6 +70,11 @@ def test_neighbours_with_a_space_between_are_one_item() -> None:
         ("Je pars à 19:30 et 2 v2.3 ici.", "Je pars à et ici.", ((9, "19:30"), (12, "2 v2.3"))),
         ("Il coûte 15 €, pas plus.", "Il coûte, pas plus.", ((8, "15 €"),)),
         ("COVID-19", "", ((0, "COVID-19"),)),
+        (
+            "Le prix (TVA 20 %) est bas.",
+            "Le prix est bas.",
+            ((7, "(TVA 20 %)"),),
+        ),  # no "()" left to the model
     ],
 )
 def test_the_model_reads_the_sentence_without_its_items(
