@@ -70,7 +70,13 @@ class Lifecycle:
         quantize = s.quantize_mode(device, dtype)
         self.metrics.set_build_info(__version__, str(device), str(dtype).removeprefix("torch."), s.quantize)
         self.registry = Registry.discover(
-            s.check_checkpoint_dir(), device, dtype, quantize, s.origin_order, s.routes
+            s.check_checkpoint_dir(),
+            device,
+            dtype,
+            quantize,
+            s.origin_order,
+            s.routes,
+            s.model_budget_bytes(),
         )
         entries = self.registry.entries.values()
         for task in self.tasks:

@@ -184,13 +184,16 @@ class Registry:
         failed: dict[str, str] | None = None,
         origin_order: Sequence[str] = ORIGINS,
         routes: dict[str, str] | None = None,
+        max_model_bytes: int | None = None,
     ) -> None:
         """pairs: `route_pairs`' choice of translator per language pair (for origin_order and routes);
         failed: model -> reason, the models whose config.json could not be read; device and dtype None: a
-        routing registry, which loads no weights (an HTTP process: app/parallel/remote.py)."""
+        routing registry, which loads no weights (an HTTP process: app/parallel/remote.py);
+        max_model_bytes: the memory one model may take (APP_MAX_MODEL_BYTES), None: no bound."""
         self.entries = {e.name: e for e in entries}
         self.pairs = pairs
         self.device, self.dtype, self.quantize = device, dtype, quantize
+        self.max_model_bytes = max_model_bytes
         self.failed: dict[str, str] = dict(failed or {})
         self.origin_order, self.routes = origin_order, dict(routes or {})
         self.sentiment_by_lang = sentiment_routes(entries)
@@ -236,6 +239,7 @@ class Registry:
         quantize: str | None = None,
         origin_order: Sequence[str] = ORIGINS,
         routes: dict[str, str] | None = None,
+        max_model_bytes: int | None = None,
     ) -> Registry:
         """Read every `root/*/config.json` and Argos `root/*/metadata.json` (cheap: no weights); bad configs
         fail start-up."""
@@ -284,19 +288,24 @@ class Registry:
                 "or an Argos Translate package)"
             )
         pairs = route_pairs(entries, origin_order, routes)
-        return cls(entries, pairs, device, dtype, quantize, failed, origin_order, routes)
+        return cls(entries, pairs, device, dtype, quantize, failed, origin_order, routes, max_model_bytes)
 
     def load(self, name: str) -> LoadedModel:
         """Load one checkpoint's weights (blocking: run it in the inference thread); not for an Argos
         package (its handler opens it in CTranslate2)."""
-        from model.checkpoint import load_checkpoint
+        from model.checkpoint import OverBudget, load_checkpoint
 
         entry = self.entries[name]
         assert entry.package is None, f"{name} is an Argos package"
         assert self.device is not None, "a routing registry loads no weights"
         assert self.dtype is not None
         start = time.perf_counter()
-        entry.loaded = load_checkpoint(entry.path, self.device, self.dtype, self.quantize)
+        try:
+            entry.loaded = load_checkpoint(
+                entry.path, self.device, self.dtype, self.quantize, self.max_model_bytes
+            )
+        except OverBudget as e:
+            raise OverBudget(f"{e} ({ENV_PREFIX}MAX_MODEL_BYTES)") from None
         log.info(
             "loaded %s (%s, %s parameters, %s on %s) in %.2fs",
             name,

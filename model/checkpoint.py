@@ -146,14 +146,34 @@ def save_checkpoint(
     return path
 
 
+class OverBudget(CheckpointError):
+    """A checkpoint larger than the memory a model may take."""
+
+
+def check_budget(path: Path, expected: dict[str, torch.Size], dtype: torch.dtype, max_bytes: int) -> None:
+    """CheckpointError unless the model fits `max_bytes`: its parameters in `dtype` (from config.json's
+    shapes) and its weights file, which loading holds in memory beside them."""
+    params = sum(shape.numel() for shape in expected.values()) * dtype.itemsize
+    weights = path / WEIGHTS
+    size = weights.stat().st_size if weights.is_file() else 0
+    if params > max_bytes or size > max_bytes:
+        what = f"{params:,} bytes of parameters in {dtype}".replace("torch.", "")
+        raise OverBudget(
+            f"{path / CONFIG}: the model takes {what} and a {size:,}-byte weights file, over the budget of "
+            f"{max_bytes:,} bytes per model"
+        )
+
+
 def load_checkpoint(
     path: str | Path,
     device: str | torch.device = "cpu",
     dtype: torch.dtype | None = None,
     quantize: str | None = None,
+    max_bytes: int | None = None,
 ) -> LoadedModel:
     """Load a checkpoint directory into an eval-mode model on `device` (dtype default: float32);
-    quantize="int8": dynamic int8 Linear layers (model.quantize; float32 on CPU only)."""
+    quantize="int8": dynamic int8 Linear layers (model.quantize; float32 on CPU only). max_bytes: the memory
+    a model may take (`check_budget`), refused before its weights file is read."""
     path = Path(path)
     meta = read_config(path)
     try:
@@ -162,12 +182,14 @@ def load_checkpoint(
         raise CheckpointError(f"{path / CONFIG}: invalid 'model' section ({e})") from e
     files = meta.get("files", {})
     tokenizer = load_tokenizer(path, meta, cfg)
+    expected = expected_shapes(cfg)  # on the meta device: nothing allocated yet
+    if max_bytes is not None:
+        check_budget(path, expected, dtype or torch.float32, max_bytes)
     data, digest = _read(path, WEIGHTS, files)  # digest: hashed once, checked and reported
     try:
         tensors = safetensors.torch.load(data)
     except Exception as e:  # safetensors raises its own SafetensorError on a bad header or short body
         raise CheckpointError(f"{path / WEIGHTS}: not a valid safetensors file ({e})") from e
-    expected = expected_shapes(cfg)  # checked before the model is built: nothing allocated yet
     missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
     if missing or unexpected:
         raise CheckpointError(

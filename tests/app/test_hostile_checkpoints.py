@@ -164,3 +164,54 @@ def test_strict_readiness_names_each_hostile_checkpoint(hostile_dir: Path) -> No
         for name, reason in FAILED.items():
             assert reason in body["failed"][name]
         serves_the_rest(server)
+
+
+def _param_bytes(checkpoint: Path) -> int:
+    from model.checkpoint import expected_shapes
+    from model.config import ModelConfig
+
+    cfg = ModelConfig.from_dict(json.loads((checkpoint / "config.json").read_text())["model"])
+    return sum(s.numel() for s in expected_shapes(cfg).values()) * 4  # float32
+
+
+def test_a_model_over_the_memory_budget_is_refused_before_its_weights_are_read(
+    tiny_translator_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need = _param_bytes(tiny_translator_checkpoint)
+
+    def never(*_: object, **__: object) -> None:
+        raise AssertionError("a weights file was read for a model over the budget")
+
+    with monkeypatch.context() as m:
+        m.setattr(model.checkpoint, "_read", never)
+        with pytest.raises(
+            model.checkpoint.OverBudget, match=f"over the budget of {need - 1:,} bytes per model"
+        ):
+            load_checkpoint(tiny_translator_checkpoint, max_bytes=need - 1)
+    assert load_checkpoint(tiny_translator_checkpoint, max_bytes=2 * need).config.n_layers >= 1
+
+
+@pytest.mark.anyio
+async def test_a_model_over_apps_budget_fails_alone(
+    tmp_path: Path, tiny_sentiment_checkpoint: Path, tiny_translator_checkpoint: Path
+) -> None:
+    """APP_MAX_MODEL_BYTES between the classifier's size and the translator's: the translator fails, saying
+    the budget and the setting; the classifier serves."""
+    from app.core.settings import Settings
+    from tests.app.conftest import serve as serve_app
+
+    small, large = _param_bytes(tiny_sentiment_checkpoint), _param_bytes(tiny_translator_checkpoint)
+    assert small < large
+    root = tmp_path / "models"
+    root.mkdir()
+    (root / "sentiment-en").symlink_to(tiny_sentiment_checkpoint, target_is_directory=True)
+    (root / "translate-fr-en").symlink_to(tiny_translator_checkpoint, target_is_directory=True)
+    settings = Settings(checkpoint_dir=root, max_model_bytes=(small + large) // 2, strict_readiness=False)
+    async with serve_app(settings) as (_, client):
+        r = await client.post("/sentiment", json={"text": "great"})
+        assert r.status_code == 200, r.text
+        body = {"text": "le chat", "source_lang": "fr", "model": "translate-fr-en"}
+        r = await client.post("/translate", json=body)
+        assert r.status_code == 503
+        assert "over the budget of" in r.json()["detail"]
+        assert "(APP_MAX_MODEL_BYTES)" in r.json()["detail"]

@@ -4,11 +4,12 @@ which engine decodes /translate, and which model answers a language pair."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode
 
 from app.core.settings.base import ENV_PREFIX, REPO_ROOT, SettingsError
@@ -32,6 +33,10 @@ class EngineSettings(BaseSettings):
     # the others serve; false, /ready turns 200 and its pairs go to the next model in the routing order
     strict_readiness: bool = True
     quantize: Literal["none", "int8"] = "none"  # int8: dynamic int8 Linear layers (CPU, float32)
+    # the memory one model may take (its parameters, and its weights file while loading), checked from
+    # config.json's shapes before anything is read or allocated: a model over it fails alone. 0: half of
+    # the machine's memory (model_budget_bytes)
+    max_model_bytes: int = Field(default=0, ge=0)
     # classifier batches run as one TorchScript graph (model.jit.compile_classifier), translators'
     # encoder and decoder step as traced graphs (model.jit.trace_translator)
     torchscript: bool = True
@@ -113,6 +118,15 @@ class EngineSettings(BaseSettings):
             f"{ENV_PREFIX}DTYPE={name} on a CPU without {native}: its matrix products are emulated and run "
             f"several times slower than float32 (on a CPU, {ENV_PREFIX}DTYPE=auto is float32)"
         )
+
+    def model_budget_bytes(self) -> int | None:
+        """APP_MAX_MODEL_BYTES, or for 0 half of this machine's memory (None where it cannot be read)."""
+        if self.max_model_bytes:
+            return self.max_model_bytes
+        try:
+            return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+        except (ValueError, OSError, AttributeError):  # not a POSIX system that tells
+            return None
 
     def ctranslate2_kwargs(
         self, device: torch.device, dtype: torch.dtype, always: bool = False
