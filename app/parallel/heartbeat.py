@@ -5,8 +5,8 @@ in an inference thread is not seen here (its requests still get 504 at the deadl
 Every HEARTBEAT_S its event loop sends a note to each HTTP process and a byte down a pipe to the supervisor.
 An HTTP process that has heard nothing from it for STALL_S answers /ready 503 with the reason (and 200 again
 if it resumes). The supervisor that has heard nothing for `wedged_after(APP_REQUEST_TIMEOUT_S)` (by then every
-request it held has been answered 504 by its HTTP process) kills it and stops the server with exit status 1,
-as for a death: the orchestrator restarts it.
+request it held has been answered 504 by its HTTP process) kills it and restarts it, as for a death (within
+the restart bound: app/parallel/supervisor.py).
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ cancels the call, so the model process drops the work when it runs again. A mode
 (no heartbeat, app/parallel/heartbeat.py) makes /ready 503, and /metrics answers with this process's own.
 /ready is 200 once every model process is ready; /metrics sums every process (the first model process
 gathers the HTTP processes', this process adds the other model processes').
+
+A model process that dies: the calls it held answer 503 at once (ChannelClosed), it leaves the rotation
+(the others serve; with none left, 503), and this process reconnects to the one the supervisor restarts on
+the same socket path, with backoff; that one rejoins once it has loaded (ModelPool.join).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from app.core.limits import Limits
 from app.core.metrics import Metrics
 from app.core.settings import Settings
 from app.parallel.channel import Channel, ChannelClosed
+from app.parallel.connect import connect, reconnect
 from app.parallel.heartbeat import DEADLINE_MARGIN_S, HEARTBEAT_S, STALL_S
 from app.parallel.merge import METRICS_TIMEOUT_S, count_process, merge, render
 from app.parallel.pool import ModelPool
@@ -49,7 +54,6 @@ from app.tasks.task import Job, Task
 from app.text.langid import Detection, LanguageDetector
 
 log = logging.getLogger(__name__)
-CONNECT_TIMEOUT_S = 60.0  # the model process listens within a second or two of its start; this is a bound
 METRICS_WAIT_S = METRICS_TIMEOUT_S + 1.0  # the model process waits METRICS_TIMEOUT_S for each HTTP process
 T = TypeVar("T", bound=Task)
 
@@ -76,8 +80,8 @@ class RemoteService(TaskContext):
         self.reason: str | None = "starting"
         count_process(metrics.registry, "http")
         self.pool = ModelPool()  # a channel to each model process
-        self._gone = False  # a model process has gone: the server is stopping
-        self._readers: list[asyncio.Task[None]] = []
+        self._readers: list[asyncio.Task[None]] = []  # each channel's serve(), by model process
+        self._rejoins: dict[int, asyncio.Task[None]] = {}  # reconnecting to a restarted model process
         self._watchdog: asyncio.Task[None] | None = None  # answers the calls held by a silent model process
         self._state = Readiness(status="loading", reason="connecting to the model process")
         self._models: list[ModelInfo] = []
@@ -87,13 +91,9 @@ class RemoteService(TaskContext):
         process and say hello. No torch and no device: the model processes resolve those (an HTTP process
         imports no torch at all, and on CUDA touching the driver would cost each process seconds at start)."""
         await asyncio.to_thread(self._load_local)
-        for reader, writer in await asyncio.gather(*map(_connect, self.socket_paths)):
-            i = len(self.pool.channels)
-            handlers = {"state": partial(self._on_state, i), "families": self._families, "alive": self._alive}
-            channel = Channel(reader, writer, handlers)
-            self.pool.add(channel)
-            self._readers.append(task := asyncio.create_task(channel.serve(), name=f"model-process-{i}"))
-            task.add_done_callback(partial(self._on_closed, i))
+        for i, (reader, writer) in enumerate(await asyncio.gather(*map(connect, self.socket_paths))):
+            self.pool.add(channel := self._channel(i, reader, writer))
+            self._readers.append(self._serve(i, channel))
         self._watchdog = asyncio.create_task(self._watch_silence(), name="silence-watch")
         hellos = await asyncio.gather(*(c.call("hello", os.getpid()) for c in self.pool.channels))
         for i, state in enumerate(hellos):
@@ -102,6 +102,15 @@ class RemoteService(TaskContext):
             # model process pushes only changes, and we would keep its stale "1 of 2 HTTP processes up")
             if self.pool.states[i] is None:
                 await self._on_state(i, *state)
+
+    def _channel(self, i: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Channel:
+        handlers = {"state": partial(self._on_state, i), "families": self._families, "alive": self._alive}
+        return Channel(reader, writer, handlers)
+
+    def _serve(self, i: int, channel: Channel) -> asyncio.Task[None]:
+        task = asyncio.create_task(channel.serve(), name=f"model-process-{i}")
+        task.add_done_callback(partial(self._on_closed, i, channel))
+        return task
 
     def _load_local(self) -> None:
         """This process's own start-up work, all text: the routing registry (configs, no weights), the language
@@ -119,6 +128,8 @@ class RemoteService(TaskContext):
             channel.close()
         if self._watchdog is not None:
             self._watchdog.cancel()
+        for rejoin in self._rejoins.values():
+            rejoin.cancel()
         for reader in self._readers:
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
@@ -158,9 +169,9 @@ class RemoteService(TaskContext):
     async def metrics_text(self) -> bytes:
         """Every process's metrics, summed (the first model process asks each HTTP process for its own,
         and adds the other model processes' that this process asked for); this process's own gauges only
-        when a model process is silent or does not answer within METRICS_WAIT_S: one process's counter is
-        below the server's sum, and Prometheus would read the fall as a reset."""
-        if self._silent() is None:
+        when a model process is silent, gone or reloading, or does not answer within METRICS_WAIT_S: one
+        process's counter is below the server's sum, and Prometheus would read the fall as a reset."""
+        if len(self.pool.answering(STALL_S)) == len(self.pool.channels):
             try:
                 async with asyncio.timeout(METRICS_WAIT_S):
                     return await self._metrics()
@@ -179,14 +190,15 @@ class RemoteService(TaskContext):
 
     def readiness(self) -> Readiness:
         """The model processes' last word; 503 ("failed") while every one has been silent for STALL_S; while
-        only some are, ready, the reason saying how many answer (the others serve their requests)."""
-        if (silent := self._silent()) is not None and self._state.status == "ready":
-            answering, n = len(self.pool.answering(STALL_S)), len(self.pool.channels)
-            if answering:
-                reason = f"{answering} of {n} model processes answering: {self._silence(*silent)}"
-                return self._state.model_copy(update={"reason": reason})
-            return Readiness(status="failed", reason=self._silence(*silent), models=self._state.models)
-        return self._state
+        only some are silent, gone or reloading, ready, the reason saying how many answer (the others serve
+        their requests)."""
+        answering, n = len(self.pool.answering(STALL_S)), len(self.pool.channels)
+        if self._state.status != "ready" or answering == n:
+            return self._state
+        if answering:
+            reason = f"{answering} of {n} model processes answering: {self._absent()}"
+            return self._state.model_copy(update={"reason": reason})
+        return Readiness(status="failed", reason=self._absent(), models=self._state.models)
 
     def models(self) -> list[ModelInfo]:
         return list(self._models)
@@ -249,8 +261,10 @@ class RemoteService(TaskContext):
             raise Unavailable(f"not ready: {self.reason}")
         try:
             return await self.pool.call(items, method, *args, stall_s=STALL_S, **kwargs)
-        except ChannelClosed:
-            raise Unavailable("the model process has gone; the server is restarting or stopping") from None
+        except ChannelClosed:  # it died holding the call, or every one is gone: its restart is under way
+            raise Unavailable(
+                "the model process has gone; it is restarting: try again", retry_after=1
+            ) from None
 
     async def _on_state(self, i: int, state: Readiness, models: list[ModelInfo]) -> None:
         """Model process `i`'s readiness (with every HTTP process's) and model list; the server's is theirs
@@ -258,9 +272,19 @@ class RemoteService(TaskContext):
         if self.status == "shutting_down":
             return
         self.pool.states[i] = (state, models)
-        if (combined := self.pool.state()) is None or self._gone:
+        if self.pool.join(i):
+            log.warning("the restarted model process has rejoined%s", self.pool.name(i))
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """The server's state from the model processes in the rotation (loading while none is: its restart
+        is under way)."""
+        if not any(self.pool.joined):
+            self._state = Readiness(status="loading", reason=self._absent(), models=self._state.models)
+        elif (combined := self.pool.state()) is not None:
+            self._state, self._models = combined
+        else:
             return
-        self._state, self._models = combined
         self.status, self.reason = self._state.status, self._state.reason
         if self.registry is not None:  # the model processes' failures route here as there (503 or rerouted)
             for name, reason in (self._state.failed or {}).items():
@@ -290,6 +314,14 @@ class RemoteService(TaskContext):
                         log.error("answered 503 to %d call(s) held by a silent model process%s", abandoned,
                                   self.pool.name(i))  # fmt: skip
 
+    def _absent(self) -> str:
+        """Why the first model process out of the rotation is out: gone or reloading, else silent."""
+        for i, channel in enumerate(self.pool.channels):
+            if not self.pool.joined[i] or channel.closed.done():
+                return f"the model process is restarting{self.pool.name(i)}"
+        silent = self._silent()
+        return self._silence(*silent) if silent else "no model process answers"
+
     def _silent(self) -> tuple[int, float] | None:
         """(index, seconds) of the model process silent the longest, once past STALL_S; else None."""
         return self.pool.silent(STALL_S)
@@ -297,12 +329,31 @@ class RemoteService(TaskContext):
     def _silence(self, i: int, seconds: float) -> str:
         return f"the model process has not answered for {seconds:.1f} s{self.pool.name(i)}"
 
-    def _on_closed(self, i: int, _: asyncio.Task[None]) -> None:
-        if self.status != "shutting_down" and not self._gone:
-            self._gone = True
-            log.error("the model process has gone: not ready%s", self.pool.name(i))
-            self.status, self.reason = "failed", f"the model process has gone{self.pool.name(i)}"
-            self._state = Readiness(status="failed", reason=self.reason, models=self._state.models)
+    def _on_closed(self, i: int, channel: Channel, _: asyncio.Task[None]) -> None:
+        """Model process `i`'s channel has closed (the calls it held have failed: 503): out of the rotation
+        until its successor rejoins (the supervisor restarts it, or stops the server)."""
+        if self.status == "shutting_down" or self.pool.channels[i] is not channel:
+            return
+        self.pool.leave(i)
+        log.error(
+            "the model process has gone: out of the rotation until it is restarted%s", self.pool.name(i)
+        )
+        self._refresh()
+        self._rejoins[i] = asyncio.create_task(self._rejoin(i), name=f"rejoin-model-process-{i}")
+
+    async def _rejoin(self, i: int) -> None:
+        """Connect to model process `i`'s successor on its socket path (refused until it listens: tries
+        with backoff) and say hello; it joins the rotation once past loading (_on_state)."""
+        reader, writer = await reconnect(self.socket_paths[i])
+        self.pool.replace(i, channel := self._channel(i, reader, writer))
+        self._readers[i] = self._serve(i, channel)
+        log.warning("reconnected to the restarted model process%s", self.pool.name(i))
+        try:
+            state = await channel.call("hello", os.getpid())
+        except ChannelClosed:  # gone again: _on_closed rejoins once more
+            return
+        if self.pool.states[i] is None:  # a "state" note pushed since the hello is newer
+            await self._on_state(i, *state)
 
 
 def _loaded_but_some_failed(state: Readiness) -> bool:
@@ -314,16 +365,3 @@ def _loaded_but_some_failed(state: Readiness) -> bool:
         and bool(state.failed)
         and all(v in ("ready", "failed") for v in state.models.values())
     )
-
-
-async def _connect(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Connect to the model process's socket, waiting for it to listen (it starts alongside us)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + CONNECT_TIMEOUT_S
-    while True:
-        try:
-            return await asyncio.open_unix_connection(path)
-        except (FileNotFoundError, ConnectionRefusedError):
-            if loop.time() > end:
-                raise
-            await asyncio.sleep(0.05)

@@ -1,6 +1,7 @@
 """python -m app with two HTTP processes and two model processes (APP_MODEL_PROCESSES=2, one with one model
 process) against one process: the same answers, global limits, one readiness, one /metrics, request ids in
-every process's logs, restarts, a loud stop, and SIGTERM draining every process."""
+every process's logs, an HTTP process's restart, and SIGTERM draining every process (a model process's
+restart, and the stop when they keep dying: test_process_faults.py)."""
 
 from __future__ import annotations
 
@@ -245,18 +246,6 @@ def test_a_killed_http_process_is_noticed_and_replaced(two: Server) -> None:
     assert victim not in pids
     assert f"HTTP process {victim} exited with -9: restarted as" in two.output()
     assert httpx.post(f"{two.url}/sentiment", json={"text": "a good film"}).status_code == 200
-
-
-def test_a_dead_model_process_stops_the_server_loudly(two: Server) -> None:
-    """The last test on `two`: it stops it (a test after it would find no server)."""
-    https, engines = two.pids("http"), two.pids("engine")
-    assert (len(https), len(engines)) == (2, 2)
-    victim = two.engine(1)  # the other model process still runs
-    os.kill(victim, signal.SIGKILL)
-    assert two.proc.wait(timeout=60) == 1
-    assert f"the model process exited with -9: stopping the server (2 of 2, pid {victim})" in two.output()
-    assert not any(_alive(pid) for pid in engines)
-    assert not any(Path(f"/proc/{pid}").exists() and _alive(pid) for pid in https)
 
 
 def _alive(pid: int) -> bool:

@@ -1,6 +1,7 @@
-"""python -m app with APP_HTTP_WORKERS=2 under real faults (issues 33, 36): a stopped model process (SIGSTOP;
-one of two with APP_MODEL_PROCESSES=2), a killed HTTP process (SIGKILL), a drain (SIGTERM, or the model
-process's death) while clients reconnect.
+"""python -m app with APP_HTTP_WORKERS=2 under real faults (issues 33, 36, 43): a stopped model process
+(SIGSTOP; one of two with APP_MODEL_PROCESSES=2), a killed model process (SIGKILL: restarted, and it rejoins),
+a killed HTTP process (SIGKILL), a drain (SIGTERM, or model processes dying past the restart bound) while
+clients reconnect.
 Every test leaves no child stopped: SIGCONT in a finally, and each server is stopped at its end."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 
 from app.parallel.heartbeat import DEADLINE_MARGIN_S, STALL_S, wedged_after
 from app.parallel.remote import METRICS_WAIT_S
+from app.parallel.supervisor import MODEL_MAX_RESTARTS, MODEL_RESTART_WINDOW_S
 from tests.app.test_parallel import Server, _alive, eventually, serve, still_running
 
 pytestmark = pytest.mark.slow  # starts python -m app: not in `make test-fast`
@@ -196,16 +198,83 @@ def test_a_stopped_model_process_of_two_costs_only_what_it_held(sentiment_only_d
     assert counts.get(503, 0) + counts.get(504, 0) <= 8, counts  # at most one held per client
 
 
-def test_a_model_process_that_stops_answering_stops_the_server(two_models: Server) -> None:
-    """The last test on `two_models`: a model process stopped until the supervisor kills it and stops the
-    server, as for a death."""
+def every_one_answers(server: Server) -> bool:
+    """/ready 200 with no reason: every model process (and HTTP process) answers."""
+    status, state = ready(server)
+    return status == 200 and not state.get("reason")
+
+
+def restarted(server: Server, index: int, old: int) -> int | None:
+    """The pid of model process `index` once it is another than `old`."""
+    try:
+        pid = server.engine(index)
+    except AssertionError:  # between the death and the restart
+        return None
+    return pid if pid != old else None
+
+
+def test_a_model_process_that_stops_answering_is_killed_and_restarted(two_models: Server) -> None:
+    """A model process stopped until the supervisor kills it (every request it held has had its answer by
+    then): restarted, as for a death, and the server serves on."""
     server = two_models
     engine = server.engine(1)
     with stopped(engine):
-        assert server.proc.wait(timeout=wedged_after(TIMEOUT_S) + 5) == 1
+        new = eventually(lambda: restarted(server, 1, engine), timeout=wedged_after(TIMEOUT_S) + 5)
     log = server.output()
-    assert "the model process has not answered for" in log
-    assert f"killed, stopping the server (2 of 2, pid {engine})" in log
+    assert f"killed: restarted as {new} (2 of 2, pid {engine})" in log
+    eventually(lambda: every_one_answers(server), timeout=30)
+    assert server.proc.poll() is None
+
+
+def test_a_killed_model_process_of_two_is_restarted_and_rejoins(two_models: Server) -> None:
+    """Issue 43: SIGKILL of one of two model processes under concurrent requests: every request answers 200
+    or 503 (those it held, at once; never a reset), /ready stays 200 saying how many answer, a new process
+    takes its place and rejoins, and serves."""
+    server = two_models
+    eventually(lambda: every_one_answers(server), timeout=30)
+    victim = server.engine(1)
+    answers: list[int | str] = []
+    done = threading.Event()
+
+    def client() -> None:
+        with httpx.Client(base_url=server.url, timeout=TIMEOUT_S + 5) as c:
+            while not done.is_set():
+                try:
+                    answers.append(c.post("/sentiment", json={"text": "a good film"}).status_code)
+                except httpx.TransportError as e:
+                    answers.append(type(e).__name__)
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        eventually(lambda: len(answers) >= 20)
+        os.kill(victim, signal.SIGKILL)
+        new = eventually(lambda: restarted(server, 1, victim), timeout=5)
+
+        def back() -> bool:  # 200 at every look while it reloads: the other one serves
+            status, state = ready(server)
+            assert status == 200, state
+            return not state.get("reason")
+
+        eventually(back, timeout=15)
+        seen = len(answers)
+        eventually(lambda: len(answers) >= seen + 20)
+    finally:
+        done.set()
+        for t in threads:
+            t.join(timeout=30)
+    counts = {a: answers.count(a) for a in set(answers)}
+    assert set(counts) <= {200, 503}, counts  # nothing reset, no other error
+    assert counts.get(503, 0) <= len(threads), counts  # at most what it held: one per client
+    assert f"the model process exited with -9: restarted as {new} (2 of 2, pid {victim})" in server.output()
+    # it serves: with the other one stopped (out of the rotation after STALL_S), requests still answer 200
+    with stopped(server.engine(0)):
+        eventually(
+            lambda: "answering: the model process has not answered" in (ready(server)[1].get("reason") or "")
+        )
+        assert [classify(server, timeout=TIMEOUT_S).status_code for _ in range(4)] == [200] * 4
+    eventually(lambda: every_one_answers(server), timeout=10)
 
 
 # --- 3. counters are monotonic across HTTP process restarts --------------------------------------------
@@ -279,7 +348,7 @@ def refused(port: int) -> bool:
 def drain_refuses_new_connections(server: Server, fault: str) -> None:
     """A request held in an HTTP process (its body not sent yet) when the drain starts: the server refuses
     new connections while it still drains; the held request is answered (200 on SIGTERM; 503 when the model
-    process died), then every process ends."""
+    process died once more than the restart bound allows), then every process ends."""
     children = server.pids("engine") + server.pids("http")
     port = int(server.url.rsplit(":", 1)[1])
     body = json.dumps({"text": "a good film"}).encode()
@@ -331,10 +400,18 @@ def test_ready_stays_200_while_one_http_process_restarts(server: Server) -> None
     assert classify(server).status_code == 200  # the survivor answers, and serves
 
 
-# --- 6. a dead model process drains too --------------------------------------------------------------------
+# --- 6. model processes that keep dying stop the server, and it drains ------------------------------------
 
 
-def test_a_dead_model_process_drain_refuses_new_connections(server: Server) -> None:
-    """The last test on `server`: its model process (one) dies, and the server stops."""
+def test_a_model_process_that_keeps_dying_stops_the_server_and_drains(server: Server) -> None:
+    """The last test on `server`: its model process (one) is killed MODEL_MAX_RESTARTS times (each time
+    restarted, the server answering 503 meanwhile), then once more: a crash loop, and the server stops."""
     eventually(http_processes_up(server, 2))  # a process a test before this one killed: back
-    drain_refuses_new_connections(server, "a dead model process")
+    for _ in range(MODEL_MAX_RESTARTS):
+        [victim] = server.pids("engine")
+        os.kill(victim, signal.SIGKILL)
+        eventually(lambda v=victim: restarted(server, 0, v), timeout=5)
+        assert server.proc.poll() is None
+    drain_refuses_new_connections(server, "a model process that keeps dying")
+    deaths = f"model processes died {MODEL_MAX_RESTARTS + 1} times within {MODEL_RESTART_WINDOW_S:.0f} s"
+    assert deaths in server.output()
