@@ -73,6 +73,7 @@ class ModelConfig:
     tie_embeddings: bool = True  # shared source/target/output embedding (one shared vocabulary)
     activation: Activation = "relu"  # of the feed-forward layers
     scale_embeddings: bool = True  # token embeddings times sqrt(d_model) (paper, section 3.4)
+    layer_norm_eps: float = 1e-5  # every LayerNorm's epsilon (torch's default; imported models carry theirs)
     # sinusoid layout: "interleaved" sin/cos on even/odd dims (ours), "sin_cos" all sines then all cosines
     # (Marian, CTranslate2); the same frequencies either way
     positions: Literal["interleaved", "sin_cos"] = "interleaved"
@@ -138,6 +139,8 @@ class ModelConfig:
             NgramSpec.parse(self.ngram)
             if self.ngram_buckets < 1:
                 raise ValueError(f"ngram={self.ngram!r} needs ngram_buckets >= 1, got {self.ngram_buckets}")
+        if not 0.0 < self.layer_norm_eps <= 0.1:
+            raise ValueError(f"layer_norm_eps must be in (0, 0.1], got {self.layer_norm_eps!r}")
         if not 0.0 < self.temperature < float("inf"):
             raise ValueError(f"temperature must be a positive finite number, got {self.temperature!r}")
         if self.task != "sentiment" and self.temperature != 1.0:

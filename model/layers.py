@@ -166,7 +166,7 @@ class Residual(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         """d_model, dropout and the norm's place (norm_first) from the model's config."""
         super().__init__()
-        self.norm = nn.LayerNorm(cfg.d_model)
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
 
@@ -266,7 +266,7 @@ class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
-        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
 
     def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
         """x (B, S, D), mask (B, 1, 1, S) -> (B, S, D) and per-layer weights (B, H, S, S) if asked."""
@@ -282,7 +282,7 @@ class Decoder(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
-        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
 
     def forward(
         self, x: Tensor, memory: Tensor, self_mask: Tensor, memory_mask: Tensor, need_weights: bool = False

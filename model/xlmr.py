@@ -23,7 +23,7 @@ class XLMREmbeddings(nn.Module):
         self.pad_id = cfg.pad_id
         self.token = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.position = nn.Embedding(cfg.max_len + cfg.pad_id + 1, cfg.d_model)  # (P, D), token type 0 added
-        self.norm = nn.LayerNorm(cfg.d_model)
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
 
     def forward(self, ids: Tensor) -> Tensor:
         """(B, S) -> (B, S, D); real token k (1-based) sits at position pad_id + k, padding at pad_id."""

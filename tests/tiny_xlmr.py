@@ -18,7 +18,9 @@ LABELS = {0: "negative", 1: "neutral", 2: "positive"}
 MAX_LEN = 64  # served tokens; transformers' max_position_embeddings = MAX_LEN + pad_id + 1
 
 
-def build_xlmr(folder: Path, *, seed: int = 0, safetensors: bool = True) -> Path:
+def build_xlmr(
+    folder: Path, *, seed: int = 0, safetensors: bool = True, layer_norm_eps: float = 1e-5
+) -> Path:
     from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -38,7 +40,7 @@ def build_xlmr(folder: Path, *, seed: int = 0, safetensors: bool = True) -> Path
         intermediate_size=64,
         max_position_embeddings=MAX_LEN + 2,
         type_vocab_size=1,
-        layer_norm_eps=1e-5,  # as the published XLM-R checkpoints (transformers' default is 1e-12)
+        layer_norm_eps=layer_norm_eps,  # 1e-5: as the published XLM-R checkpoints (transformers': 1e-12)
         pad_token_id=1,
         bos_token_id=0,
         eos_token_id=2,

@@ -32,7 +32,6 @@ def xlmr_config(hf: dict[str, Any], langs: list[str]) -> ModelConfig:
         "model_type": ("xlm-roberta", "roberta"),
         "hidden_act": ("gelu",),
         "position_embedding_type": ("absolute",),
-        "layer_norm_eps": (1e-5,),
     }
     for key, allowed in wants.items():
         if key in hf and hf[key] not in allowed:
@@ -58,6 +57,8 @@ def xlmr_config(hf: dict[str, Any], langs: list[str]) -> ModelConfig:
         norm_first=False,
         activation="gelu",
         scale_embeddings=False,
+        # the published XLM-R checkpoints say 1e-5; a config without it has transformers' default, 1e-12
+        layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
         pad_id=pad,
         unk_id=3,
         bos_id=hf.get("bos_token_id", 0),

@@ -132,3 +132,22 @@ def test_languages_are_required(hf_dir: Path, tmp_path: Path, capsys: pytest.Cap
     assert imports.cli(["xlm-roberta", str(hf_dir), "--name", "x", "--out-dir", str(tmp_path)]) == 1
     assert "give --lang with the languages it classifies" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("eps", [1e-12, 1e-3])
+def test_layer_norm_eps_is_read_from_the_config(tmp_path: Path, eps: float) -> None:
+    """A published config's layer_norm_eps (transformers' default 1e-12, or another) is the model's: the
+    probabilities match transformers' within 1e-4 (1e-3 read as 1e-5 moves them by more)."""
+    from tests.tiny_xlmr import build_xlmr, load_reference
+
+    folder = build_xlmr(tmp_path / "hf", seed=3, layer_norm_eps=eps)
+    argv = ["xlm-roberta", str(folder), "--name", "eps", "--out-dir", str(tmp_path / "ours"), "--lang", "en"]
+    assert imports.cli(argv) == 0
+    ours = load_checkpoint(tmp_path / "ours" / "eps")
+    assert ours.config.layer_norm_eps == eps
+    model, _ = load_reference(folder)
+    seqs = [classifier_ids(ours.tokenizer, t, ours.config) for t in TEXTS + random_texts(11, 4)]
+    got = classify_ids(ours.model, seqs, batch_size=1)  # type: ignore[arg-type]
+    with torch.inference_mode():
+        want = torch.cat([model(input_ids=torch.tensor([s])).logits.softmax(-1) for s in seqs])
+    assert (got - want).abs().max() < 1e-4
