@@ -16,8 +16,12 @@ APP_MAX_QUEUE), /translate greedy and beam 4, one sentence
 per request. Per cell: items/s (texts or sentences answered) and CPU microseconds per item, for the HTTP
 processes together and for each kind of thread of the model process, told apart by their OS names
 (app/core/threads.py): its event loop (scheduling, admission, the channel's frames), the inference workers,
-the channel's I/O threads, and the rest (torch's intra-op threads, the graph builder, the GC). CPU counts
-every answer of the run, its warm-up second included (bench.blast.Load.answered).
+the channel's I/O threads, and the rest (torch's intra-op threads, CTranslate2's threads, the graph builder,
+the GC). CPU counts every answer of the run, its warm-up second included (bench.blast.Load.answered).
+
+"model alone" is the same model on the same inputs in this process, without serving (bench/ceilings.py:
+batches of 32, the server's graph and translation engine): the near-free model is cheap, not free, so the
+serving machinery's own share of the model process is "model µs/item" less it ("ours").
 """
 
 from __future__ import annotations
@@ -167,6 +171,20 @@ def wait_bare(proc: subprocess.Popen[bytes], url: str, output: Any) -> None:
     raise RuntimeError(f"uvicorn did not answer: {output()}")
 
 
+def alone_us(checkpoints: Path, route: str) -> float:
+    """CPU µs per item of the model alone on `route`'s inputs (bench/ceilings.py, batches of 32)."""
+    from bench.ceilings import ceiling
+
+    if route.startswith("sentiment"):
+        sentiment = {"model": SENTIMENT_MODEL}
+        inputs = texts(EN_WORDS, lengths=(3, 5, 8, 12))
+        got = ceiling(checkpoints, sentiment, {}, 1, runs=5, sentiment_inputs=inputs)
+        return 1000 * got["/sentiment"][1]
+    beam = 1 if route.endswith("greedy") else 4
+    got = ceiling(checkpoints, {}, {"model": TRANSLATE_MODEL, "target_lang": "en"}, beam, runs=2)
+    return 1000 * got["/translate"][1]
+
+
 def cell(
     url: str, root: int, route: str, connections: int, duration: float, clients: int
 ) -> tuple[Load, dict[str, float]]:
@@ -202,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         f"# {describe()}; {args.http_workers} HTTP processes + 1 model process; {args.connections} "
         f"connections from {args.clients} client processes; {args.duration:g} s a cell\n"
         "| setup | route | items/s | errors | HTTP µs/item | model loop | inference | I/O | other "
-        "| model µs/item | busiest client |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| model µs/item | model alone | ours | busiest client |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     )
     with tempfile.TemporaryDirectory() as tmp:
         dirs = {"near-free": near_free(Path(tmp)), "bare ASGI": None}
@@ -223,8 +242,10 @@ def main(argv: list[str] | None = None) -> int:
                     items = max(1, (load.answered - load.errors) * n)
                     us = {k: 1e6 * v / items for k, v in cpu.items()}
                     model = sum(us[k] for k in THREADS)
+                    alone = alone_us(checkpoints, route) if checkpoints is not None else 0.0
                     row = [setup, route, f"{load.rps * n:,.0f}", str(load.errors),
                            f"{us['http']:.0f}", *(f"{us[k]:.1f}" for k in THREADS), f"{model:.1f}",
+                           f"{alone:.1f}", f"{model - alone:.1f}",
                            f"{load.busiest_client:.0%}" + (" (client-bound?)" if load.client_bound else "")]  # fmt: skip
                     print("| " + " | ".join(row) + " |", flush=True)  # noqa: T201
     return 0

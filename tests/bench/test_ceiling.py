@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
 
 from app.core.threads import name_os_thread
-from bench.ceiling import ROUTES, bare_app, bodies, thread_kind
+from bench.ceiling import ROUTES, alone_us, bare_app, bodies, thread_kind
 
 
 @pytest.mark.parametrize(
@@ -55,3 +56,9 @@ async def test_the_bare_app_answers_a_fixed_json() -> None:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=bare_app), base_url="http://t") as client:
         r = await client.post("/sentiment", json={"text": "anything"})
     assert (r.status_code, r.json()) == (200, {"label": "positive", "score": 0.9})
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_the_model_alone_costs_cpu_per_item(two_models_dir: Path, route: str) -> None:
+    """The "model alone" column: the same model, inputs and engine as served, timed in this process."""
+    assert 0 < alone_us(two_models_dir, route) < 1e6
