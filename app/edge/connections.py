@@ -15,8 +15,11 @@ complete: a connection that never finishes its head holds a descriptor forever. 
   connection can be closed once their head is complete; it has a second to send its head. At most
   `refusal_slots` wait so, more are closed at once: never more than max_connections + refusal_slots
   client sockets;
-- on shutdown, requests still unanswered just before APP_SHUTDOWN_TIMEOUT_S (uvicorn's
-  timeout_graceful_shutdown) get a 503 and are closed.
+- on shutdown, a connection waiting for its next request (kept alive, or its head begun) is not closed at
+  once, which resets a request already on its way: for DRAIN_IDLE_S it answers 503 with Retry-After and
+  Connection: close (the listener is closed: the client retries elsewhere), then closes; requests still
+  unanswered just before APP_SHUTDOWN_TIMEOUT_S (uvicorn's timeout_graceful_shutdown) get a 503 and are
+  closed.
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ STRAGGLER_MARGIN_S = 0.5
 # after an answer given without the app (408, 431, 503), what the client still sends is read and dropped for
 # this long before closing: closing with unread data would reset the connection and could destroy the answer
 LINGER_S = 1.0
+# at shutdown, how long a connection waiting for a request still answers one (503) before it closes: a client
+# sends on a kept-alive connection without knowing the server has begun to drain
+DRAIN_IDLE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.head_count = 0
         self.heads = 0  # request heads completed on this connection
         self.refused = False
+        self.draining = False  # shut down while waiting for a request: the next one gets a 503
         self.rate = BodyRate(self.limits.min_body_rate, self.limits.body_rate_grace_s)
         self.rate_check: asyncio.TimerHandle | None = None  # when the body may fall below the minimum rate
 
@@ -300,10 +307,30 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.rate_check = self.loop.call_at(self.rate.due(), self._check_rate)
 
     def shutdown(self) -> None:
-        super().shutdown()  # idle or partial head: closed now; a request in progress: closed once answered
+        waiting = self.cycle is None or self.cycle.response_complete
+        if waiting and self.phase in ("idle", "head") and not self.transport.is_closing():
+            # a request may be on its way: answered 503 (_draining_app) until DRAIN_IDLE_S, then closed
+            self.app, self.draining = self._draining_app, True
+            self.loop.call_later(DRAIN_IDLE_S, self._drained)
+            return
+        super().shutdown()  # a request in progress: closed once answered
         if not self.transport.is_closing():
             grace = max(0.0, self.limits.shutdown_timeout_s - STRAGGLER_MARGIN_S)
             self.loop.call_later(grace, self._straggler)
+
+    def _drained(self) -> None:
+        """DRAIN_IDLE_S after the shutdown: closed, unless a request came meanwhile (closed once answered)."""
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.close()
+
+    async def _draining_app(self, scope: Any, receive: Any, send: Any) -> None:
+        """The ASGI app of a connection whose next request came after the shutdown began: 503, closed."""
+        timeout = self.limits.shutdown_timeout_s
+        body = _detail(f"the server is shutting down ({ENV_PREFIX}SHUTDOWN_TIMEOUT_S={timeout:g} s): retry")
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        headers += [(b"retry-after", b"1"), (b"connection", b"close")]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
     def _straggler(self) -> None:
         """Still sending its request or waiting for its answer when the shutdown timeout nears: 503, close."""
@@ -417,7 +444,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._arm(self.limits.body_timeout_s, self._body_timed_out)
         self._start_rate_check()
         super().on_headers_complete()
-        if self.refused:
+        if self.refused or self.draining:
             self.cycle.keep_alive = False
 
     def on_body(self, body: bytes) -> None:

@@ -348,10 +348,18 @@ def refused(port: int) -> bool:
 def drain_refuses_new_connections(server: Server, fault: str) -> None:
     """A request held in an HTTP process (its body not sent yet) when the drain starts: the server refuses
     new connections while it still drains; the held request is answered (200 on SIGTERM; 503 when the model
-    process died once more than the restart bound allows), then every process ends."""
+    process died once more than the restart bound allows), then every process ends. A kept-alive connection
+    whose next request comes after the drain began gets a 503 saying so (Retry-After, Connection: close),
+    not a reset."""
     children = server.pids("engine") + server.pids("http")
     port = int(server.url.rsplit(":", 1)[1])
     body = json.dumps({"text": "a good film"}).encode()
+    json_post = {"Content-Type": "application/json"}
+    kept = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    kept.request("POST", "/sentiment", body=body, headers=json_post)
+    first = kept.getresponse()
+    first.read()
+    assert first.status in (200, 503) and first.getheader("connection") != "close"  # 503: a model restarting
     head = (
         f"POST /sentiment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         f"Expect: 100-continue\r\nContent-Length: {len(body)}\r\n\r\n"
@@ -366,6 +374,15 @@ def drain_refuses_new_connections(server: Server, fault: str) -> None:
             os.kill(server.pids("engine")[0], signal.SIGKILL)
         eventually(lambda: refused(port), timeout=5)
         assert server.proc.poll() is None  # refused while the server still drains
+        kept.request("POST", "/sentiment", body=body, headers=json_post)  # it never saw the drain begin
+        late = kept.getresponse()
+        assert (late.status, late.getheader("retry-after"), late.getheader("connection")) == (
+            503,
+            "1",
+            "close",
+        )
+        assert "shutting down" in json.loads(late.read())["detail"]
+        kept.close()
         held.sendall(body)
         answer = held.recv(65536)
     assert answer.startswith(b"HTTP/1.1 200" if fault == "SIGTERM" else b"HTTP/1.1 503"), answer
