@@ -359,7 +359,8 @@ def drain_refuses_new_connections(server: Server, fault: str) -> None:
     kept.request("POST", "/sentiment", body=body, headers=json_post)
     first = kept.getresponse()
     first.read()
-    assert first.status in (200, 503) and first.getheader("connection") != "close"  # 503: a model restarting
+    assert first.status in (200, 503)  # 503: a model process restarting
+    assert first.getheader("connection") != "close"
     head = (
         f"POST /sentiment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         f"Expect: 100-continue\r\nContent-Length: {len(body)}\r\n\r\n"
