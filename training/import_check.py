@@ -81,13 +81,15 @@ def write_checked(out: Path, write: Callable[[Path], Path], force: bool) -> Path
     half-written. The old checkpoint is moved aside before the new one takes its name, then removed."""
     check_replaceable(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
-    stage = out.parent / f".{out.name}.importing"
-    shutil.rmtree(stage, ignore_errors=True)
+    staging = out.parent / f".{out.name}.importing"
+    stage = staging / out.name  # the checkpoint's own name: what the importers write into its card
+    shutil.rmtree(staging, ignore_errors=True)
     try:
+        staging.mkdir()
         write(stage)
         check_loadable(stage)
     except BaseException as e:
-        shutil.rmtree(stage, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
         if isinstance(e, ImportFailed | ValueError | OSError) and str(stage) in str(e):
             raise type(e)(str(e).replace(str(stage), str(out))) from e
         raise
@@ -99,4 +101,5 @@ def write_checked(out: Path, write: Callable[[Path], Path], force: bool) -> Path
         shutil.rmtree(old)
     else:
         stage.rename(out)
+    staging.rmdir()
     return out

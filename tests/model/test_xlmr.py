@@ -43,6 +43,10 @@ def imported(hf_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> LoadedMo
         "fr",
     ]
     assert imports.cli(argv) == 0
+    assert (
+        (out / "sentiment-xlmr" / "README.md").read_text().startswith("# sentiment-xlmr\n")
+    )  # not the stage's
+    assert [p.name for p in out.iterdir()] == ["sentiment-xlmr"]  # no staging folder left
     return load_checkpoint(out / "sentiment-xlmr")
 
 
