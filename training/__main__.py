@@ -12,6 +12,7 @@ python -m training download nsmc --data-dir DIR
 python -m training export --format ctranslate2 --checkpoint checkpoints/translate-fr-en --out DIR
 python -m training import marian DIR --name opus-mt-fr-en     # an OPUS-MT download (docs/pretrained.md)
 python -m training import xlm-roberta DIR --name sentiment-xlmr --lang en   # a sentiment classifier
+python -m training pull Helsinki-NLP/opus-mt-fr-en[@REVISION]     # download + import (docs/pretrained.md)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "reproduce": "training.recipes:cli",
     "export": "training.export:cli",
     "import": "training.imports:cli",
+    "pull": "training.pull:cli",
 }
 
 
