@@ -15,7 +15,7 @@ import sys
 import threading
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import generate_latest
 
@@ -23,7 +23,7 @@ from app import __version__
 from app.batching.workers import InferenceWorkers
 from app.core.errors import Unavailable
 from app.core.metrics import Metrics
-from app.core.settings import Settings
+from app.core.settings import ENV_PREFIX, Settings
 from app.core.threads import name_os_thread
 from app.queues import Queues
 from app.registry import Registry, public_reason
@@ -32,6 +32,7 @@ from app.tasks.task import Task
 from app.text.langid import LanguageDetector
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 TRACE_JOIN_S = 2.0  # how long a shutdown waits for a graph being traced (a translator's takes well under)
 
 
@@ -57,6 +58,7 @@ class Lifecycle:
         # model -> its TorchScript graphs: pending | building | ready | failed (it stays eager); absent: none
         self.graphs: dict[str, str] = {}
         self._loader: asyncio.Task[None] | None = None
+        self._load_slots = asyncio.Semaphore()  # models loading at once: as many as inference workers
         self._grapher: asyncio.Task[None] | None = None
         self._tracer: threading.Thread | None = None  # the thread of the graphs being built, if any
 
@@ -98,10 +100,13 @@ class Lifecycle:
 
     async def _load_all(self) -> None:
         """Load and warm up every model (a classifier with its graph; a translator's graphs too unless they
-        come after ready), as many at a time as there are inference workers (each step runs on one thread:
-        with several workers, ready sooner than one model after the other), and build the language detector
-        beside them (half a second: its model decompresses without the GIL)."""
+        come after ready), as many at a time as there are inference workers (each model on a thread of its
+        own, not on a worker: with several, ready sooner than one model after the other; a load past its
+        budget frees its slot), and build the language detector beside them (half a second: its model
+        decompresses without the GIL)."""
         assert self.registry is not None
+        assert self.workers is not None
+        self._load_slots = asyncio.Semaphore(self.workers.workers)
         names = list(self.registry.entries)
         self.reason = f"loading {len(names)} models"
         tasks = [asyncio.create_task(self._load_or_fail(name), name=f"load:{name}") for name in names]
@@ -163,8 +168,16 @@ class Lifecycle:
     async def _load_or_fail(self, name: str) -> None:
         """_load_one; an error fails this model only (its reason recorded, its path kept to the log)."""
         assert self.registry is not None
+        budget = self.settings.model_load_timeout_s
         try:
-            await self._load_one(name)
+            async with self._load_slots, asyncio.timeout(budget):
+                await self._load_one(name)
+        except TimeoutError:
+            for task in self.tasks:  # a handler made before the budget ran out serves nothing
+                task.handlers.pop(name, None)
+            reason = f"did not load within {budget:g} s ({ENV_PREFIX}MODEL_LOAD_TIMEOUT_S)"
+            log.error("model %s failed to load: %s", name, reason)
+            self._failed(name, reason)
         except Exception as e:  # noqa: BLE001 (any error of one model's load: the others go on)
             log.error("model %s failed to load: %s", name, e)
             self._failed(name, public_reason(self.registry.entries[name].path.parent, e))
@@ -179,8 +192,7 @@ class Lifecycle:
         """The model's weights (none for e.g. an Argos package), then the handler of each task serving it,
         then warm-up."""
         assert self.registry is not None
-        assert self.workers is not None
-        entry, run = self.registry.entries[name], self.workers.run
+        entry, run = self.registry.entries[name], _off_workers
         loaded = await run(self.registry.load, name) if entry.package is None else None
         handlers = []
         for task in self.tasks:
@@ -280,33 +292,42 @@ class Lifecycle:
         return out
 
 
-def _on_daemon_thread(fn: Callable[[], None]) -> tuple[threading.Thread, asyncio.Future[None]]:
+def _on_daemon_thread(
+    fn: Callable[[], T], name: str = "graphs"
+) -> tuple[threading.Thread, asyncio.Future[T]]:
     """fn() started on a daemon thread of its own -> the thread, and a future of the running loop settled
-    when fn returns or raises (any error as an Exception: a future takes no StopIteration, and an exit
-    request belongs to the process, not to one model's graphs). Unlike asyncio.to_thread's, the process
-    never waits for this thread at exit."""
+    with its result when fn returns, or its error (any error as an Exception: a future takes no
+    StopIteration, and an exit request belongs to the process, not to one model). Unlike asyncio.to_thread's,
+    the process never waits for this thread at exit."""
     loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
+    done: asyncio.Future[T] = loop.create_future()
 
-    def settle(error: Exception | None) -> None:
+    def settle(result: Any, error: Exception | None) -> None:
         if not done.done():  # not cancelled meanwhile
-            done.set_result(None) if error is None else done.set_exception(error)
+            done.set_result(result) if error is None else done.set_exception(error)
 
     def run() -> None:
         name_os_thread()
-        error: Exception | None = None
+        result, error = None, None
         try:
-            fn()
+            result = fn()
         except BaseException as e:  # noqa: BLE001 (handed to the awaiting task)
             plain = isinstance(e, Exception) and not isinstance(e, StopIteration)
             error = e if plain else RuntimeError(f"{type(e).__name__}: {e}")
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-            loop.call_soon_threadsafe(settle, error)
-        error = None  # the error's traceback holds this frame: no cycle left for the collector
+            loop.call_soon_threadsafe(settle, result, error)
+        result = error = None  # the error's traceback holds this frame: no cycle left for the collector
 
-    thread = threading.Thread(target=run, name="graphs", daemon=True)
+    thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     return thread, done
+
+
+async def _off_workers(fn: Callable[..., T], *args: Any) -> T:
+    """fn(*args) on a daemon thread of its own: a model's load and warm-up never hold an inference worker,
+    and one that outlasts APP_MODEL_LOAD_TIMEOUT_S runs on there, unwaited, while the others serve."""
+    _, done = _on_daemon_thread(partial(fn, *args), name="loader")
+    return await done
 
 
 def _card(meta: dict[str, Any]) -> dict[str, Any]:

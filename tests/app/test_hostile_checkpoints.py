@@ -215,3 +215,46 @@ async def test_a_model_over_apps_budget_fails_alone(
         assert r.status_code == 503
         assert "over the budget of" in r.json()["detail"]
         assert "(APP_MAX_MODEL_BYTES)" in r.json()["detail"]
+
+
+@pytest.mark.anyio
+async def test_a_model_past_its_load_budget_fails_alone(
+    tmp_path: Path,
+    tiny_sentiment_checkpoint: Path,
+    tiny_translator_checkpoint: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """APP_MODEL_LOAD_TIMEOUT_S: a load that outlasts it (here held on a lock) fails that model, saying so;
+    the other is ready and serves meanwhile, not after the stuck load."""
+    import threading
+
+    from app.core.settings import Settings
+    from app.registry import Registry
+    from tests.app.conftest import serve as serve_app
+
+    root = tmp_path / "models"
+    root.mkdir()
+    (root / "sentiment-en").symlink_to(tiny_sentiment_checkpoint, target_is_directory=True)
+    (root / "translate-fr-en").symlink_to(tiny_translator_checkpoint, target_is_directory=True)
+    release = threading.Event()
+    real = Registry.load
+
+    def stuck(self: Registry, name: str) -> object:
+        if name == "translate-fr-en":
+            release.wait(30)  # a load that never ends, until the test is done
+        return real(self, name)
+
+    monkeypatch.setattr(Registry, "load", stuck)
+    settings = Settings(
+        checkpoint_dir=root, model_load_timeout_s=3.0, strict_readiness=False, torchscript=False, warmup=False
+    )
+    try:
+        async with serve_app(settings) as (_, client):
+            r = await client.post("/sentiment", json={"text": "great"})
+            assert r.status_code == 200, r.text
+            body = {"text": "le chat", "source_lang": "fr", "model": "translate-fr-en"}
+            r = await client.post("/translate", json=body)
+            assert r.status_code == 503
+            assert "did not load within 3 s (APP_MODEL_LOAD_TIMEOUT_S)" in r.json()["detail"]
+    finally:
+        release.set()

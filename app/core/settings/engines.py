@@ -29,6 +29,9 @@ class EngineSettings(BaseSettings):
 
     checkpoint_dir: Path = REPO_ROOT / "checkpoints"  # every subdirectory holding a config.json is served
     warmup: bool = True  # one inference per model before /ready turns 200
+    # one model's load, handlers and warm-up: past it that model fails (the others go on to ready); its
+    # worker thread finishes the load in the background, and its result is dropped
+    model_load_timeout_s: float = Field(default=300.0, gt=0)
     # a model that fails to load (Triton's --strict-readiness): true, /ready stays 503 naming it and why while
     # the others serve; false, /ready turns 200 and its pairs go to the next model in the routing order
     strict_readiness: bool = True
