@@ -16,8 +16,9 @@ from starlette.routing import Mount, Route
 
 from app import __version__
 from app.api import openapi
+from app.api.libretranslate import files as libretranslate_files
 from app.api.libretranslate import routes as libretranslate
-from app.api.routes import attention, demo, detect, sentiment, system, translate
+from app.api.routes import attention, demo, detect, files, sentiment, system, translate
 from app.core.errors import install_error_handlers
 from app.core.metrics import Metrics
 from app.core.settings import Settings, load_settings
@@ -69,12 +70,14 @@ def create_app(
         system.router,
         sentiment.router,
         translate.router,
+        files.router,
         detect.router,
         attention.router,
         *extra_routers,
     )
     if settings.libretranslate_prefix:  # the LibreTranslate API, e.g. /libretranslate/translate
-        routers += (libretranslate.router(settings.libretranslate_prefix),)
+        prefix = settings.libretranslate_prefix
+        routers += (libretranslate.router(prefix), libretranslate_files.router(prefix))
     for router in routers:
         app.include_router(router)
     demo.install(app)  # GET / and /static, public: the page is where the API key is entered

@@ -11,6 +11,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -18,6 +19,7 @@ from pydantic import (
 from app.text.blank import BLANK, READ_PATTERN
 from app.text.langid import Detection
 from app.text.passthrough import PASSTHROUGH
+from model.glossary import normal
 
 
 def _unicode(text: str) -> str:
@@ -102,6 +104,27 @@ Texts = Annotated[
     list[Text],
     Field(min_length=1, max_length=MAX_TEXTS, json_schema_extra={LIMITED: {"maxItems": "max_texts"}}),
 ]
+# a glossary term, source or target (model/glossary.py): text a model reads, within APP_MAX_TERM_CHARS; a
+# glossary within APP_MAX_GLOSSARY_TERMS, its source terms distinct ignoring case and spacing (_distinct_terms,
+# which no schema can state)
+_TERM: dict[str, Any] = {"minLength": 1, "pattern": READ_PATTERN, LIMITED: {"maxLength": "max_term_chars"}}
+Term = Annotated[str, AfterValidator(_not_blank)]
+GlossaryTerms = Annotated[
+    dict[Term, Term],
+    WithJsonSchema(  # (pydantic writes a key's pattern as patternProperties, which leaves other keys free)
+        {
+            "type": "object",
+            "propertyNames": _TERM,
+            "additionalProperties": {"type": "string", **_TERM},
+            LIMITED: {"maxProperties": "max_glossary_terms"},
+        }
+    ),
+]
+# OpenAPI for TranslateRequest._glossary_replaces: a glossary with a term needs replace_unknowns
+GLOSSARY_REPLACES: dict[str, Any] = {
+    "if": {"required": ["glossary"], "properties": {"glossary": {"type": "object", "minProperties": 1}}},
+    "then": {"properties": {"replace_unknowns": {"const": True}}},
+}
 MAX_SELECTED = 256  # attention layers/heads listed in one request
 Matrix4 = list[list[list[list[float]]]]  # [layer][head][query][key]
 
@@ -161,9 +184,11 @@ class TranslateRequest(_TextsRequest):
                     "return_scores": True,
                 },
                 {"texts": ["Le chat dort.", "¿Dónde está la estación?"], "source_lang": "auto"},
+                {"text": "Le chat dort sur le canapé.", "source_lang": "fr", "glossary": {"canapé": "couch"}},
             ],
             **EXACTLY_ONE_TEXT,
             **N_BEST_WITHIN_BEAM,
+            **GLOSSARY_REPLACES,
         }
     )
 
@@ -207,8 +232,30 @@ class TranslateRequest(_TextsRequest):
     model: ModelName | None = Field(
         None, description="Model name; default: the model covering the language pair."
     )
+    glossary: GlossaryTerms | None = Field(
+        None,
+        description='{"source term": "target term"}: each source term found in a text (at word boundaries, '
+        "ignoring case, the longest first; not inside a protected item) comes out exactly as given, where the "
+        "translation aligns it. At most APP_MAX_GLOSSARY_TERMS terms of at most APP_MAX_TERM_CHARS "
+        "characters each, the source terms distinct ignoring case; needs replace_unknowns.",
+    )
 
     _integers = field_validator("beam_size", "max_length", "num_hypotheses", mode="before")(_integral)
+
+    @field_validator("glossary")
+    @classmethod
+    def _distinct_terms(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        seen: dict[str, str] = {}
+        for term in v or {}:
+            if (same := seen.setdefault(normal(term), term)) != term:
+                raise ValueError(f"source terms must differ ignoring case: {same!r} and {term!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _glossary_replaces(self) -> TranslateRequest:
+        if self.glossary and not self.replace_unknowns:
+            raise ValueError("a glossary needs replace_unknowns true (its terms are put in as items are)")
+        return self
 
     @field_validator("length_penalty")
     @classmethod

@@ -8,7 +8,8 @@ A tokenizer without byte fallback maps characters it never saw (digits, `€ % @
   `ITEMS_UNK`, measured and not kept: each item one <unk>), then each run of unknown characters in a number, price, date, symbol group, URL or e-mail (a
   `chunk`) becomes one <unk> of the source, so the model sees one unknown where the text has one item (a run
   split by known characters, "2025" -> "▁ <unk> 0 <unk>", would need the model to copy that pattern), and each
-  source id keeps its surface text.
+  source id keeps its surface text; a glossary's terms (model/glossary.py) stay in, their first piece's
+  surface the target term.
 - `pick_sources` (model/alignment.py, the torch half): per output token, the source position of highest
   attention (last decoder layer, mean over heads); for an output <unk>, among the source's <unk>s when it
   has some. Both engines compute the same matrix: torch by one teacher-forced pass over the hypotheses that need it (`align`), CTranslate2
@@ -16,7 +17,9 @@ A tokenizer without byte fallback maps characters it never saw (digits, `€ % @
 - `restore`: the detokenized text with each output <unk> replaced by its source surface (a run of <unk>s
   that pick the same position gives it once), and each chunk the model dropped put back after the output
   word aligned just before it (`reattach`), as is each item taken out: every item comes back once, verbatim;
-  then the bidi controls and marks taken out (model/format_chars.py), balanced (`with_controls`).
+  then the bidi controls and marks taken out (model/format_chars.py), balanced (`with_controls`). The output
+  words aligned to a glossary term become its target term (model.glossary.replaced), put back like an item
+  when none is.
 
 A source without items whose source and output hold no <unk> is encoded, decoded and answered exactly as
 without replacement.
@@ -26,11 +29,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from model.config import ModelConfig
 from model.format_chars import CLOSERS, place
+from model.glossary import TERMS_KEPT, TERMS_OUT, TERMS_UNK, Glossary, Span, as_items, replaced, written_once
 from model.options import Hypothesis
 from model.protect import find_items, has_letters, protect
 from model.tokenizer import PairTokenizer, Tokenizer
@@ -58,12 +62,13 @@ class Source:
     items: tuple[tuple[int, str], ...] = ()
     verbatim: str | None = None
     controls: tuple[tuple[int, str], ...] = ()  # format characters: (source position it stood before, char)
+    terms: tuple[Span, ...] = ()  # glossary terms' source positions: the surface at the start is the target
 
     @property
     def align(self) -> int:
         """What the engines align (`needs_alignment`): every hypothesis when items or format characters were
         taken out."""
-        return ALIGN_ALL if self.items or self.controls else ALIGN_UNKNOWNS
+        return ALIGN_ALL if self.items or self.controls or self.terms else ALIGN_UNKNOWNS
 
 
 def chunks(text: str, unknown: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -100,34 +105,64 @@ def _trimmed(char: str, unknown: bool) -> bool:
 
 
 def encode_source(
-    tokenizer: AnyTokenizer, text: str, cfg: ModelConfig, cut: bool = True, items: str = ITEMS_OUT
+    tokenizer: AnyTokenizer,
+    text: str,
+    cfg: ModelConfig,
+    cut: bool = True,
+    items: str = ITEMS_OUT,
+    glossary: Glossary | None = None,
+    terms: str = TERMS_KEPT,
 ) -> Source:
     """`model.preprocess.source_ids` with protected items (`items`: ITEMS_OUT taken out, ITEMS_UNK each one
-    <unk>, ITEMS_KEPT left in) and each remaining chunk as one <unk>, and every id's surface text; cut=False
-    keeps every piece (a caller that refuses long sources counts them)."""
+    <unk>, ITEMS_KEPT left in), the `glossary`'s terms (`terms`: TERMS_KEPT read as written, TERMS_UNK each
+    one <unk>, TERMS_OUT taken out and put back as an item, as without a placeholder: model/glossary.py) and
+    each remaining chunk as one <unk>, and every id's surface text (a term's first: its target term);
+    cut=False keeps every piece (a caller that refuses long sources counts them)."""
     placeholders = tokenizer.encodes_unknown(SENTINEL)  # one <unk> for a quantity (model.protect.is_quantity)
     protected = protect(text, placeholders) if items == ITEMS_OUT else None
     body = text if protected is None else protected.text
+    out = list(protected.items) if protected else []
+    controls = list(protected.controls) if protected else []
+    quantities = list(protected.quantities) if protected else []
+    blocked = [(at, at) for at, _ in out] + quantities if protected else find_items(text)
+    found = glossary.find(body, blocked) if glossary else []
+    matched = bool(found)
+    if found and (terms == TERMS_OUT or (terms == TERMS_UNK and not placeholders)):
+        body, out, controls, quantities = as_items(body, found, out, controls, quantities)
+        found = []
+    in_body = [(a, b) for a, b, _ in found]
+    masked = in_body if terms != TERMS_KEPT else []  # the terms as placeholders
     ids, offsets = tokenizer.encode_with_offsets(body)
-    spans = find_items(text) if items == ITEMS_UNK else list(protected.quantities if protected else ())
-    if (spans or cfg.unk_id in ids) and placeholders:
+    spans = find_items(text) if items == ITEMS_UNK else quantities
+    if (spans or masked or cfg.unk_id in ids) and placeholders:
         unknown = [o for i, o in zip(ids, offsets, strict=True) if i == cfg.unk_id]
         spans = sorted({*spans, *chunks(body, unknown)}, key=lambda s: (s[0], -s[1]))
         spans = [s for k, s in enumerate(spans) if not (k and s[0] < spans[k - 1][1])]  # disjoint
+        spans = sorted([*(s for s in spans if not _overlaps(s, in_body)), *masked])  # terms over chunks
         if spans:
-            masked, origin = _mask(body, spans)
-            ids, offsets = tokenizer.encode_with_offsets(masked)
+            masked_text, origin = _mask(body, spans)
+            ids, offsets = tokenizer.encode_with_offsets(masked_text)
             offsets = [(origin[a][0], origin[b - 1][1]) if a < b else (0, 0) for a, b in offsets]
     n = cfg.max_source_len - 1 if cut else len(ids)
-    surfaces = (*(body[a:b] for a, b in offsets[:n]), "")
-    if protected is None or not (protected.items or protected.controls):
-        return Source(ids[:n] + [cfg.eos_id], surfaces)
+    surfaces = [body[a:b] for a, b in offsets[:n]] + [""]
+    held = []
+    for a, b, target in found:  # the pieces it covers (all there unless cut off)
+        covers = [k for k, o in enumerate(offsets[:n]) if o[0] < o[1] and _overlaps(o, [(a, b)])]
+        if covers:
+            surfaces[covers[0]] = target
+            held.append((covers[0], covers[-1] + 1))
+    if not (out or controls or held):
+        return Source(ids[:n] + [cfg.eos_id], tuple(surfaces))
     starts = [a for a, _ in offsets[:n]]  # an item stands before the first piece that starts at or after it
-    placed = tuple((sum(a < at for a in starts), item) for at, item in protected.items)
+    items_at = tuple((sum(a < at for a in starts), item) for at, item in out)
     # a format character: after the pieces ending at or before it (before "▁sur" in "dort \u200fsur")
-    controls = tuple((sum(0 < b <= at for _, b in offsets[:n]), c) for at, c in protected.controls)
-    verbatim = None if has_letters(body) else text
-    return Source(ids[:n] + [cfg.eos_id], surfaces, placed, verbatim, controls)
+    controls_at = tuple((sum(0 < b <= at for _, b in offsets[:n]), c) for at, c in controls)
+    verbatim = None if has_letters(body) or matched else text  # (terms taken out may leave no letter)
+    return Source(ids[:n] + [cfg.eos_id], tuple(surfaces), items_at, verbatim, controls_at, tuple(held))
+
+
+def _overlaps(span: tuple[int, int], others: Iterable[tuple[int, int]]) -> bool:
+    return any(a < span[1] and span[0] < b for a, b in others)
 
 
 def _mask(text: str, spans: list[tuple[int, int]]) -> tuple[str, list[tuple[int, int]]]:
@@ -160,19 +195,31 @@ def reattach(
     surfaces: Sequence[str],
     put_back: bool = True,
     items: Sequence[tuple[int, str]] = (),
+    terms: Sequence[Span] = (),
 ) -> tuple[list[int], list[int], tuple[str, ...]]:
     """Tokens, alignment and surfaces with a word-initial <unk> put back for each item taken out of the
     source (`items`: the source position it stood before, its text; its <unk> aligned to its own surface,
     appended) and (put_back) each source chunk (an <unk> whose surface is a whole `chunks` item, not an
-    unknown letter of a word) that no output <unk> picked: at the word boundary, ahead of the output's final
-    punctuation, that most output tokens agree with (aligned to the source before it: ahead; the others:
-    after); several at one place in source order."""
+    unknown letter of a word) and each glossary term (`terms`: its source positions; an output <unk> picks
+    it as model.glossary.written_once and .replaced say) that no output <unk> picked: at the word boundary,
+    ahead of the output's final punctuation, that most output tokens agree with (aligned to the source
+    before it: ahead; the others: after); several at one place in source order."""
     unk, n = tokenizer.unk_id, len(surfaces)
+    held = [a for a, b in terms if b == a + 1 and src_ids[a] == unk]  # TERMS_UNK's placeholders
+    tokens, alignment = written_once(tokens, alignment, held, unk)
+    if kept := [(a, b, surfaces[a]) for a, b in terms if a not in held]:  # TERMS_KEPT
+        pieces, space = tokenizer.pieces(list(tokens)), tokenizer.piece_to_id("\u2581")
+        space = None if space == unk else space
+        tokens, alignment = replaced(pieces, tokens, alignment, kept, unk, space)
     picked = {a for t, a in zip(tokens, alignment, strict=True) if t == unk}
     missing = [
         (u, u)
         for u in range(len(src_ids) - 1)
-        if put_back and src_ids[u] == unk and u not in picked and is_item(surfaces[u].strip())
+        if u not in picked
+        and (
+            (src_ids[u] == unk and (u in held or (put_back and is_item(surfaces[u].strip()))))
+            or any(u == a for a, _, _ in kept)
+        )
     ]
     missing += [(u, n + k) for k, (u, _) in enumerate(items)]  # (stood before, surface index)
     surfaces = (*surfaces, *(text for _, text in items))
@@ -219,13 +266,16 @@ def restore(
     put_back: bool = True,
     items: Sequence[tuple[int, str]] = (),
     controls: Sequence[tuple[int, str]] = (),
+    terms: Sequence[Span] = (),
 ) -> str:
     """Detokenize `tokens` with each <unk> replaced by the surface of its source position (`alignment`, one
     per token; the <unk>s of a run that picked the same position give it once), the items taken out put
-    back, (put_back) the source's chunks no output <unk> picked (`reattach`) and the format characters
-    taken out put back balanced (`with_controls`)."""
+    back, (put_back) the source's chunks and the glossary terms no output <unk> picked (`reattach`) and the
+    format characters taken out put back balanced (`with_controls`)."""
     n = len(surfaces)
-    tokens, alignment, surfaces = reattach(tokenizer, tokens, alignment, src_ids, surfaces, put_back, items)
+    tokens, alignment, surfaces = reattach(
+        tokenizer, tokens, alignment, src_ids, surfaces, put_back, items, terms
+    )
     if controls:
         tokens, alignment, surfaces = with_controls(
             tokenizer, tokens, alignment, surfaces, n, items, controls
@@ -289,7 +339,7 @@ def restore_text(tokenizer: AnyTokenizer, hyp: Hypothesis, source: Source, put_b
     if source.verbatim is not None:
         return source.verbatim
     return restore_hypothesis(
-        tokenizer, hyp, source.ids, source.surfaces, source.items, put_back, source.controls
+        tokenizer, hyp, source.ids, source.surfaces, source.items, put_back, source.controls, source.terms
     )
 
 
@@ -301,14 +351,16 @@ def restore_hypothesis(
     items: Sequence[tuple[int, str]] = (),
     put_back: bool = True,
     controls: Sequence[tuple[int, str]] = (),
+    terms: Sequence[Span] = (),
 ) -> str:
     """`restore` with the hypothesis' alignment; without one (CTranslate2 with no torch model to align what
-    it decoded without attention), plain detokenization, or, when items or format characters were taken
-    out, each <unk> dropped, the items put back at the output's start and the format characters at its
-    edges: an item is never lost."""
+    it decoded without attention), plain detokenization, or, when items, format characters or glossary terms
+    were taken out, each <unk> dropped, the items and terms put back at the output's start and the format
+    characters at its edges: an item or a term is never lost."""
     if hyp.alignment is not None:
-        return restore(tokenizer, hyp.tokens, hyp.alignment, src_ids, surfaces, put_back, items, controls)
-    if not (items or controls):
+        args = (put_back, items, controls, terms)
+        return restore(tokenizer, hyp.tokens, hyp.alignment, src_ids, surfaces, *args)
+    if not (items or controls or terms):
         return tokenizer.decode(hyp.tokens)
     eos = [len(src_ids) - 1] * len(hyp.tokens)  # EOS: aligned after every item, its surface ""
-    return restore(tokenizer, hyp.tokens, eos, src_ids, surfaces, False, items, controls)
+    return restore(tokenizer, hyp.tokens, eos, src_ids, surfaces, False, items, controls, terms)

@@ -5,7 +5,8 @@ sane, else a new one), request metrics and the access line (every answer counted
 template), CORS (APP_CORS_ORIGINS; the LibreTranslate API's prefix: open, app/edge/open_cors.py; so that the
 answers given here carry its headers too), then the checks that must come before the body is read: what the
 headers alone refuse (`_refusal`, one pass over them: two Host headers 400, a declared Content-Length over
-APP_MAX_BODY_BYTES 413 (app/edge/body_limit.py), a coded body 415/501; as {"error": ...} under the
+APP_MAX_BODY_BYTES 413 (app/edge/body_limit.py; a file upload's route: APP_MAX_FILE_BYTES and its form), a
+coded body 415/501; as {"error": ...} under the
 LibreTranslate API's prefix), a request for a route that declares API_KEY without the key a 401 (GET /metrics
 also takes APP_METRICS_API_KEY, or no key with APP_METRICS_PUBLIC), a Host outside APP_ALLOWED_HOSTS a 400
 (app/edge/hosts.py). Then the lean path (app/edge/fastpath.py, APP_FAST_PATH) resolves a JSON POST to its route
@@ -34,7 +35,7 @@ from app.core.metrics import METRICS_PATH, Metrics
 from app.core.request_id import CURRENT, RequestInfo
 from app.core.settings import Settings
 from app.edge.api_key import authorized, needs_key
-from app.edge.body_limit import BodyTooLarge, limited
+from app.edge.body_limit import UPLOAD_SETTING, UPLOAD_SLACK, BodyTooLarge, limited, takes_file
 from app.edge.fastpath import JSON, FastPath
 from app.edge.hosts import host_refusal
 from app.edge.open_cors import OpenCors
@@ -54,6 +55,9 @@ class Gate:
     ) -> None:
         self.app, self.metrics, self.routes = app, metrics, list(routes)
         self.max_body_bytes = settings.max_body_bytes
+        # file uploads (routes that declare FILE_UPLOAD): their own limit, FastAPI reads their forms
+        self.uploads = [r for r in self.routes if takes_file(r)]
+        self.max_upload_bytes = max(self.max_body_bytes, settings.max_file_bytes + UPLOAD_SLACK)
         self.fast = FastPath(app, self.routes, self.max_body_bytes) if settings.fast_path else None
         self.hosts = None if "*" in settings.allowed_hosts else [h.lower() for h in settings.allowed_hosts]
         self.lt_prefix = settings.libretranslate_prefix
@@ -130,7 +134,9 @@ class Gate:
             await send(message)
 
         try:
-            if self.fast is None:
+            if self._upload(scope):
+                await self.app(scope, limited(receive, self.max_upload_bytes, UPLOAD_SETTING), send_started)
+            elif self.fast is None:
                 await self.app(scope, limited(receive, self.max_body_bytes), send_started)
             elif (call := await self.fast.prepare(scope, receive, send_started)) is not None:
                 payload = call.response.dump_json(await call.answer, exclude_none=call.exclude_none)
@@ -190,8 +196,15 @@ class Gate:
                 headers={"Connection": "close"},
             )
         if size is not None and size > self.max_body_bytes:
-            return BodyTooLarge(self.max_body_bytes, size)
+            if not self._upload(scope):
+                return BodyTooLarge(self.max_body_bytes, size)
+            if size > self.max_upload_bytes:
+                return BodyTooLarge(self.max_upload_bytes, size, UPLOAD_SETTING)
         return coded
+
+    def _upload(self, scope: Scope) -> bool:
+        """Whether routing will serve this request with a file upload route (a POST to one)."""
+        return scope["method"] == "POST" and any(r.matches(scope)[0] is Match.FULL for r in self.uploads)
 
     def _under_lt(self, scope: Scope) -> bool:
         """Whether the path is the LibreTranslate API's."""

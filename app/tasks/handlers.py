@@ -26,6 +26,7 @@ from app.schemas import DEFAULT_LENGTH_PENALTY, ScoredTranslation, TranslationRe
 from app.tasks.task import compile_or_stay_eager
 from app.text.passthrough import has_letters
 from model.config import ModelConfig
+from model.glossary import Glossary
 from model.options import DecodeOptions, DecodingStopped, Hypothesis
 from model.preprocess import source_ids
 from model.tokenizer import PairTokenizer, Tokenizer
@@ -67,10 +68,16 @@ def checked_source_ids(
 
 
 def checked_source(
-    name: str, tokenizer: Tokenizer, cfg: ModelConfig, text: str, loc: Sequence[str | int]
+    name: str,
+    tokenizer: Tokenizer,
+    cfg: ModelConfig,
+    text: str,
+    loc: Sequence[str | int],
+    glossary: Glossary | None = None,
 ) -> Source:
-    """`checked_source_ids` for unknown-token replacement: model.unknowns.encode_source's ids and surfaces."""
-    src = encode_source(tokenizer, text, cfg, cut=False)
+    """`checked_source_ids` for unknown-token replacement: model.unknowns.encode_source's ids and surfaces
+    (with the glossary's terms: model/glossary.py)."""
+    src = encode_source(tokenizer, text, cfg, cut=False, glossary=glossary)
     if len(src.ids) > cfg.max_source_len:
         raise _too_long(name, cfg, text, len(src.ids), loc)
     return src
@@ -172,17 +179,22 @@ class TranslationText:
         return checked_source_ids(self.name, self.tokenizer, self.cfg, text, loc)
 
     def sentence(
-        self, text: str, loc: Sequence[str | int], replace_unknowns: bool, *options: Any
+        self,
+        text: str,
+        loc: Sequence[str | int],
+        replace_unknowns: bool,
+        glossary: Glossary | None,
+        *options: Any,
     ) -> Sentence:
         """One batch item (options: Sentence's num_hypotheses, length_penalty, max_length); replace_unknowns:
-        model.unknowns' encoding (protected items taken out), and surfaces to replace <unk>s from. A sentence
-        without letters ("7", "2.", "15 €") passes through as it came."""
+        model.unknowns' encoding (protected items taken out, the glossary's terms marked), and surfaces to
+        replace <unk>s from. A sentence without letters ("7", "2.", "15 €") passes through as it came."""
         if not has_letters(text):
             eos = [self.cfg.eos_id]
             return Sentence(eos, *options, passes=True, source=Source(eos, ("",), verbatim=text))
         if not replace_unknowns:
             return Sentence(self.encode_source(text, loc), *options)
-        src = checked_source(self.name, self.tokenizer, self.cfg, text, loc)  # refused here when too long
+        src = checked_source(self.name, self.tokenizer, self.cfg, text, loc, glossary)  # refused if too long
         return Sentence(src.ids, *options, align=src.align, passes=src.verbatim is not None, source=src)
 
     def sentences(
@@ -194,11 +206,12 @@ class TranslationText:
         length_penalty: float = DEFAULT_LENGTH_PENALTY,
         max_length: int | None = None,
         replace_unknowns: bool = False,
+        glossary: Glossary | None = None,
     ) -> tuple[list[Sentence], list[TextLayout]]:
         """Every sentence of every text (each split into lines of sentences: app.text.sentences.split_sentences) as
         one item with the request's decoding options, plus the layouts to put the texts back together;
-        `indices`: the texts' places in the request (for error locations), default 0, 1, ...; replace_unknowns:
-        see `sentence`."""
+        `indices`: the texts' places in the request (for error locations), default 0, 1, ...; replace_unknowns,
+        glossary: see `sentence`."""
         items: list[Sentence] = []
         layouts = []
         for t, text in zip(indices or range(len(texts)), texts, strict=True):
@@ -206,10 +219,8 @@ class TranslationText:
             lines = []
             for sentences in text:
                 lines.append(list(range(len(items), len(items) + len(sentences))))
-                items += [
-                    self.sentence(s, loc, replace_unknowns, num_hypotheses, length_penalty, max_length)
-                    for s in sentences
-                ]
+                options = (num_hypotheses, length_penalty, max_length)
+                items += [self.sentence(s, loc, replace_unknowns, glossary, *options) for s in sentences]
             layouts.append(TextLayout(lines))
         return items, layouts
 
@@ -229,11 +240,12 @@ class TranslationText:
         return results
 
     def detokenize(self, hyp: Hypothesis, item: Sentence) -> str:
-        """The hypothesis' text: its <unk>s replaced and the items taken out put back (with replacement on)."""
+        """The hypothesis' text: its <unk>s replaced, the items taken out put back and the glossary's terms
+        written (with replacement on)."""
         if (src := item.source) is None:
             return self.tokenizer.decode(hyp.tokens)
         return restore_hypothesis(
-            self.tokenizer, hyp, item.ids, src.surfaces, src.items, controls=src.controls
+            self.tokenizer, hyp, item.ids, src.surfaces, src.items, controls=src.controls, terms=src.terms
         )
 
     def join(

@@ -20,6 +20,7 @@ from app.text.passthrough import PASSTHROUGH, passed
 from app.text.sentences import split_sentences
 from model import Tokenizer
 from model.files import load_tokenizer
+from model.glossary import Glossary
 from model.options import Hypothesis
 
 if TYPE_CHECKING:
@@ -188,6 +189,7 @@ class TranslationTask(Task):
         whose count it has checked)."""
         registry, (texts, field) = ctx.ready_registry(), req.inputs
         ctx.limits.check_texts(texts, field, max_texts)
+        ctx.limits.check_glossary(req.glossary)
         detected = await ctx.detect(texts, field) if req.source_lang == AUTO else None
         # each text's language (None: no letters); texts answered as they came: app/text/passthrough.py
         langs = (
@@ -209,10 +211,11 @@ class TranslationTask(Task):
         ctx.limits.check_work(floor, field, "at least ")
         jobs: list[Job] = []
         layouts = []
+        glossary = Glossary.of(req.glossary) if req.glossary else None  # its targets stay in this process
         for name, idxs in groups.items():
             handler, rows = self.handlers[name], [split[i] for i in idxs]
             options = (req.num_hypotheses, idxs, req.length_penalty, req.max_length, req.replace_unknowns)
-            items, lays = handler.sentences(rows, field, *options)
+            items, lays = handler.sentences(rows, field, *options, glossary)
             jobs.append(Job(self, name, key, items, handler.costs(items, key)))
             layouts.append(lays)
         outputs = await ctx.submit(jobs, disconnected, field) if jobs else []

@@ -1,4 +1,4 @@
-"""app/api/libretranslate/html_text.py: the text blocks of an HTML document (inline elements inside), and the
+"""app/text/html.py: the text blocks of an HTML document (inline elements inside), and the
 document rebuilt around their translations with every tag put back."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from app.api.libretranslate.html_text import HtmlDocument
+from app.text.html import HtmlDocument
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.api.libretranslate.html_text import HtmlDocument
 from app.core.settings import Settings
 from app.tasks.handlers import TranslationHandler
+from app.text.html import HtmlDocument
 from tests.app.conftest import eager_settings, eventually, serve
 
 pytestmark = pytest.mark.anyio
@@ -352,8 +352,8 @@ async def test_languages_and_frontend_settings(client: httpx.AsyncClient) -> Non
         "apiKeys": False,
         "keyRequired": False,
         "suggestions": False,
-        "filesTranslation": False,
-        "supportedFilesFormat": [],
+        "filesTranslation": True,
+        "supportedFilesFormat": [".txt", ".odt", ".odp", ".docx", ".pptx", ".epub", ".html", ".srt"],
         "language": {
             "source": {"code": "auto", "name": "Auto Detect"},
             "target": {"code": "en", "name": "English"},
@@ -361,12 +361,10 @@ async def test_languages_and_frontend_settings(client: httpx.AsyncClient) -> Non
     }
 
 
-async def test_suggest_and_files_are_off(client: httpx.AsyncClient) -> None:
-    """As LibreTranslate with them disabled (frontend/settings: suggestions false, filesTranslation false)."""
+async def test_suggest_is_off(client: httpx.AsyncClient) -> None:
+    """As LibreTranslate with it disabled (frontend/settings: suggestions false; files: tests/app/test_files.py)."""
     r = await client.post(f"{LT}/suggest", data={"q": "chat", "s": "cat", "source": "fr", "target": "en"})
     assert (r.status_code, r.json()) == (403, {"error": "Suggestions are disabled on this server."})
-    r = await client.post(f"{LT}/translate_file", files={"file": ("a.txt", b"chat")}, data={"source": "fr"})
-    assert (r.status_code, r.json()) == (403, {"error": "Files translation are disabled on this server."})
 
 
 async def test_queue_full_is_429_with_slowdown(

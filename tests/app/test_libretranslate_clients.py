@@ -21,7 +21,7 @@ from deep_translator.exceptions import AuthorizationException, ServerException
 from libretranslate_aio import ForbiddenError, LibreTranslate
 from libretranslatepy import LibreTranslateAPI
 
-from app.api.libretranslate.html_text import HtmlDocument
+from app.text.html import HtmlDocument
 from bench.server import serve
 
 pytestmark = pytest.mark.slow  # starts python -m app: not in `make test-fast`

@@ -7,7 +7,7 @@ says so; an English sample text becomes a French one. Tests of their command-lin
 our setting of the same meaning (APP_MAX_CHARS for --char-limit, APP_MAX_TEXTS for --batch-limit,
 APP_API_KEY for --api-keys) in process. Not ported, as there is no such feature here: the translation cache,
 the per-client request limits and flood bans, the API key database and its origin/secret/fingerprint rules,
-suggestions and file translation when enabled (they are off: ported as such), the web UI's own pages and
+suggestions when enabled (off: ported as such), the web UI's own pages and
 locales, and Prometheus metrics under LibreTranslate's names.
 """
 
@@ -300,16 +300,25 @@ def test_frontend_settings_content(client: httpx.Client) -> None:
     assert settings["apiKeys"] is False
     assert settings["keyRequired"] is False
     assert settings["suggestions"] is False
-    # theirs: files translation on, with .txt; here it is off (as their --disable-files-translation)
-    assert settings["filesTranslation"] is False
-    assert settings["supportedFilesFormat"] == []
+    # theirs: files translation on, with .txt among the formats
+    assert settings["filesTranslation"] is True
+    assert ".txt" in settings["supportedFilesFormat"]
     assert settings["language"]["source"]["code"] == "auto"
 
 
-def test_frontend_settings_files_disabled(client: httpx.Client) -> None:
+def test_frontend_settings_files_enabled(client: httpx.Client) -> None:
     settings = _json(client.get("/frontend/settings"))
-    assert settings["filesTranslation"] is False
-    assert settings["supportedFilesFormat"] == []
+    assert settings["filesTranslation"] is True
+    assert settings["supportedFilesFormat"] == [
+        ".txt",
+        ".odt",
+        ".odp",
+        ".docx",
+        ".pptx",
+        ".epub",
+        ".html",
+        ".srt",
+    ]
 
 
 @pytest.mark.anyio
@@ -374,7 +383,7 @@ async def test_api_invalid_key_is_rejected_and_valid_key_is_accepted(
         assert response.status_code == 200
 
 
-# --- test_api_suggest.py and test_api_translate_file.py: disabled here, as theirs without the options -----
+# --- test_api_suggest.py: disabled here, as theirs without the option ---------------------------------------
 
 
 def test_api_suggest_disabled(client: httpx.Client) -> None:
@@ -382,12 +391,74 @@ def test_api_suggest_disabled(client: httpx.Client) -> None:
     assert response.status_code == 403
 
 
-def test_api_translate_file_disabled(client: httpx.Client) -> None:
-    response = client.post(
-        "/translate_file", data={"source": "fr", "target": "en"}, files={"file": ("test.txt", b"Bonjour")}
+# --- test_api_translate_file.py (theirs: en -> es; a French text here). Not ported: the monkeypatched ones
+# (a detector or a translator made to fail, which a server process cannot be) and --disable-files-translation
+# (no such setting: the feature is always on) --------------------------------------------------------------
+FILE_TEXT = b"Bonjour le monde, ceci est un test."
+
+
+def _translate_file(client: httpx.Client, name: str, data: bytes, **fields: str) -> httpx.Response:
+    return client.post("/translate_file", data=fields, files={"file": (name, data)})
+
+
+def test_api_translate_file(client: httpx.Client) -> None:
+    response = _translate_file(client, "test.txt", FILE_TEXT, source="fr", target="en")
+    assert response.status_code == 200
+    assert "translatedFileUrl" in _json(response)
+
+
+def test_api_translate_file_and_download(client: httpx.Client) -> None:
+    url = _json(_translate_file(client, "test.txt", FILE_TEXT, source="fr", target="en"))["translatedFileUrl"]
+    download = client.get(url[url.index("/download_file") :])
+    assert download.status_code == 200
+    assert len(download.content) > 0
+    assert download.content != FILE_TEXT
+
+
+def test_api_translate_file_missing_file(client: httpx.Client) -> None:
+    response = client.post("/translate_file", data={"source": "fr", "target": "en"}, files={"x": ("", b"")})
+    assert response.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("fields", "name", "error"),
+    [
+        ({"target": "en"}, "test.txt", "Invalid request: missing source parameter"),
+        ({"source": "fr"}, "test.txt", "Invalid request: missing target parameter"),
+        ({"source": "fr", "target": "en"}, "program.exe", "Invalid request: file format not supported"),
+        ({"source": "fr", "target": "zz"}, "test.txt", "zz is not supported"),
+        ({"source": "zz", "target": "en"}, "test.txt", "zz is not supported"),
+    ],
+)
+def test_api_translate_file_refusals(
+    client: httpx.Client, fields: dict[str, str], name: str, error: str
+) -> None:
+    response = _translate_file(
+        client, name, b"MZ\x90\x00" if name.endswith(".exe") else HELLO.encode(), **fields
     )
-    assert response.status_code == 403
+    assert response.status_code == 400
+    assert _json(response)["error"] == error
 
 
-def test_api_download_file_disabled(client: httpx.Client) -> None:
-    assert client.get("/download_file/anything.txt").status_code == 400
+def test_api_translate_file_auto_detect_source(client: httpx.Client) -> None:
+    response = _translate_file(client, "test.txt", FILE_TEXT, source="auto", target="en")
+    assert response.status_code == 200
+    assert "translatedFileUrl" in _json(response)
+
+
+@pytest.mark.anyio
+async def test_api_translate_file_char_limit(make_settings: Callable[..., Settings]) -> None:
+    """The character limit does not limit a file (its size and its work do): its text goes in pieces."""
+    async with serve_in_process(make_settings(max_chars=5)) as (_, client):
+        response = await client.post(
+            f"{LT}/translate_file",
+            data={"source": "fr", "target": "en"},
+            files={"file": ("test.txt", FILE_TEXT)},
+        )
+    assert response.status_code == 200, response.text
+
+
+def test_api_download_file_path_traversal(client: httpx.Client) -> None:
+    response = client.get("/download_file/%2E%2E")  # theirs: "..", which httpx resolves before sending
+    assert response.status_code == 400
+    assert _json(response)["error"] == "Invalid filename"

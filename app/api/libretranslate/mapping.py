@@ -9,19 +9,21 @@ of a request go in that one call. Errors are LibreTranslate's: {"error": message
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from app.api.libretranslate.html_text import HtmlDocument
 from app.batching.wait import Disconnected
 from app.core.errors import NotFound, ServiceError
+from app.files.formats import FORMATS
 from app.schemas import (
     AUTO,
     LIMITED,
     MAX_TEXTS,
+    GlossaryTerms,
     Str,
     TranslateRequest,
     TranslateResponse,
@@ -30,6 +32,7 @@ from app.schemas import (
 from app.serving import Serving
 from app.tasks.translation import TranslationTask
 from app.text.blank import is_blank
+from app.text.html import HtmlDocument
 
 # n-best = 1 + alternatives, within TranslateRequest's num_hypotheses limit
 MAX_ALTERNATIVES = (
@@ -100,6 +103,11 @@ class TranslateParams(_Params):
         description=f"More translations from the n-best: below 0 is 0, at most {MAX_ALTERNATIVES}.",
         json_schema_extra={"maximum": MAX_ALTERNATIVES},  # checked by _clamped, LibreTranslate's way
     )
+    glossary: GlossaryTerms | None = Field(
+        None,
+        description='Not LibreTranslate\'s: {"source term": "target term"}, as POST /translate\'s glossary; a '
+        "form sends it JSON-encoded.",
+    )
 
     @field_validator("source", "target", mode="before")
     @classmethod
@@ -110,6 +118,17 @@ class TranslateParams(_Params):
     @classmethod
     def _default_format(cls, v: object) -> object:
         return "text" if v in ("", None) else v
+
+    @field_validator("glossary", mode="before")
+    @classmethod
+    def _decoded(cls, v: object) -> object:
+        """A form's field is a string: the JSON object it encodes (a JSON body may send either)."""
+        if not isinstance(v, str):
+            return v
+        try:
+            return json.loads(v) if v.strip() else None
+        except ValueError as e:
+            raise ValueError(f"is not a JSON object ({e})") from None
 
     @field_validator("alternatives", mode="before")
     @classmethod
@@ -180,7 +199,7 @@ async def translate(service: Serving, p: TranslateParams, disconnected: Disconne
             groups.setdefault(lang, []).extend(j for j, o in enumerate(origin) if o == i)
     calls = [
         _translate(service, [sources[j] for j in idxs], [origin[j] for j in idxs], src, p.target, n,
-                   disconnected, not single)
+                   disconnected, not single, p.glossary)
         for src, idxs in groups.items()
     ]  # fmt: skip
     results: list[Any] = [None] * len(sources)
@@ -260,12 +279,13 @@ async def _translate(
     n: int,
     disconnected: Disconnected,
     many: bool,
+    glossary: dict[str, str] | None = None,
 ) -> list[TranslationResult]:
     """The translation task on `sources` (from q[origin[i]]); its 404/422 as LibreTranslate's 400 naming q."""
     if not sources:
         return []
     try:
-        fields = {"texts": sources, "source_lang": source, "target_lang": target}
+        fields = {"texts": sources, "source_lang": source, "target_lang": target, "glossary": glossary}
         req = TranslateRequest.model_validate(
             fields | {"num_hypotheses": n, "beam_size": max(DEFAULT_BEAM, n)}
         )
@@ -351,8 +371,8 @@ def frontend_settings(service: Serving) -> dict[str, Any]:
         "apiKeys": keyed,
         "keyRequired": keyed,
         "suggestions": False,
-        "filesTranslation": False,
-        "supportedFilesFormat": [],
+        "filesTranslation": True,
+        "supportedFilesFormat": list(FORMATS),  # app/files/formats/
         "language": {
             "source": {"code": AUTO, "name": "Auto Detect"},  # LibreTranslate's default
             "target": {"code": target, "name": name(target)},

@@ -1,6 +1,6 @@
 """The LibreTranslate API under APP_LIBRETRANSLATE_PREFIX: POST translate and detect, GET languages,
-frontend/settings, health and spec (suggest and translate_file answer 403, download_file 400, as LibreTranslate
-with them off; not in the OpenAPI documents, as they take no request).
+frontend/settings, health and spec (suggest answers 403, as LibreTranslate with it off; not in the OpenAPI
+documents, as it takes no request; translate_file and download_file: app/api/libretranslate/files.py).
 Bodies are JSON or forms (urlencoded or multipart), with the API key in the body or in the headers; every
 error is {"error": message}. The mapping onto the service: app/api/libretranslate/mapping.py.
 
@@ -45,12 +45,15 @@ class LtErrorBody(BaseModel):
 
 def _doc(model: type[BaseModel]) -> dict[str, Any]:
     """OpenAPI: the body's fields, as JSON or as a form (where each q is a non-empty text: a list of one
-    empty q is sent as one empty field, which is a missing q)."""
+    empty q is sent as one empty field, which is a missing q; a glossary is its JSON text)."""
     schema = model.model_json_schema()
     form = copy.deepcopy(schema)
     for branch in form["properties"]["q"]["anyOf"]:
         if branch.get("type") == "array":
             branch["items"]["minLength"] = 1
+    if glossary := form["properties"].get("glossary"):
+        object_schema = next(b for b in glossary.pop("anyOf") if b.get("type") == "object")
+        glossary |= {"type": "string", "contentMediaType": "application/json", "contentSchema": object_schema}
     content = {"application/json": {"schema": schema}} | {m: {"schema": form} for m in FORMS}
     return {"requestBody": {"required": True, "content": content}}
 
@@ -112,22 +115,12 @@ def router(prefix: str) -> APIRouter:
         document = get_openapi(title="LibreTranslate", version=__version__, routes=r.routes)
         return JSONResponse(with_limits(document, service.settings))
 
-    # what LibreTranslate answers with suggestions and file translation off (frontend/settings says so): out
-    # of the OpenAPI documents, which would call some request valid (every one is refused)
+    # what LibreTranslate answers with suggestions off (frontend/settings says so): out of the OpenAPI
+    # documents, which would call some request valid (every one is refused)
     @r.post("/suggest", include_in_schema=False)
     async def suggest() -> JSONResponse:
         """Not served: 403, as LibreTranslate without --suggestions."""
         return _error(lt.LtError(403, "Suggestions are disabled on this server."))
-
-    @r.post("/translate_file", include_in_schema=False)
-    async def translate_file() -> JSONResponse:
-        """Not served: 403, as LibreTranslate with --disable-files-translation."""
-        return _error(lt.LtError(403, "Files translation are disabled on this server."))
-
-    @r.get("/download_file/{filename}", include_in_schema=False)
-    async def download_file(filename: str) -> JSONResponse:
-        """Not served: 400, as LibreTranslate with --disable-files-translation."""
-        return _error(lt.LtError(400, "Files translation are disabled on this server."))
 
     return r
 

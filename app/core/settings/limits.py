@@ -3,6 +3,8 @@ bounds on a batch."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings
 
@@ -30,7 +32,15 @@ class LimitSettings(BaseSettings):
     request_timeout_s: float = Field(default=30.0, gt=0)  # 504 past this deadline
     max_texts: int = Field(default=64, ge=1, le=MAX_TEXTS)  # texts per request (the schema's hard cap)
     max_chars: int = Field(default=2000, ge=1)  # characters per text
+    max_glossary_terms: int = Field(default=100, ge=0)  # glossary terms per request (model/glossary.py)
+    max_term_chars: int = Field(default=100, ge=1)  # characters per glossary term, source or target
     max_body_bytes: int = Field(default=1_048_576, ge=1024)  # request body size; 413 above
+    # file translation (app/files/): an uploaded file's size (413 above; its route's body may hold it and the
+    # form around it), how long a translated file waits for its download, and where (shared by the HTTP
+    # processes; None: <temp dir>/transformer-serving-files)
+    max_file_bytes: int = Field(default=5_242_880, ge=1024)
+    file_ttl_s: float = Field(default=600.0, gt=0)
+    file_dir: Path | None = None
 
     @field_validator("max_queue_work")
     @classmethod

@@ -1,0 +1,65 @@
+"""What every file format gives: a Document (its texts, and the file rebuilt around their translations), and
+the Format record that opens one."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+# what the parts of a zipped format (.docx, .pptx) may expand to: they are read whole into memory, and a
+# few MB of zip can hold gigabytes of repeated XML
+MAX_UNZIPPED_BYTES = 256 * 1024 * 1024
+
+
+class UnreadableFile(ValueError):
+    """The bytes are not a file of the format its name says (a 400 at the routes)."""
+
+
+class Document(Protocol):
+    texts: list[str]  # what is translated, in file order: every text with a letter, stripped
+
+    def render(self, translations: Sequence[str], langs: tuple[str, str]) -> bytes:
+        """The file with texts[i] replaced by translations[i]; everything that is not text as it was.
+        langs: (source, target), for formats that place markup by sentence."""
+        ...
+
+
+@dataclass(frozen=True)
+class Format:
+    extension: str  # ".docx", as LibreTranslate's supportedFilesFormat lists it
+    media_type: str  # the Content-Type of the translated file
+    open: Callable[[bytes], Document]  # UnreadableFile when the bytes are not this format
+
+
+def decoded(data: bytes) -> tuple[str, bytes]:
+    """UTF-8 text (a BOM kept aside, to write back): (text, bom); UnreadableFile otherwise."""
+    bom = b"\xef\xbb\xbf" if data.startswith(b"\xef\xbb\xbf") else b""
+    try:
+        return data[len(bom) :].decode("utf-8"), bom
+    except UnicodeDecodeError as e:
+        raise UnreadableFile(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def stripped(text: str) -> tuple[str, str, str]:
+    """(leading whitespace, the text, trailing whitespace): the whitespace stays out of the translation."""
+    core = text.strip()
+    if not core:
+        return text, "", ""
+    lead = text[: len(text) - len(text.lstrip())]
+    return lead, core, text[len(lead) + len(core) :]
+
+
+def check_unzipped(data: bytes, kind: str) -> None:
+    """UnreadableFile unless `data` is a zip whose parts expand to at most MAX_UNZIPPED_BYTES."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            size = sum(info.file_size for info in z.infolist())
+    except (zipfile.BadZipFile, ValueError) as e:
+        raise UnreadableFile(f"not {kind} ({e})") from None
+    if size > MAX_UNZIPPED_BYTES:
+        raise UnreadableFile(
+            f"not {kind}: its parts expand to {size:,} bytes, more than {MAX_UNZIPPED_BYTES:,}"
+        )
