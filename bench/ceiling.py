@@ -172,17 +172,25 @@ def wait_bare(proc: subprocess.Popen[bytes], url: str, output: Any) -> None:
 
 
 def alone_us(checkpoints: Path, route: str) -> float:
-    """CPU µs per item of the model alone on `route`'s inputs (bench/ceilings.py, batches of 32)."""
+    """CPU µs per item of the model alone on `route`'s inputs (bench/ceilings.py, batches of 32), on one
+    intra-op thread as each of the server's inference workers (more would count idle threads' spinning)."""
+    import torch
+
     from bench.ceilings import ceiling
 
-    if route.startswith("sentiment"):
-        sentiment = {"model": SENTIMENT_MODEL}
-        inputs = texts(EN_WORDS, lengths=(3, 5, 8, 12))
-        got = ceiling(checkpoints, sentiment, {}, 1, runs=5, sentiment_inputs=inputs)
-        return 1000 * got["/sentiment"][1]
-    beam = 1 if route.endswith("greedy") else 4
-    got = ceiling(checkpoints, {}, {"model": TRANSLATE_MODEL, "target_lang": "en"}, beam, runs=2)
-    return 1000 * got["/translate"][1]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # CTranslate2's intra_threads follow it there
+    try:
+        if route.startswith("sentiment"):
+            sentiment = {"model": SENTIMENT_MODEL}
+            inputs = texts(EN_WORDS, lengths=(3, 5, 8, 12))
+            got = ceiling(checkpoints, sentiment, {}, 1, runs=5, sentiment_inputs=inputs)
+            return 1000 * got["/sentiment"][1]
+        beam = 1 if route.endswith("greedy") else 4
+        got = ceiling(checkpoints, {}, {"model": TRANSLATE_MODEL, "target_lang": "en"}, beam, runs=2)
+        return 1000 * got["/translate"][1]
+    finally:
+        torch.set_num_threads(threads)
 
 
 def cell(
