@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Sequence
 
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse, Response
@@ -57,6 +58,9 @@ class Gate:
         self.max_body_bytes = settings.max_body_bytes
         # file uploads (routes that declare FILE_UPLOAD): their own limit, FastAPI reads their forms
         self.uploads = [r for r in self.routes if takes_file(r)]
+        # their paths, when fixed (no parameters): one set lookup per request, not a route match
+        self.upload_paths = {r.path for r in self.uploads if isinstance(r, APIRoute) and "{" not in r.path}
+        self.upload_patterns = [r for r in self.uploads if not isinstance(r, APIRoute) or "{" in r.path]
         self.max_upload_bytes = max(self.max_body_bytes, settings.max_file_bytes + UPLOAD_SLACK)
         self.fast = FastPath(app, self.routes, self.max_body_bytes) if settings.fast_path else None
         self.hosts = None if "*" in settings.allowed_hosts else [h.lower() for h in settings.allowed_hosts]
@@ -204,7 +208,14 @@ class Gate:
 
     def _upload(self, scope: Scope) -> bool:
         """Whether routing will serve this request with a file upload route (a POST to one)."""
-        return scope["method"] == "POST" and any(r.matches(scope)[0] is Match.FULL for r in self.uploads)
+        if scope["method"] != "POST":
+            return False
+        path, root = scope["path"], scope.get("root_path", "")
+        if root and path.startswith(root):  # routes match without the root path (as Starlette's routing)
+            path = path[len(root) :]
+        return path in self.upload_paths or any(
+            r.matches(scope)[0] is Match.FULL for r in self.upload_patterns
+        )
 
     def _under_lt(self, scope: Scope) -> bool:
         """Whether the path is the LibreTranslate API's."""
