@@ -85,21 +85,6 @@ async def lt_upload(client: httpx.AsyncClient, name: str, data: bytes, **fields:
     return await client.post(f"{LT}/translate_file", data=FR_EN | fields, files={"file": (name, data)})
 
 
-async def test_frontend_settings_list_the_formats(client: httpx.AsyncClient) -> None:
-    settings = (await client.get(f"{LT}/frontend/settings")).json()
-    assert settings["filesTranslation"] is True
-    assert settings["supportedFilesFormat"] == [
-        ".txt",
-        ".odt",
-        ".odp",
-        ".docx",
-        ".pptx",
-        ".epub",
-        ".html",
-        ".srt",
-    ]
-
-
 async def test_native_docx_is_translated_as_translate_translates_its_texts(client: httpx.AsyncClient) -> None:
     source = make_docx()
     files = {"file": ("Rapport final.docx", source)}

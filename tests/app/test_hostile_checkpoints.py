@@ -191,51 +191,45 @@ def test_a_model_over_the_memory_budget_is_refused_before_its_weights_are_read(
     assert load_checkpoint(tiny_translator_checkpoint, max_bytes=2 * need).config.n_layers >= 1
 
 
-@pytest.mark.anyio
-async def test_a_model_over_apps_budget_fails_alone(
-    tmp_path: Path, tiny_sentiment_checkpoint: Path, tiny_translator_checkpoint: Path
-) -> None:
-    """APP_MAX_MODEL_BYTES between the classifier's size and the translator's: the translator fails, saying
-    the budget and the setting; the classifier serves."""
-    from app.core.settings import Settings
+async def translator_failed_alone(settings: object, reason: str) -> None:
+    """Served with `settings` (two_models_dir): sentiment-en answers, translate-fr-en 503 saying `reason`."""
     from tests.app.conftest import serve as serve_app
 
-    small, large = _param_bytes(tiny_sentiment_checkpoint), _param_bytes(tiny_translator_checkpoint)
-    assert small < large
-    root = tmp_path / "models"
-    root.mkdir()
-    (root / "sentiment-en").symlink_to(tiny_sentiment_checkpoint, target_is_directory=True)
-    (root / "translate-fr-en").symlink_to(tiny_translator_checkpoint, target_is_directory=True)
-    settings = Settings(checkpoint_dir=root, max_model_bytes=(small + large) // 2, strict_readiness=False)
     async with serve_app(settings) as (_, client):
         r = await client.post("/sentiment", json={"text": "great"})
         assert r.status_code == 200, r.text
         body = {"text": "le chat", "source_lang": "fr", "model": "translate-fr-en"}
         r = await client.post("/translate", json=body)
         assert r.status_code == 503
-        assert "over the budget of" in r.json()["detail"]
-        assert "(APP_MAX_MODEL_BYTES)" in r.json()["detail"]
+        assert reason in r.json()["detail"]
+
+
+@pytest.mark.anyio
+async def test_a_model_over_apps_budget_fails_alone(two_models_dir: Path) -> None:
+    """APP_MAX_MODEL_BYTES between the classifier's size and the translator's: the translator fails, saying
+    the budget and the setting; the classifier serves."""
+    from app.core.settings import Settings
+
+    small, large = (_param_bytes(two_models_dir / n) for n in ("sentiment-en", "translate-fr-en"))
+    assert small < large
+    budget = (small + large) // 2
+    settings = Settings(checkpoint_dir=two_models_dir, max_model_bytes=budget, strict_readiness=False)
+    await translator_failed_alone(
+        settings, f"over the budget of {budget:,} bytes per model (APP_MAX_MODEL_BYTES)"
+    )
 
 
 @pytest.mark.anyio
 async def test_a_model_past_its_load_budget_fails_alone(
-    tmp_path: Path,
-    tiny_sentiment_checkpoint: Path,
-    tiny_translator_checkpoint: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    two_models_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """APP_MODEL_LOAD_TIMEOUT_S: a load that outlasts it (here held on a lock) fails that model, saying so;
-    the other is ready and serves meanwhile, not after the stuck load."""
+    """APP_MODEL_LOAD_TIMEOUT_S: a load that outlasts it (here held on an event) fails that model, saying so;
+    the other is ready and serves meanwhile, not after the stuck load (loads never hold an inference worker)."""
     import threading
 
     from app.core.settings import Settings
     from app.registry import Registry
-    from tests.app.conftest import serve as serve_app
 
-    root = tmp_path / "models"
-    root.mkdir()
-    (root / "sentiment-en").symlink_to(tiny_sentiment_checkpoint, target_is_directory=True)
-    (root / "translate-fr-en").symlink_to(tiny_translator_checkpoint, target_is_directory=True)
     release = threading.Event()
     real = Registry.load
 
@@ -246,15 +240,13 @@ async def test_a_model_past_its_load_budget_fails_alone(
 
     monkeypatch.setattr(Registry, "load", stuck)
     settings = Settings(
-        checkpoint_dir=root, model_load_timeout_s=3.0, strict_readiness=False, torchscript=False, warmup=False
+        checkpoint_dir=two_models_dir,
+        model_load_timeout_s=3.0,
+        strict_readiness=False,
+        torchscript=False,
+        warmup=False,
     )
     try:
-        async with serve_app(settings) as (_, client):
-            r = await client.post("/sentiment", json={"text": "great"})
-            assert r.status_code == 200, r.text
-            body = {"text": "le chat", "source_lang": "fr", "model": "translate-fr-en"}
-            r = await client.post("/translate", json=body)
-            assert r.status_code == 503
-            assert "did not load within 3 s (APP_MODEL_LOAD_TIMEOUT_S)" in r.json()["detail"]
+        await translator_failed_alone(settings, "did not load within 3 s (APP_MODEL_LOAD_TIMEOUT_S)")
     finally:
         release.set()
