@@ -67,7 +67,10 @@ class IOThreads:
                     messages += frames.decode(bytes(buf[HEADER.size : HEADER.size + size]))
                     del buf[: HEADER.size + size]
                 if messages:
-                    self.loop.call_soon_threadsafe(self.on_messages, messages)
+                    try:
+                        self.loop.call_soon_threadsafe(self.on_messages, messages)
+                    except RuntimeError:  # the loop has closed (its process is stopping): nobody reads
+                        break
                 chunk = self.sock.recv(READ_SIZE)
                 if not chunk:
                     break
