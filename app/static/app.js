@@ -1,4 +1,5 @@
-// Demo page over the JSON API (/models, /sentiment, /translate, /attention). No libraries, no build step.
+// Demo page over the JSON API (/models, /sentiment, /translate, /translate/file, /attention). No libraries, no
+// build step.
 "use strict";
 
 const KEY_STORAGE = "transformer-demo.api-key";
@@ -8,7 +9,7 @@ const KINDS = {
   decoder: { field: "decoder_self_attention", layers: "decoder_layers", rows: "target_tokens", cols: "target_tokens", name: "decoder self-attention" },
   cross: { field: "cross_attention", layers: "decoder_layers", rows: "target_tokens", cols: "source_tokens", name: "cross-attention" },
 };
-const state = { models: [], att: null, kind: "encoder", layer: 0, head: "avg", hover: null };
+const state = { models: [], att: null, kind: "encoder", layer: 0, head: "avg", hover: null, download: null };
 const $ = (id) => document.getElementById(id);
 
 function el(tag, attrs = {}, ...children) {
@@ -45,20 +46,28 @@ function detailText(body) {
   }).join("\n");
 }
 
-async function api(method, path, body) {
-  const headers = { Accept: "application/json" };
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+/** fetch with the API key -> the Response; an ApiError (its `detail`) when unreachable or not 2xx. */
+async function send(path, init) {
+  const headers = { Accept: "application/json", ...init.headers };
   const key = $("api-key").value.trim();
   if (key) headers["X-API-Key"] = key;
   let res;
   try {
-    res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    res = await fetch(path, { ...init, headers });
   } catch (e) {
     throw new ApiError(0, `cannot reach the server (${e.message})`);
   }
-  const data = await res.json().catch(() => null);
-  if (!res.ok) throw new ApiError(res.status, detailText(data) || res.statusText || "request failed");
-  return data;
+  if (!res.ok) {
+    const data = await res.json().catch(() => null);
+    throw new ApiError(res.status, detailText(data) || res.statusText || "request failed");
+  }
+  return res;
+}
+
+async function api(method, path, body) {
+  const init = { method };
+  if (body !== undefined) Object.assign(init, { headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  return (await send(path, init)).json().catch(() => null);
 }
 
 function showError(section, err) {
@@ -113,6 +122,7 @@ async function loadModels() {
     showError("global", null);
     setStatus(`ready · ${state.models.length} models`, "ok");
     fillModelSelects();
+    loadFileFormats();
   } catch (err) {
     setStatus(err.status === 401 ? "API key needed" : "error", "bad");
     showError("global", err);
@@ -211,6 +221,67 @@ function submitTranslate(ev) {
             onclick: () => showAttentionFor(model, text, h.translation, target) }, "attention")))),
     );
     $("translate-result").hidden = false;
+  });
+}
+
+// --- file translation --------------------------------------------------------------------------------
+
+/** The formats POST /translate/file takes (the LibreTranslate API's settings); the page's list if not served. */
+async function loadFileFormats() {
+  const settings = await api("GET", "/libretranslate/frontend/settings").catch(() => null);
+  const formats = settings && settings.supportedFilesFormat;
+  if (!Array.isArray(formats) || !formats.length) return;
+  $("translate-file").accept = formats.join(",");
+  $("translate-formats").textContent = formats.join(", ");
+}
+
+/** The download's name from Content-Disposition: its UTF-8 filename*, else its filename. */
+function attachmentName(header, fallback) {
+  const utf8 = /filename\*=UTF-8''([^;]+)/i.exec(header || "");
+  if (utf8) return decodeURIComponent(utf8[1]);
+  const plain = /filename="([^"]*)"/i.exec(header || "");
+  return plain ? plain[1] : fallback;
+}
+
+function translateFile(file) {
+  if (!file) return undefined;
+  const [source, target] = ($("translate-pair").value || ">").split(">");
+  const form = new FormData();
+  form.append("file", file);
+  form.append("source_lang", source);
+  form.append("target_lang", target);
+  const picker = $("translate-file-button");
+  picker.disabled = true; // one file at a time (run() disables the section's submit button)
+  return run("translate", async () => {
+    const res = await send("/translate/file", { method: "POST", headers: { Accept: "*/*" }, body: form });
+    const blob = await res.blob();
+    const name = attachmentName(res.headers.get("Content-Disposition"), file.name);
+    if (state.download) URL.revokeObjectURL(state.download);
+    state.download = URL.createObjectURL(blob);
+    $("translate-result").replaceChildren(
+      el("p", { class: "answered" }, `${file.name} translated ${source === "auto" ? "from the detected language" : `from ${source}`} into ${target}: `,
+        el("a", { href: state.download, download: name, "data-testid": "translate-download" }, name),
+        el("span", { class: "muted small" }, ` (${(blob.size / 1024).toFixed(1)} KB)`)),
+    );
+    $("translate-result").hidden = false;
+  }).finally(() => { picker.disabled = false; });
+}
+
+/** Dropping a file on `zone` translates it; the zone is marked while a file is dragged over it. */
+function acceptDrops(zone) {
+  const mark = (on) => zone.classList.toggle("dragging", on);
+  zone.addEventListener("dragover", (ev) => {
+    if (!ev.dataTransfer || !ev.dataTransfer.types.includes("Files")) return; // dragged text drops as text
+    ev.preventDefault();
+    ev.dataTransfer.dropEffect = "copy";
+    mark(true);
+  });
+  zone.addEventListener("dragleave", () => mark(false));
+  zone.addEventListener("drop", (ev) => {
+    if (!ev.dataTransfer || !ev.dataTransfer.files.length) return;
+    ev.preventDefault();
+    mark(false);
+    translateFile(ev.dataTransfer.files[0]);
   });
 }
 
@@ -430,6 +501,13 @@ function init() {
   }));
   $("translate-form").addEventListener("submit", submitTranslate);
   document.querySelectorAll("input[name=decoding]").forEach((r) => r.addEventListener("change", onDecoding));
+  acceptDrops($("translate-text"));
+  acceptDrops($("translate-drop"));
+  $("translate-file-button").addEventListener("click", () => $("translate-file").click());
+  $("translate-file").addEventListener("change", (ev) => {
+    translateFile(ev.target.files[0]);
+    ev.target.value = ""; // the same file chosen again is a new change
+  });
   $("attention-form").addEventListener("submit", submitAttention);
   $("attention-model").addEventListener("change", onAttentionModel);
   $("attention-kind").addEventListener("click", (ev) => {

@@ -51,7 +51,7 @@ def checkpoint_dir(
 
 @pytest.fixture(scope="module")
 def url(checkpoint_dir: Path) -> Iterator[str]:
-    with server(checkpoint_dir, APP_MAX_CHARS="300") as u:
+    with server(checkpoint_dir, APP_MAX_CHARS="300", APP_MAX_FILE_BYTES="2048") as u:
         yield u
 
 
@@ -145,6 +145,55 @@ def test_translation_detects_the_language_or_passes_it_through(page: Any, url: s
     page.locator("[data-testid=translate-model][data-model=passthrough]").wait_for()
     assert page.get_attribute("[data-testid=translate-detected]", "data-language") == "en"
     assert page.locator("[data-testid=hypothesis] .hyp-text").all_inner_texts() == [en]
+
+
+def downloaded(page: Any) -> tuple[str, str]:
+    """Click the result's download link -> (the saved file's name, its text)."""
+    link = page.locator("[data-testid=translate-download]")
+    with page.expect_download() as info:
+        link.click()
+    return info.value.suggested_filename, Path(info.value.path()).read_text(encoding="utf-8")
+
+
+def drop_file(page: Any, selector: str, name: str, text: str) -> None:
+    """Drop a file of `text` named `name` on the element, as a drag from the desktop does."""
+    transfer = page.evaluate_handle(
+        """([name, text]) => { const dt = new DataTransfer();
+        dt.items.add(new File([text], name, { type: "text/plain" })); return dt; }""",
+        [name, text],
+    )
+    page.dispatch_event(selector, "dragover", {"dataTransfer": transfer})
+    page.dispatch_event(selector, "drop", {"dataTransfer": transfer})
+
+
+def test_file_dropped_or_chosen_comes_back_translated(page: Any, url: str, tmp_path: Path) -> None:
+    """A .txt file, chosen with the picker or dropped on the text area or the drop zone, is offered as a
+    download named as the upload, its lines translated as POST /translate translates them; a refused file
+    shows the API's error."""
+    lines = FR.split(". ")
+    content = f"{lines[0]}.\n\n  {lines[1]}\n"
+    answer = api(url, "/translate", {"texts": [f"{lines[0]}.", lines[1]], "source_lang": "fr"})
+    first, second = (r["translation"] for r in answer["results"])
+    expected = f"{first}\n\n  {second}\n"
+    page.select_option("#translate-pair", "fr>en")
+    (tmp_path / "notes.txt").write_text(content, encoding="utf-8")
+    page.set_input_files("#translate-file", str(tmp_path / "notes.txt"))  # what the picker button opens
+    assert downloaded(page) == ("notes.txt", expected)
+    assert "notes.txt translated from fr into en" in page.inner_text("#translate-result")
+    for zone, name in (("#translate-text", "texte.txt"), ("#translate-drop", "drop.txt")):
+        drop_file(page, zone, name, content)
+        page.locator(f"[data-testid=translate-download][download='{name}']").wait_for()
+        assert downloaded(page) == (name, expected)
+    assert page.get_attribute("#translate-file", "accept") == ",".join(
+        httpx.get(f"{url}/libretranslate/frontend/settings").json()["supportedFilesFormat"]
+    )
+
+    drop_file(page, "#translate-drop", "big.txt", "Le chat dort.\n" * 200)  # over APP_MAX_FILE_BYTES=2048
+    assert shown_error(page, "translate") == "413 · the file is larger than 2048 bytes (APP_MAX_FILE_BYTES)"
+    drop_file(page, "#translate-drop", "notes.pdf", content)
+    page.get_by_text("415 · unsupported file format").wait_for()
+    page.set_input_files("#translate-file", str(tmp_path / "notes.txt"))  # a success clears the error
+    page.locator("#translate-error").wait_for(state="hidden")
 
 
 def test_attention_heatmap_matches_the_api(page: Any, url: str) -> None:
