@@ -23,22 +23,22 @@ class Limits:
                 loc = (field,) if field != "texts" else (field, i)
                 raise invalid(loc, f"at most {s.max_chars} characters per text (got {len(text)})", "too_long")
 
-    def check_glossary(self, glossary: dict[str, str] | None) -> None:
+    def check_glossary(self, glossary: dict[str, str] | None, field: str = "glossary") -> None:
         """At most APP_MAX_GLOSSARY_TERMS terms, each (source and target) of at most APP_MAX_TERM_CHARS
-        characters."""
+        characters (`field`: what a 422 names)."""
         s = self.settings
         if not glossary:
             return
         if len(glossary) > s.max_glossary_terms:
             raise invalid(
-                ("glossary",),
+                (field,),
                 f"at most {s.max_glossary_terms} terms per glossary (APP_MAX_GLOSSARY_TERMS), got {len(glossary)}",
                 "too_long",
             )
         for source, target in glossary.items():
             if (n := max(len(source), len(target))) > s.max_term_chars:
                 raise invalid(
-                    ("glossary", source[:40]),
+                    (field, source[:40]),
                     f"at most {s.max_term_chars} characters per term (APP_MAX_TERM_CHARS), got {n}",
                     "too_long",
                 )

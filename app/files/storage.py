@@ -16,15 +16,15 @@ JSON written last (os.replace): a token without it is not there yet.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import hmac
 import json
-import os
 import re
 import secrets
 import tempfile
 import time
 from pathlib import Path
+
+from app.core.private_files import key_hash, write_private
 
 DEFAULT_DIR = Path(tempfile.gettempdir()) / "transformer-serving-files"
 SWEEP_EVERY_S = 10.0
@@ -50,10 +50,6 @@ def well_formed(stored: str) -> bool:
     return _NAME.fullmatch(stored) is not None
 
 
-def key_hash(key: str | None) -> str | None:
-    return None if key is None else hashlib.sha256(key.encode()).hexdigest()
-
-
 class FileStore:
     def __init__(self, root: Path | None, ttl_s: float) -> None:
         self.root, self.ttl_s = root or DEFAULT_DIR, ttl_s
@@ -65,9 +61,9 @@ class FileStore:
             _swept[self.root] = time.monotonic()
             self.sweep()
         token = secrets.token_urlsafe(TOKEN_BYTES)
-        _write(self.root / f"{token}.data", data)
+        write_private(self.root / f"{token}.data", data)
         meta = {"name": name, "expires": time.time() + self.ttl_s, "key": key_hash(key)}
-        _write(self.root / f"{token}.json", json.dumps(meta).encode())
+        write_private(self.root / f"{token}.json", json.dumps(meta).encode())
         return f"{token}.{name}"
 
     def get(self, stored: str, key: str | None) -> tuple[bytes, str] | None:
@@ -109,12 +105,3 @@ class FileStore:
         for kind in ("json", "data"):
             with contextlib.suppress(FileNotFoundError):
                 (self.root / f"{token}.{kind}").unlink()
-
-
-def _write(path: Path, data: bytes) -> None:
-    """`data` at `path` at once (a temporary file renamed), readable by this user only."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)

@@ -26,10 +26,18 @@ FIELD = "file"  # what a 422 names
 
 
 async def translate_file(
-    service: Serving, fmt: Format, data: bytes, source: str, target: str, disconnected: Disconnected = None
+    service: Serving,
+    fmt: Format,
+    data: bytes,
+    source: str,
+    target: str,
+    disconnected: Disconnected = None,
+    glossary: dict[str, str] | None = None,
+    glossary_id: str | None = None,
 ) -> bytes:
     """The file `data` (of format `fmt`) translated from `source` (a code, or "auto": the language of the
-    file's text as a whole, as LibreTranslate detects it) to `target`.
+    file's text as a whole, as LibreTranslate detects it) to `target`, with a glossary (its terms, or a stored
+    one's id: its source_lang must be the file's, detected or given).
 
     Raises:
         UnreadableFile: the bytes are not `fmt`.
@@ -51,10 +59,14 @@ async def translate_file(
     if len(pieces) > MAX_TEXTS:
         raise invalid((FIELD,), f"at most {MAX_TEXTS} texts per file (paragraphs, lines), got {len(pieces)}")
     try:
-        req = TranslateRequest(texts=pieces, source_lang=source, target_lang=target)
-    except ValidationError as e:  # a code that is not one, a text no model reads
+        req = TranslateRequest(
+            texts=pieces, source_lang=source, target_lang=target, glossary=glossary, glossary_id=glossary_id
+        )
+    except ValidationError as e:  # a code that is not one, a text no model reads, a glossary's term
         err = e.errors()[0]
-        raise invalid((FIELD, *err["loc"]), str(err["msg"])) from None
+        first = str(err["loc"][0]) if err["loc"] else ""
+        loc = err["loc"] if first.startswith("glossary") else (FIELD, *err["loc"])
+        raise invalid(loc, str(err["msg"])) from None
     answer: TranslateResponse = await service.answer(
         TranslationTask.name, req, disconnected, max_texts=len(pieces)
     )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.columns import F64, I32, U8, BadFrame, Reader, Writer, split
 from app.core.settings import Settings
+from app.glossaries.store import stored_glossary
 from app.schemas import AUTO, DetectedLanguage, TranslateRequest, TranslateResponse, TranslationResult
 from app.tasks.handlers import DecodeKey, Sentence, TranslationText
 from app.tasks.task import BatchSpec, Context, Disconnected, Job, Task
@@ -189,7 +190,11 @@ class TranslationTask(Task):
         whose count it has checked)."""
         registry, (texts, field) = ctx.ready_registry(), req.inputs
         ctx.limits.check_texts(texts, field, max_texts)
-        ctx.limits.check_glossary(req.glossary)
+        terms, stored = req.glossary, None
+        if req.glossary_id is not None:  # a stored glossary: its pair checked (its source after detection)
+            stored = await stored_glossary(ctx.settings, req.glossary_id, req.source_lang, req.target_lang)
+            terms = stored.entries
+        ctx.limits.check_glossary(terms, "glossary" if stored is None else "glossary_id")
         detected = await ctx.detect(texts, field) if req.source_lang == AUTO else None
         # each text's language (None: no letters); texts answered as they came: app/text/passthrough.py
         langs = (
@@ -198,6 +203,8 @@ class TranslationTask(Task):
             else [f[0].language if f else None for f in detected]
         )
         through = set(passed(texts, langs, req.target_lang))
+        if stored is not None and detected is not None:
+            stored.check_detected(langs, [i for i in range(len(texts)) if i not in through], field)
         groups = registry.route(req, texts, field, detected, through)
         key = DecodeKey(req.target_lang, req.beam_size)  # the queue; the other options go per sentence
         split = [  # each text as lines of sentences, in its language: split once, priced, then tokenized
@@ -211,7 +218,7 @@ class TranslationTask(Task):
         ctx.limits.check_work(floor, field, "at least ")
         jobs: list[Job] = []
         layouts = []
-        glossary = Glossary.of(req.glossary) if req.glossary else None  # its targets stay in this process
+        glossary = Glossary.of(terms) if terms else None  # its targets stay in this process
         for name, idxs in groups.items():
             handler, rows = self.handlers[name], [split[i] for i in idxs]
             options = (req.num_hypotheses, idxs, req.length_penalty, req.max_length, req.replace_unknowns)

@@ -1,4 +1,5 @@
-"""LibreTranslate's file routes: POST translate_file (multipart: file, source, target, api_key) answers
+"""LibreTranslate's file routes: POST translate_file (multipart: file, source, target, api_key; and ours:
+glossary as JSON text, glossary_id) answers
 {"translatedFileUrl": <base>/download_file/<name>}; GET download_file/<name> answers the translated file, for
 APP_FILE_TTL_S, to the key that asked (app/files/storage.py). Errors in LibreTranslate's shape and words
 ({"error": message}; 400 for bad input, a limit such as APP_MAX_WORK included, as its /translate), plus 413
@@ -23,6 +24,7 @@ from app.files.formats import FORMATS, format_of
 from app.files.storage import FileStore, safe_name, well_formed
 from app.files.translate import translate_file
 from app.files.upload import FileTooLarge, attachment, read_upload
+from app.glossaries.schemas import form_terms
 
 DOWNLOAD = "libretranslate_download_file"  # the route's name, for its URL
 FORM = {
@@ -33,6 +35,17 @@ FORM = {
         "source": {"type": "string", "minLength": 1, "description": 'A code, or "auto"'},
         "target": {"type": "string", "minLength": 1},
         "api_key": {"type": "string", "description": "Or Authorization: Bearer / X-API-Key"},
+        "glossary": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "description": 'Not LibreTranslate\'s: {"source term": "target term"} as JSON text',
+        },
+        "glossary_id": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 100,
+            "description": "Not LibreTranslate's: a stored glossary (POST /glossaries) instead",
+        },
     },
 }
 FILE_TYPES = {f.media_type: {"schema": {"type": "string", "format": "binary"}} for f in FORMATS.values()}
@@ -83,13 +96,16 @@ def router(prefix: str) -> APIRouter:
                 if (fmt := format_of(upload.filename)) is None:
                     raise lt.LtError(400, "Invalid request: file format not supported")
                 source, target = source.strip().lower(), target.strip().lower()
+                terms, glossary_id = _glossary(fields)
                 lt._check_languages(service, source, target)  # LibreTranslate's 400s, as /translate's
                 try:
                     data = await read_upload(upload, settings.max_file_bytes)
                 except FileTooLarge as e:
                     raise lt.LtError(413, f"Invalid request: {e}") from None
             try:
-                out = await translate_file(service, fmt, data, source, target, disconnected)
+                out = await translate_file(
+                    service, fmt, data, source, target, disconnected, terms, glossary_id
+                )
             except UnreadableFile as e:
                 raise lt.LtError(400, f"Invalid request: the file is {e}") from None
             key = settings.api_key.get_secret_value() if settings.api_key is not None else None
@@ -129,3 +145,14 @@ def router(prefix: str) -> APIRouter:
         return Response(data, media_type=media_type, headers=attachment(filename))
 
     return r
+
+
+def _glossary(fields: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The form's glossary (JSON text) and glossary_id, in LibreTranslate's 400s."""
+    glossary, glossary_id = fields.get("glossary"), fields.get("glossary_id") or None
+    if not isinstance(glossary, str | None) or not isinstance(glossary_id, str | None):
+        raise lt.LtError(400, "Invalid request: glossary and glossary_id must be texts")
+    try:
+        return form_terms(glossary), glossary_id
+    except ValueError as e:
+        raise lt.LtError(400, f"Invalid request: glossary: {e}") from None

@@ -109,6 +109,14 @@ class TranslateParams(_Params):
         "form sends it JSON-encoded.",
     )
 
+    glossary_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=100,
+        description="Not LibreTranslate's: a stored glossary (POST /glossaries) instead of glossary; its "
+        "languages must be source's (detected, with auto) and target's.",
+    )
+
     @field_validator("source", "target", mode="before")
     @classmethod
     def _lowercase(cls, v: object) -> object:
@@ -199,7 +207,7 @@ async def translate(service: Serving, p: TranslateParams, disconnected: Disconne
             groups.setdefault(lang, []).extend(j for j, o in enumerate(origin) if o == i)
     calls = [
         _translate(service, [sources[j] for j in idxs], [origin[j] for j in idxs], src, p.target, n,
-                   disconnected, not single, p.glossary)
+                   disconnected, not single, p.glossary, p.glossary_id)
         for src, idxs in groups.items()
     ]  # fmt: skip
     results: list[Any] = [None] * len(sources)
@@ -280,12 +288,14 @@ async def _translate(
     disconnected: Disconnected,
     many: bool,
     glossary: dict[str, str] | None = None,
+    glossary_id: str | None = None,
 ) -> list[TranslationResult]:
     """The translation task on `sources` (from q[origin[i]]); its 404/422 as LibreTranslate's 400 naming q."""
     if not sources:
         return []
     try:
-        fields = {"texts": sources, "source_lang": source, "target_lang": target, "glossary": glossary}
+        fields = {"texts": sources, "source_lang": source, "target_lang": target}
+        fields |= {"glossary": glossary, "glossary_id": glossary_id}
         req = TranslateRequest.model_validate(
             fields | {"num_hypotheses": n, "beam_size": max(DEFAULT_BEAM, n)}
         )

@@ -41,6 +41,10 @@ class LimitSettings(BaseSettings):
     max_file_bytes: int = Field(default=5_242_880, ge=1024)
     file_ttl_s: float = Field(default=600.0, gt=0)
     file_dir: Path | None = None
+    # stored glossaries (app/glossaries/): how many the store holds (all keys together), and where (shared by
+    # the HTTP processes, kept across restarts when it is a volume; None: <temp dir>/transformer-serving-glossaries)
+    max_glossaries: int = Field(default=1000, ge=0)
+    glossary_dir: Path | None = None
 
     @field_validator("max_queue_work")
     @classmethod

@@ -1,0 +1,1 @@
+"""Glossaries stored by id (POST /glossaries, as DeepL's): the store, and their request and response bodies."""
