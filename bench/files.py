@@ -31,6 +31,7 @@ from pathlib import Path
 import docx
 import httpx
 
+from bench.heavy_mix import sentiment_loops
 from bench.load import SHORT_TEXTS, percentile
 from bench.server import REPO, serve
 from bench.vs_libretranslate import sentences as test_sentences
@@ -103,25 +104,6 @@ async def translate_texts(
     return [t for chunk in out for t in chunk], errors
 
 
-async def sentiment_clients(
-    client: httpx.AsyncClient, clients: int, stop: asyncio.Event
-) -> tuple[list[float], int]:
-    """Closed-loop /sentiment clients until `stop` is set -> (sorted latencies in ms, non-200 answers)."""
-    latencies: list[float] = []
-    errors = 0
-
-    async def loop() -> None:
-        nonlocal errors
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            r = await client.post("/sentiment", json={"text": SHORT_TEXTS["en"]})
-            latencies.append((time.perf_counter() - t0) * 1000)
-            errors += r.status_code != 200
-
-    await asyncio.gather(*(loop() for _ in range(clients)))
-    return sorted(latencies), errors
-
-
 async def beside(
     client: httpx.AsyncClient,
     clients: int,
@@ -132,7 +114,7 @@ async def beside(
     seconds, sorted /sentiment latencies, errors)."""
     stop = asyncio.Event()
     t0 = time.perf_counter()
-    sentiment = asyncio.ensure_future(sentiment_clients(client, clients, stop))
+    sentiment = asyncio.ensure_future(sentiment_loops(client, clients, stop))
     if work is None:
         await asyncio.sleep(seconds)
         answer: tuple[list[str], int] = ([], 0)

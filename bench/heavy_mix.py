@@ -67,22 +67,31 @@ def counters(metrics_text: str, name: str) -> float | None:
 
 
 async def sentiment_clients(url: str, clients: int, seconds: float) -> tuple[list[float], int]:
-    """Closed-loop /sentiment clients -> (sorted latencies in ms, non-200 answers)."""
-    latencies: list[float] = []
-    errors = 0
+    """Closed-loop /sentiment clients for `seconds` -> (sorted latencies in ms, non-200 answers)."""
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
-        end = time.perf_counter() + seconds
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(seconds, stop.set)
+        return await sentiment_loops(client, clients, stop)
 
-        async def loop() -> None:
-            nonlocal errors
-            while time.perf_counter() < end:
-                t0 = time.perf_counter()
-                r = await client.post("/sentiment", json={"text": SHORT_TEXTS["en"]})
-                latencies.append((time.perf_counter() - t0) * 1000)
-                errors += r.status_code != 200
 
-        await asyncio.gather(*(loop() for _ in range(clients)))
+async def sentiment_loops(
+    client: httpx.AsyncClient, clients: int, stop: asyncio.Event
+) -> tuple[list[float], int]:
+    """`clients` closed loops of one short /sentiment request until `stop` is set -> (sorted latencies in
+    ms, non-200 answers)."""
+    latencies: list[float] = []
+    errors = 0
+
+    async def loop() -> None:
+        nonlocal errors
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            r = await client.post("/sentiment", json={"text": SHORT_TEXTS["en"]})
+            latencies.append((time.perf_counter() - t0) * 1000)
+            errors += r.status_code != 200
+
+    await asyncio.gather(*(loop() for _ in range(clients)))
     return sorted(latencies), errors
 
 
