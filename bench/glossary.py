@@ -35,7 +35,7 @@ from model.alignment import align
 from model.glossary import TERMS_KEPT, TERMS_OUT, TERMS_UNK, Glossary
 from model.inference import translate_ids
 from model.jit import TracedTranslator, trace_translator
-from model.unknowns import encode_source, restore_text
+from model.unknowns import Source, encode_source, restore_text
 from training.data import read_tsv_pairs, resolve_data_dir
 from training.metrics import bleu_chrf
 
@@ -173,14 +173,25 @@ def build_set(pairs: Sequence[tuple[str, str]], co: Cooccurrence, n: int, seed: 
 Translate = Callable[[list[Case], str | None], list[str]]  # cases, terms (None: no glossary) -> best outputs
 
 
+def encoded(loaded: LoadedModel, cases: list[Case], terms: str | None) -> list[Source]:
+    """Each case's source as the server encodes it, with its glossary in mode `terms` (None: without one)."""
+    return [
+        encode_source(
+            loaded.tokenizer,
+            c.src,
+            loaded.config,
+            glossary=c.glossary if terms else None,
+            terms=terms or TERMS_KEPT,
+        )
+        for c in cases
+    ]
+
+
 def torch_engine(loaded: LoadedModel, decoder: TracedTranslator, opts: DecodeOptions) -> Translate:
     tok, cfg = loaded.tokenizer, loaded.config
 
     def run(cases: list[Case], terms: str | None) -> list[str]:
-        sources = [
-            encode_source(tok, c.src, cfg, glossary=c.glossary if terms else None, terms=terms or TERMS_KEPT)
-            for c in cases
-        ]
+        sources = encoded(loaded, cases, terms)
         seqs = [s.ids for s in sources]
         hyps = translate_ids(decoder, seqs, opts, None, 64)
         assert isinstance(loaded.model, Translator)
@@ -191,13 +202,10 @@ def torch_engine(loaded: LoadedModel, decoder: TracedTranslator, opts: DecodeOpt
 
 
 def ct2_engine(loaded: LoadedModel, ct2: CT2Decoder, opts: DecodeOptions) -> Translate:
-    tok, cfg = loaded.tokenizer, loaded.config
+    tok = loaded.tokenizer
 
     def run(cases: list[Case], terms: str | None) -> list[str]:
-        sources = [
-            encode_source(tok, c.src, cfg, glossary=c.glossary if terms else None, terms=terms or TERMS_KEPT)
-            for c in cases
-        ]
+        sources = encoded(loaded, cases, terms)
         out = ct2.translate_ids([s.ids for s in sources], opts, align_unknowns=[s.align for s in sources])
         return [restore_text(tok, h[0], s) for h, s in zip(out, sources, strict=True)]
 
