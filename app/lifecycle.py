@@ -58,7 +58,7 @@ class Lifecycle:
         # model -> its TorchScript graphs: pending | building | ready | failed (it stays eager); absent: none
         self.graphs: dict[str, str] = {}
         self._loader: asyncio.Task[None] | None = None
-        self._load_slots = asyncio.Semaphore()  # models loading at once: as many as inference workers
+        self._load_slots: asyncio.Semaphore | None = None  # models loading at once: as many as workers
         self._grapher: asyncio.Task[None] | None = None
         self._tracer: threading.Thread | None = None  # the thread of the graphs being built, if any
 
@@ -94,6 +94,7 @@ class Lifecycle:
             s.cheap_lane_hold_s(),
         )
         self.queues.workers = self.workers
+        self._load_slots = asyncio.Semaphore(self.workers.workers)
         self._switch_interval = sys.getswitchinterval()  # process-wide: restored by stop()
         sys.setswitchinterval(s.gil_switch_interval_ms / 1000)
         self._loader = asyncio.create_task(self._load_all(), name="load-models")
@@ -105,8 +106,6 @@ class Lifecycle:
         budget frees its slot), and build the language detector beside them (half a second: its model
         decompresses without the GIL)."""
         assert self.registry is not None
-        assert self.workers is not None
-        self._load_slots = asyncio.Semaphore(self.workers.workers)
         names = list(self.registry.entries)
         self.reason = f"loading {len(names)} models"
         tasks = [asyncio.create_task(self._load_or_fail(name), name=f"load:{name}") for name in names]
@@ -168,6 +167,7 @@ class Lifecycle:
     async def _load_or_fail(self, name: str) -> None:
         """_load_one; an error fails this model only (its reason recorded, its path kept to the log)."""
         assert self.registry is not None
+        assert self._load_slots is not None
         budget = self.settings.model_load_timeout_s
         try:
             async with self._load_slots, asyncio.timeout(budget):
