@@ -13,6 +13,8 @@ from app.core.logs import configure_logging
 from app.core.settings import SettingsError, load_settings
 from app.edge.server_options import raise_fd_limit, server_options
 from app.registry import Registry
+from app.tasks import routing
+from app.tasks.served import default_tasks
 from model import CheckpointError
 
 log = logging.getLogger("app")
@@ -27,7 +29,8 @@ def main() -> int:
         # an unavailable APP_DEVICE fails here; torch is imported only where a GPU may serve (the model
         # processes import it themselves: the supervisor starts them that much sooner)
         settings.device_type()
-        Registry.discover(settings.check_checkpoint_dir(), None, None)  # every config, no weights
+        registry = Registry.discover(settings.check_checkpoint_dir(), None, None)  # every config, no weights
+        routing.languages(default_tasks(), settings, registry)  # APP_ROUTES names a translator of its pair
         raise_fd_limit(settings.max_connections)
         model_processes = settings.model_processes_count()
         if error := settings.split_limits_error(model_processes):

@@ -28,6 +28,7 @@ from app.core.threads import name_os_thread
 from app.queues import Queues
 from app.registry import Registry, public_reason
 from app.schemas import ModelInfo, Readiness
+from app.tasks import routing
 from app.tasks.task import Task
 from app.text.langid import LanguageDetector
 
@@ -51,6 +52,7 @@ class Lifecycle:
         self.workers: InferenceWorkers | None = None
         self.queues = Queues(settings, metrics)  # every model's batchers and admission limits
         self.detector: LanguageDetector | None = None
+        self.languages: list[str] = []  # what the detector ranks: every task's
         self.status: str = "loading"
         self.reason: str | None = "starting"
         self.model_status: dict[str, str] = {}
@@ -72,15 +74,10 @@ class Lifecycle:
         quantize = s.quantize_mode(device, dtype)
         self.metrics.set_build_info(__version__, str(device), str(dtype).removeprefix("torch."), s.quantize)
         self.registry = Registry.discover(
-            s.check_checkpoint_dir(),
-            device,
-            dtype,
-            quantize,
-            s.origin_order,
-            s.routes,
-            s.model_budget_bytes(),
+            s.check_checkpoint_dir(), device, dtype, quantize, s.model_budget_bytes()
         )
         entries = self.registry.entries.values()
+        self.languages = routing.languages(self.tasks, s, self.registry)  # checks APP_ROUTES: fail fast
         for task in self.tasks:
             task.prepare(s, self.registry)
         self.model_status = dict.fromkeys(self.registry.entries, "loading")
@@ -162,7 +159,7 @@ class Lifecycle:
 
     async def _build_detector(self) -> None:
         assert self.registry is not None
-        self.detector = await asyncio.to_thread(LanguageDetector, self.registry.languages)
+        self.detector = await asyncio.to_thread(LanguageDetector, self.languages)
 
     async def _load_or_fail(self, name: str) -> None:
         """_load_one; an error fails this model only (its reason recorded, its path kept to the log)."""
@@ -184,7 +181,7 @@ class Lifecycle:
 
     def _failed(self, name: str, reason: str) -> None:
         assert self.registry is not None
-        self.registry.fail(name, reason, reroute=not self.settings.strict_readiness)
+        routing.fail(self.tasks, self.settings, self.registry, name, reason)
         self.model_status[name] = "failed"
         self.metrics.models_failed.labels(name, reason).set(1)
 
@@ -256,7 +253,7 @@ class Lifecycle:
         """The language detector once discovery has built it; 503 before. Without one built at start-up, the
         first call builds it (on the event loop: only a task that detects in a model process gets here)."""
         if self.detector is None and not self.build_detector and self.registry is not None:
-            self.detector = LanguageDetector(self.registry.languages)
+            self.detector = LanguageDetector(self.languages)
         if self.detector is None:
             raise Unavailable(f"not ready: {self.reason}", retry_after=1)
         return self.detector

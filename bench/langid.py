@@ -9,7 +9,7 @@ only (en, fr, es, de, ko; app.text.langid.restrict renormalises a full ranking o
 rejected (app.text.langid's FLAG_UNSERVED rule; "–": the candidate only knows the served languages). "short" is the
 accuracy on texts of at most 20 characters.
 
-Then /sentiment's routing (sentiment-en or sentiment-ko): app.registry.text_language (any Hangul -> ko) against
+Then /sentiment's routing (sentiment-en or sentiment-ko): app.tasks.sentiment_routes.text_language (any Hangul -> ko) against
 the chosen detector restricted to en and ko, on NSMC test and on the first 60 characters of IMDb test reviews.
 A candidate that is not installed is skipped. Time: one thread, the median of per-text means over 3 runs.
 """
@@ -163,7 +163,7 @@ def measure(rank: Ranker, flags: bool, texts: dict[str, list[str]]) -> dict[str,
 
 
 def sentiment_routing(n: int, data: Path | None) -> None:
-    from app.registry import text_language
+    from app.tasks.sentiment_routes import text_language
     from app.text.langid import LanguageDetector
 
     sets = {

@@ -67,9 +67,14 @@ if hasattr(RemoteService, "_load_local"):
 else:
     device = s.torch_device()
     dtype = s.torch_dtype(device)
-registry = Registry.discover(s.check_checkpoint_dir(), device, dtype, None, s.origin_order, s.routes)
+registry = Registry.discover(s.check_checkpoint_dir(), device, dtype)
 mark("routing registry")
-LanguageDetector(registry.languages)
+if hasattr(registry, "languages"):  # a checkout before the tasks' routing
+    LanguageDetector(registry.languages)
+else:
+    from app.tasks import routing
+    from app.tasks.served import default_tasks
+    LanguageDetector(routing.languages(default_tasks(), s, registry))
 mark("language detector")
 RemoteService(s, Metrics(), "-")._load_text(registry)
 mark("tokenizers")
@@ -90,7 +95,7 @@ mark("imports")
 s = load_settings()
 device = s.torch_device()
 dtype = s.torch_dtype(device)
-registry = Registry.discover(s.check_checkpoint_dir(), device, dtype, None, s.origin_order, s.routes)
+registry = Registry.discover(s.check_checkpoint_dir(), device, dtype)
 tasks = default_tasks()
 for task in tasks:
     task.prepare(s, registry)

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 
 from app.core.settings import ENV_PREFIX, Settings
 from app.schemas import LIMITED
+from app.tasks.translation_routes import translation_routes
 
 
 def with_limits(document: dict[str, Any], settings: Settings) -> dict[str, Any]:
@@ -76,7 +77,8 @@ def install(app: FastAPI, settings: Settings) -> None:
             if registry is None and settings.libretranslate_prefix:
                 return document  # the models are not known yet: no codes to state, and nothing cached
             if settings.libretranslate_prefix:
-                with_languages(document, settings.libretranslate_prefix, registry.pairs)
+                pairs = translation_routes(settings, registry).pairs
+                with_languages(document, settings.libretranslate_prefix, pairs)
             app.openapi_schema = document
         return app.openapi_schema
 

@@ -49,6 +49,7 @@ from app.parallel.pool import ModelPool
 from app.registry import Registry, public_reason
 from app.schemas import ModelInfo, Readiness
 from app.service import TaskContext, detect_texts
+from app.tasks import routing
 from app.tasks.served import default_tasks
 from app.tasks.task import Job, Task
 from app.text.langid import Detection, LanguageDetector
@@ -72,6 +73,7 @@ class RemoteService(TaskContext):
         self.settings, self.metrics = settings, metrics
         self.socket_paths = [socket_path] if isinstance(socket_path, str) else list(socket_path)
         every = default_tasks() if tasks is None else tasks
+        self.every = list(every)  # their routing tables: the languages the detector ranks
         self.tasks = {t.name: t for t in every if t.splits}  # their handlers: text halves (load_text)
         self.limits = Limits(settings)
         self.registry: Registry | None = None
@@ -116,8 +118,8 @@ class RemoteService(TaskContext):
         """This process's own start-up work, all text: the routing registry (configs, no weights), the language
         detector, and the text half of each splitting task's handlers."""
         s = self.settings
-        registry = Registry.discover(s.check_checkpoint_dir(), None, None, None, s.origin_order, s.routes)
-        self.detector = LanguageDetector(registry.languages)
+        registry = Registry.discover(s.check_checkpoint_dir(), None, None)
+        self.detector = LanguageDetector(routing.languages(self.every, s, registry))
         self._load_text(registry)
         self.registry = registry
 
@@ -140,7 +142,6 @@ class RemoteService(TaskContext):
         """The text half of each splitting task's handler of each model it serves. A model whose tokenizer
         cannot be loaded (missing, corrupted, or disagreeing with its config.json) fails alone, as in the
         model process (which refuses it too, and says so in /ready): never this process."""
-        strict = self.settings.strict_readiness
         for task in self.tasks.values():  # not `prepare`: what the models load with is not needed here
             for entry in registry.entries.values():
                 if not task.serves(entry) or entry.name in registry.failed:
@@ -149,7 +150,8 @@ class RemoteService(TaskContext):
                     task.handlers[entry.name] = task.load_text(entry)
                 except (ValueError, OSError) as e:  # CheckpointError, sentencepiece's, a file gone
                     log.error("model %s failed: %s", entry.name, e)
-                    registry.fail(entry.name, public_reason(self.settings.checkpoint_dir, e), not strict)
+                    reason = public_reason(self.settings.checkpoint_dir, e)
+                    routing.fail(self.every, self.settings, registry, entry.name, reason)
 
     # --- what the routes call ------------------------------------------------------------------------
 
@@ -289,7 +291,7 @@ class RemoteService(TaskContext):
         if self.registry is not None:  # the model processes' failures route here as there (503 or rerouted)
             for name, reason in (self._state.failed or {}).items():
                 if name in self.registry.entries and name not in self.registry.failed:
-                    self.registry.fail(name, reason, not self.settings.strict_readiness)
+                    routing.fail(self.every, self.settings, self.registry, name, reason)
 
     async def _families(self) -> list[Metric]:
         return list(self.metrics.registry.collect())

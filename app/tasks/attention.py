@@ -21,6 +21,7 @@ from app.tasks.attention_png import PngRenderer
 from app.tasks.handlers import DecodeKey, Sentence
 from app.tasks.task import BatchSpec, Context, Disconnected, Job, Task
 from app.tasks.translation import TranslationTask
+from app.tasks.translation_routes import target_lang
 from app.tasks.wire import NO_LIMIT, NoKeys, Wire, read_runs, write_runs
 from model.files import load_tokenizer
 
@@ -189,7 +190,7 @@ class AttentionTask(Task):
                     (field,), f"only translation models take a {field}; {entry.name} is a {entry.task} model"
                 )
             return item, None
-        lang = ctx.ready_registry().target_lang(entry.name, req.target_lang)
+        lang = target_lang(entry, req.target_lang)
         if req.target is not None:
             tagged = entry.config.source_prefix(lang) + item.source  # OPUS-MT ">>fra<<": what the model reads
             return AttentionItem(tagged, handler.decoder_input(req.target, lang)), None

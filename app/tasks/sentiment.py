@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.core.columns import Reader, Writer, split
 from app.schemas import SentimentRequest, SentimentResponse, SentimentResult
+from app.tasks.sentiment_routes import TASK, sentiment_routes
 from app.tasks.task import Context, Disconnected, Job, Task, compile_or_stay_eager
 from app.tasks.wire import FloatRows, NoKeys, Wire, read_runs, write_runs
 from model.config import ModelConfig
@@ -16,7 +17,8 @@ from model.preprocess import classifier_ids
 from model.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
-    from app.registry import ModelEntry
+    from app.core.settings import Settings
+    from app.registry import ModelEntry, Registry
     from model import LoadedModel
     from model.inference import ClassifierGraph
 
@@ -50,7 +52,13 @@ class SentimentTask(Task):
     wire = Wire(ClassifierItems(), NoKeys(), FloatRows())  # ids (and texts) in, class probabilities out
 
     def serves(self, entry: ModelEntry) -> bool:
-        return entry.task == "sentiment"
+        return entry.task == TASK
+
+    def routing(self, settings: Settings, registry: Registry) -> dict[str, str]:
+        return dict(sorted(sentiment_routes(registry).by_lang.items()))
+
+    def languages(self, settings: Settings, registry: Registry) -> set[str]:
+        return set(sentiment_routes(registry).by_lang)
 
     def load(self, entry: ModelEntry, loaded: LoadedModel | None) -> SentimentHandler:
         assert loaded is not None
@@ -70,7 +78,8 @@ class SentimentTask(Task):
         """Request -> items (limits, a model per text, token ids), one submit, outputs -> results."""
         registry, (texts, field) = ctx.ready_registry(), req.inputs
         ctx.limits.check_texts(texts, field)
-        groups = group_by_model([registry.sentiment_for(text, req.model) for text in texts])
+        route = sentiment_routes(registry).sentiment_for
+        groups = group_by_model([route(text, req.model) for text in texts])
         jobs = []
         for name, idxs in groups.items():
             handler = self.handlers[name]

@@ -132,6 +132,15 @@ class Task:
         on the whole handlers."""
         raise NotImplementedError
 
+    def routing(self, settings: Settings, registry: Registry) -> dict[str, str]:
+        """Its routing table as the registry is now: a route (e.g. a language pair "fr-en") -> the model that
+        answers it (what GET /models and the logs show; empty: the request names its model)."""
+        return {}
+
+    def languages(self, settings: Settings, registry: Registry) -> set[str]:
+        """The languages its texts may be in (what the language detector ranks)."""
+        return set()
+
     def engine(self, entry: ModelEntry) -> str | None:
         """What runs `entry` for this task (GET /models' "engine"), when not torch."""
         return None

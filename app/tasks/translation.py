@@ -15,6 +15,7 @@ from app.glossaries.store import stored_glossary
 from app.schemas import AUTO, DetectedLanguage, TranslateRequest, TranslateResponse, TranslationResult
 from app.tasks.handlers import DecodeKey, Sentence, TranslationText
 from app.tasks.task import BatchSpec, Context, Disconnected, Job, Task
+from app.tasks.translation_routes import TASK, translation_routes
 from app.tasks.wire import NO_LIMIT, Wire, read_runs, write_runs
 from app.text.langid import Detection
 from app.text.passthrough import PASSTHROUGH, passed
@@ -130,7 +131,14 @@ class TranslationTask(Task):
         self._argos_kwargs: dict[str, Any] | None = None
 
     def serves(self, entry: ModelEntry) -> bool:
-        return entry.task == "translation"
+        return entry.task == TASK
+
+    def routing(self, settings: Settings, registry: Registry) -> dict[str, str]:
+        return translation_routes(settings, registry).table()
+
+    def languages(self, settings: Settings, registry: Registry) -> set[str]:
+        """Sources and targets (a text already in the target passes through)."""
+        return translation_routes(settings, registry).pair_languages
 
     def prepare(self, settings: Settings, registry: Registry) -> None:
         super().prepare(settings, registry)
@@ -205,7 +213,7 @@ class TranslationTask(Task):
         through = set(passed(texts, langs, req.target_lang))
         if stored is not None and detected is not None:
             stored.check_detected(langs, [i for i in range(len(texts)) if i not in through], field)
-        groups = registry.route(req, texts, field, detected, through)
+        groups = translation_routes(ctx.settings, registry).route(req, texts, field, detected, through)
         key = DecodeKey(req.target_lang, req.beam_size)  # the queue; the other options go per sentence
         split = [  # each text as lines of sentences, in its language: split once, priced, then tokenized
             [] if i in through else split_sentences(text, langs[i] or req.source_lang)

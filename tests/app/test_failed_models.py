@@ -132,7 +132,7 @@ async def test_lenient_ready_and_the_pair_goes_to_the_next_model(
 async def test_lenient_logs_the_new_route_once_as_an_error(
     broken_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.ERROR, logger="app.registry"):
+    with caplog.at_level(logging.ERROR, logger="app.tasks.routing"):
         async for _ in started(Settings(checkpoint_dir=broken_dir, warmup=False, strict_readiness=False)):
             pass
     moved = [r for r in caplog.records if "its pairs now go to" in r.getMessage()]

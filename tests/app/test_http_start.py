@@ -21,13 +21,14 @@ import app.parallel.http
 from app.core.metrics import Metrics
 from app.core.settings import load_settings
 from app.parallel.remote import RemoteService
+from app.tasks.translation_routes import translation_routes
 service = RemoteService(load_settings(), Metrics(), "unused.sock")
 service._load_local()
 sentiment = service.tasks["sentiment"].handlers["sentiment-en"]
 translation = service.tasks["translation"].handlers["translate-fr-en"]
 print(json.dumps({
     "torch": sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")),
-    "routes": {f"{s}-{t}": m for (s, t), m in service.registry.pairs.items()},
+    "routes": translation_routes(service.settings, service.registry).table(),
     "detected": service.detector.detect("le chat dort sur le canapé")[0].language,
     "ids": sentiment.tokenize("a good film")[0],
     "sentences": [s.ids for s in translation.sentences([[["Le chat dort."]]], "texts", 1)[0]],

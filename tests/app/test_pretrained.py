@@ -27,6 +27,7 @@ from fastapi import FastAPI
 from app.core.settings import Settings, SettingsError
 from app.registry import Registry
 from app.schemas import DEFAULT_LENGTH_PENALTY
+from app.tasks.translation_routes import TranslationRoutes, translation_routes
 from engines.ct2_convert import export_ctranslate2
 from model import DecodeOptions, load_checkpoint
 from model.decoding import length_penalty
@@ -292,26 +293,30 @@ async def test_attention_on_an_argos_package_says_why_not(mixed: tuple[FastAPI, 
     assert "no attention maps" in msg
 
 
-def registry(root: Path, **settings: object) -> Registry:
+def registry(root: Path) -> Registry:
+    return Registry.discover(root, torch.device("cpu"), torch.float32)
+
+
+def routes(root: Path, **settings: object) -> TranslationRoutes:
     s = Settings(checkpoint_dir=root, **settings)  # type: ignore[arg-type]
-    return Registry.discover(root, torch.device("cpu"), torch.float32, None, s.origin_order, s.routes)
+    return translation_routes(s, registry(root))
 
 
 def test_routing_rule_and_its_overrides(mixed_dir: Path) -> None:
-    assert registry(mixed_dir).pairs == {
+    assert routes(mixed_dir).pairs == {
         ("fr", "en"): "opus-mt-fr-en",
         ("fr", "es"): "opus-mt-fr-ROMANCE",
         ("fr", "it"): "opus-mt-fr-ROMANCE",
         ("es", "en"): ARGOS,
     }
-    trained_first = registry(mixed_dir, origin_order="trained,opus-mt,argos")
+    trained_first = routes(mixed_dir, origin_order="trained,opus-mt,argos")
     assert trained_first.pairs[("fr", "en")] == "translate-fr-en"
-    routed = registry(mixed_dir, routes="fr-en=translate-fr-en")
+    routed = routes(mixed_dir, routes="fr-en=translate-fr-en")
     assert routed.pairs[("fr", "en")] == "translate-fr-en"
     with pytest.raises(
         SettingsError, match=f"ROUTES: fr-en={ARGOS}, but {ARGOS} does not translate fr -> en"
     ):
-        registry(mixed_dir, routes=f"fr-en={ARGOS}")
+        routes(mixed_dir, routes=f"fr-en={ARGOS}")
     with pytest.raises(ValueError, match="routes look like fr-en=MODEL"):
         Settings(checkpoint_dir=mixed_dir, routes="fr:en")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="origins are trained, opus-mt and argos"):

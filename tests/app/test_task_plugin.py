@@ -25,6 +25,7 @@ from app.parallel.remote import RemoteService
 from app.registry import ModelEntry
 from app.service import Service
 from app.tasks.sentiment import group_by_model, scatter
+from app.tasks.sentiment_routes import sentiment_routes
 from app.tasks.served import default_tasks
 from app.tasks.task import BatchSpec, Context, Disconnected, Job, Task
 from model import LoadedModel, Tokenizer, load_checkpoint
@@ -82,7 +83,8 @@ class LengthTask(Task):
     ) -> LengthResponse:
         registry, texts = ctx.ready_registry(), req.texts
         ctx.limits.check_texts(texts, "texts")
-        groups = group_by_model([registry.sentiment_for(text, req.model) for text in texts])
+        route = sentiment_routes(registry).sentiment_for
+        groups = group_by_model([route(text, req.model) for text in texts])
         items = {name: [texts[i] for i in idxs] for name, idxs in groups.items()}
         jobs = [Job(self, name, None, its, self.handlers[name].costs(its)) for name, its in items.items()]
         outputs = await ctx.submit(jobs, disconnected, "texts")

@@ -31,6 +31,7 @@ from app.schemas import (
 )
 from app.serving import Serving
 from app.tasks.translation import TranslationTask
+from app.tasks.translation_routes import translation_routes
 from app.text.blank import is_blank
 from app.text.html import HtmlDocument
 
@@ -242,8 +243,8 @@ async def _detect_documents(
     """(q index, language, detectedLanguage) of each document with text; 400 for an unserved language."""
     with_text = [i for i, d in enumerate(docs) if d.texts]
     found = await service.detect([" ".join(docs[i].texts) for i in with_text])
-    registry = service.registry
-    assert registry is not None  # the service has detected: it has started
+    assert service.registry is not None  # the service has detected: it has started
+    routes = translation_routes(service.settings, service.registry)
     out = []
     for i, detections in zip(with_text, found, strict=True):
         best = detections[0] if detections else None
@@ -252,7 +253,7 @@ async def _detect_documents(
             out.append((i, lang, _detection(lang, best.confidence) if best else dict(NOTHING_DETECTED)))
             continue
         try:  # the same check and message as the native "auto"
-            registry.auto_translator(detections, target, None, ("q",) if single else ("q", i))
+            routes.auto_translator(detections, target, None, ("q",) if single else ("q", i))
         except RequestValidationError as e:
             raise LtError(400, f"Invalid request: {_theirs(e.errors()[0]['msg'])}") from None
         out.append((i, best.language, _detection(best.language, best.confidence)))
@@ -397,7 +398,7 @@ def name(code: str) -> str:
 def _pairs(service: Serving) -> list[tuple[str, str]]:
     if service.registry is None:
         raise LtError(503, f"not ready: {service.reason}")
-    return sorted(service.registry.pairs)
+    return sorted(translation_routes(service.settings, service.registry).pairs)
 
 
 def error_of(exc: ServiceError) -> LtError:
