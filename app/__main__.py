@@ -29,7 +29,10 @@ def main() -> int:
         # an unavailable APP_DEVICE fails here; torch is imported only where a GPU may serve (the model
         # processes import it themselves: the supervisor starts them that much sooner)
         settings.device_type()
-        registry = Registry.discover(settings.check_checkpoint_dir(), None, None)  # every config, no weights
+        root = settings.check_checkpoint_dir()
+        registry = Registry.discover(
+            root, None, None, allow_empty=bool(settings.models)
+        )  # configs, no weights
         routing.languages(default_tasks(), settings, registry)  # APP_ROUTES names a translator of its pair
         raise_fd_limit(settings.max_connections)
         model_processes = settings.model_processes_count()

@@ -26,7 +26,7 @@ from app.core.metrics import Metrics
 from app.core.settings import ENV_PREFIX, Settings
 from app.core.threads import name_os_thread
 from app.queues import Queues
-from app.registry import Registry, public_reason
+from app.registry import ModelEntry, Registry, public_reason
 from app.schemas import ModelInfo, Readiness
 from app.tasks import routing
 from app.tasks.task import Task
@@ -35,6 +35,10 @@ from app.text.langid import LanguageDetector
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 TRACE_JOIN_S = 2.0  # how long a shutdown waits for a graph being traced (a translator's takes well under)
+
+
+class ModelLoadTimeout(TimeoutError):
+    """A model's load outlasted APP_MODEL_LOAD_TIMEOUT_S (it runs on, unwaited, on its own thread)."""
 
 
 class Lifecycle:
@@ -56,6 +60,10 @@ class Lifecycle:
         self.status: str = "loading"
         self.reason: str | None = "starting"
         self.model_status: dict[str, str] = {}
+        self.pulling: dict[
+            str, str
+        ] = {}  # APP_MODELS being pulled: name -> how far (app/management/pulls.py)
+        self.loaded = asyncio.Event()  # the models on disk are loaded (or failed): they serve
         self.serving = False  # loading is over: the models that loaded answer (ready, or failed beside them)
         # model -> its TorchScript graphs: pending | building | ready | failed (it stays eager); absent: none
         self.graphs: dict[str, str] = {}
@@ -122,11 +130,8 @@ class Lifecycle:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         self.serving = True
-        if self.registry.failed and self.settings.strict_readiness:
-            failed = "; ".join(f"{n} ({r})" for n, r in self.registry.failed.items())
-            self.status, self.reason = "failed", f"failed to load: {failed}"
-        else:
-            self.status, self.reason = "ready", None
+        self.loaded.set()
+        self.settle()
         gc.collect()
         gc.freeze()  # what loading left alive is permanent: full collections stop rescanning it (p99 spikes)
         log.info("ready: %s", ", ".join(names))
@@ -162,22 +167,51 @@ class Lifecycle:
         self.detector = await asyncio.to_thread(LanguageDetector, self.languages)
 
     async def _load_or_fail(self, name: str) -> None:
-        """_load_one; an error fails this model only (its reason recorded, its path kept to the log)."""
+        """A discovered model's handlers, installed; an error fails this model only (its reason recorded,
+        its path kept to the log)."""
         assert self.registry is not None
-        assert self._load_slots is not None
-        budget = self.settings.model_load_timeout_s
+        entry = self.registry.entries[name]
         try:
-            async with self._load_slots, asyncio.timeout(budget):
-                await self._load_one(name)
-        except TimeoutError:
-            for task in self.tasks:  # a handler made before the budget ran out serves nothing
-                task.handlers.pop(name, None)
-            reason = f"did not load within {budget:g} s ({ENV_PREFIX}MODEL_LOAD_TIMEOUT_S)"
-            log.error("model %s failed to load: %s", name, reason)
-            self._failed(name, reason)
+            self.install(entry, await self.load_version(entry))
         except Exception as e:  # noqa: BLE001 (any error of one model's load: the others go on)
             log.error("model %s failed to load: %s", name, e)
-            self._failed(name, public_reason(self.registry.entries[name].path.parent, e))
+            self._failed(name, public_reason(entry.path.parent, e))
+
+    def settle(self) -> None:
+        """Readiness again after a model came or went while serving: ready, unless one still failed (with
+        APP_STRICT_READINESS)."""
+        if not self.serving or self.status == "shutting_down" or self.registry is None:
+            return
+        if self.pulling:  # not ready until APP_MODELS are in (the models on disk serve meanwhile)
+            self.status, self.reason = "loading", "; ".join(f"{n}: {p}" for n, p in self.pulling.items())
+        elif self.registry.failed and self.settings.strict_readiness:
+            failed = "; ".join(f"{n} ({r})" for n, r in self.registry.failed.items())
+            self.status, self.reason = "failed", f"failed to load: {failed}"
+        else:
+            self.status, self.reason = "ready", None
+
+    async def relanguage(self) -> None:
+        """The language detector for the languages served now (a model came or went): rebuilt off the loop
+        when they changed (a model process, which detects only for a task answered whole, rebuilds it at
+        its next use)."""
+        assert self.registry is not None
+        languages = routing.languages(self.tasks, self.settings, self.registry)
+        if languages == self.languages:
+            return
+        self.languages = languages
+        if not self.build_detector:
+            self.detector = None
+        else:
+            self.detector = await asyncio.to_thread(LanguageDetector, languages)
+
+    def report_pulling(self, pulling: dict[str, str]) -> None:
+        self.pulling = pulling
+        self.settle()
+
+    def pull_failed(self, name: str, reason: str) -> None:
+        """An APP_MODELS model that could not be pulled or loaded: failed, as a broken checkpoint."""
+        self._failed(name, reason)
+        self.settle()
 
     def _failed(self, name: str, reason: str) -> None:
         assert self.registry is not None
@@ -185,27 +219,48 @@ class Lifecycle:
         self.model_status[name] = "failed"
         self.metrics.models_failed.labels(name, reason).set(1)
 
-    async def _load_one(self, name: str) -> None:
-        """The model's weights (none for e.g. an Argos package), then the handler of each task serving it,
-        then warm-up."""
+    async def load_version(self, entry: ModelEntry) -> dict[Task, Any]:
+        """A model's handlers, one per task serving it, warmed up, not yet installed: its weights (none for
+        e.g. an Argos package), then each handler, then warm-up, within APP_MODEL_LOAD_TIMEOUT_S and as
+        many at a time as there are inference workers (each on a thread of its own: `_off_workers`)."""
         assert self.registry is not None
-        entry, run = self.registry.entries[name], _off_workers
-        loaded = await run(self.registry.load, name) if entry.package is None else None
-        handlers = []
-        for task in self.tasks:
-            if task.serves(entry):
-                handler = task.handlers[name] = await run(task.load, entry, loaded)
-                handlers.append(handler)
-        if self.settings.warmup:
-            self.model_status[name] = "warming_up"
-            for handler in handlers:
-                if (warmup := getattr(handler, "warmup", None)) is not None:
-                    await run(warmup)
-        compiled = [c for h in handlers if (c := getattr(h, "compiled", None)) is not None]
+        assert self._load_slots is not None
+        budget, run = self.settings.model_load_timeout_s, _off_workers
+        try:
+            async with self._load_slots, asyncio.timeout(budget):
+                loaded = await run(self.registry.load, entry) if entry.package is None else None
+                handlers = {}
+                for task in self.tasks:
+                    if task.serves(entry):
+                        handlers[task] = await run(task.load, entry, loaded)
+                if self.settings.warmup:
+                    if self.model_status.get(entry.name, "loading") == "loading":  # not a version served
+                        self.model_status[entry.name] = "warming_up"
+                    for handler in handlers.values():
+                        if (warmup := getattr(handler, "warmup", None)) is not None:
+                            await run(warmup)
+        except TimeoutError:  # a handler made before the budget ran out serves nothing
+            raise ModelLoadTimeout(
+                f"did not load within {budget:g} s ({ENV_PREFIX}MODEL_LOAD_TIMEOUT_S)"
+            ) from None
+        return handlers
+
+    def install(self, entry: ModelEntry, handlers: dict[Task, Any]) -> None:
+        """A loaded version as its model's current one: the tasks route to it from here on (its previous
+        version, if any, stays in Task.versions until app/management retires it)."""
+        assert self.registry is not None
+        name = entry.name
+        for task, handler in handlers.items():
+            task.install(entry.key, name, handler)
+        self.registry.install(entry)
+        compiled = [c for h in handlers.values() if (c := getattr(h, "compiled", None)) is not None]
         if compiled and self.settings.torchscript:  # built at load, or pending until ready
             self.graphs[name] = "ready" if all(compiled) else "pending"
+        if self.model_status.get(name) != "ready":  # not a new version of a model served
+            self.metrics.models_loaded.inc()
         self.model_status[name] = "ready"
-        self.metrics.models_loaded.inc()
+        self.metrics.clear_failure(name)
+        self.metrics.serve_version(name, entry.version, entry.revision)
         self.metrics.watch_queues(name, partial(self.queues.depth, name))
 
     async def stop(self) -> None:
@@ -240,6 +295,7 @@ class Lifecycle:
             reason=self.reason,
             models=dict(self.model_status),
             failed=failed or None,  # absent from /ready when none failed
+            pulling=dict(self.pulling) or None,
         )
 
     def ready_registry(self) -> Registry:
@@ -283,6 +339,8 @@ class Lifecycle:
                     engine=next((x for t in self.tasks if (x := t.engine(e))), "torch"),
                     graphs=self.graphs.get(name),
                     reason=registry.failed.get(name),
+                    version=e.version,
+                    revision=e.revision,
                     **_card(e.meta),
                 )
             )

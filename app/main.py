@@ -18,7 +18,7 @@ from app import __version__
 from app.api import openapi
 from app.api.libretranslate import files as libretranslate_files
 from app.api.libretranslate import routes as libretranslate
-from app.api.routes import attention, demo, detect, files, glossaries, sentiment, system, translate
+from app.api.routes import admin, attention, demo, detect, files, glossaries, sentiment, system, translate
 from app.core.errors import install_error_handlers
 from app.core.metrics import Metrics
 from app.core.settings import Settings, load_settings
@@ -74,6 +74,7 @@ def create_app(
         glossaries.router,
         detect.router,
         attention.router,
+        admin.router,
         *extra_routers,
     )
     if settings.libretranslate_prefix:  # the LibreTranslate API, e.g. /libretranslate/translate

@@ -10,9 +10,10 @@ from functools import partial
 from typing import Any
 
 from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers, ModelQueue, OnIdle
-from app.core.errors import QueueFull
+from app.core.errors import QueueFull, Unavailable
 from app.core.metrics import Metrics
 from app.core.settings import Settings
+from app.registry import split_key
 from app.tasks.task import Task
 
 IDLE_BATCHER_S = 300.0  # a decoding-option queue unused this long is retired
@@ -63,6 +64,14 @@ class BatcherPool:
                 return True
         return False
 
+    def release(self, version: str) -> list[Batcher[Any, Any]]:
+        """Take a model version's batchers out of the pool (to drain and close them): new items of that
+        model go to its current version's."""
+        keys = [k for k in self._batchers if isinstance(k, tuple) and k[1] == version]
+        for k in keys:
+            self._dynamic.pop(k, None)
+        return [self._batchers.pop(k) for k in keys]
+
     def __contains__(self, key: Hashable) -> bool:
         return key in self._batchers
 
@@ -98,14 +107,21 @@ class Queues:
             queue = self.models[name] = ModelQueue(name, s.max_queue, s.max_queue_work)
         return queue
 
-    def batcher(self, task: Task, model: str, key: Hashable) -> Batcher[Any, Any]:
-        """The batcher of `task`'s items for `model` under batch key `key` (task.batching says how it
-        batches). Dynamic keys (chosen by requests: decoding options) are at most APP_MAX_DECODE_QUEUES live
-        at once: a new one retires an idle one, or gets 429."""
-        pool_key = (task.name, model, key)
+    def batcher(self, task: Task, version: str, key: Hashable) -> Batcher[Any, Any]:
+        """The batcher of `task`'s items for a model's version (model@version) under batch key `key`
+        (task.batching says how it batches); 503 when that version is no longer served (reloaded or
+        unloaded since the items were made). Dynamic keys (chosen by requests: decoding options) are at
+        most APP_MAX_DECODE_QUEUES live at once: a new one retires an idle one, or gets 429."""
+        pool_key = (task.name, version, key)
         batcher = self.pool.get(pool_key)
         if batcher is not None:
             return batcher
+        model, _ = split_key(version)
+        handler = task.versions.get(version)
+        if handler is None:
+            raise Unavailable(
+                f"model {model} changed while the request was made (reloaded or unloaded): retry"
+            )
         spec = task.batching(model, key)
         limit = self.settings.max_decode_queues
         if spec.dynamic and self.pool.dynamic >= limit and not self.pool.retire_idle():
@@ -114,7 +130,6 @@ class Queues:
                 "(APP_MAX_DECODE_QUEUES); retry later or use one of theirs",
                 1,
             )
-        handler = task.handlers[model]
         run = handler.run if key is None else partial(handler.run, key=key)
         policy = self._policy(
             expensive=spec.expensive, stoppable=spec.stoppable, max_batch_size=spec.max_batch_size,

@@ -13,6 +13,7 @@ around it (`routable`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # torch: where weights load (the model process); routing (an 
 
 log = logging.getLogger(__name__)
 V = TypeVar("V")
+VERSION_SEP = "@"  # model@version: a version's key (a model's name has none: training/import_check.py)
 DATASET_LANGS = {"nsmc": "ko", "imdb": "en"}  # training sets -> the language a model reads, when unnamed
 
 
@@ -61,6 +63,18 @@ class ModelEntry:
     has_card: bool = False
     loaded: LoadedModel | None = None
     package: ArgosPackage | None = None  # an Argos Translate package (no torch model: CTranslate2 only)
+    version: str = "0"  # its files' fingerprint (`fingerprint`): every process names the same files alike
+
+    @property
+    def key(self) -> str:
+        """This version's key: what its items are batched and sent between processes under."""
+        return f"{self.name}{VERSION_SEP}{self.version}"
+
+    @property
+    def revision(self) -> str | None:
+        """The commit it was pulled at (`python -m training pull`), when it was."""
+        hub = self.meta.get("training", {}).get("imported", {}).get("hub", {})
+        return str(hub["revision"]) if isinstance(hub, dict) and hub.get("revision") else None
 
     @property
     def origin(self) -> str:
@@ -105,6 +119,22 @@ def public_reason(root: Path, error: BaseException) -> str:
     return text
 
 
+def fingerprint(path: Path) -> str:
+    """12 hex digits of a model folder's files (relative path, size, modification time): cheap (no file is
+    read), and new when any file is replaced, as a pull or an import does."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        st = f.stat()
+        h.update(f"{f.relative_to(path)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:12]
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """A version's key -> (model name, version)."""
+    name, _, version = key.rpartition(VERSION_SEP)
+    return name, version
+
+
 def read_entry(path: Path) -> ModelEntry | None:
     """The checkpoint at `path` (cheap: its config, no weights); None for an Argos package that translates
     nothing (argospm's folder also holds e.g. sentence splitters). CheckpointError or ArgosPackageError when it
@@ -125,7 +155,8 @@ def read_entry(path: Path) -> ModelEntry | None:
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{path / CONFIG}: invalid 'model' section ({e})") from e
     metrics = _read_json(path / "metrics.json")
-    return ModelEntry(path.name, path, cfg, meta, metrics, (path / "README.md").is_file())
+    card = (path / "README.md").is_file()
+    return ModelEntry(path.name, path, cfg, meta, metrics, card, version=fingerprint(path))
 
 
 def holds_model(path: Path) -> bool:
@@ -175,6 +206,20 @@ class Registry:
             self.rerouted.add(name)
         self.generation += 1
 
+    def install(self, entry: ModelEntry) -> None:
+        """A model loaded while serving, or a new version of one: the tasks route to it from now on."""
+        self.entries[entry.name] = entry
+        self.failed.pop(entry.name, None)
+        self.rerouted.discard(entry.name)
+        self.generation += 1
+
+    def remove(self, name: str) -> ModelEntry | None:
+        """An unloaded model: the tasks route to it no more."""
+        self.failed.pop(name, None)
+        self.rerouted.discard(name)
+        self.generation += 1
+        return self.entries.pop(name, None)
+
     def check_loaded(self, name: str) -> str:
         """`name`, or 503 naming it and why it failed to load."""
         if name in self.failed:
@@ -189,9 +234,11 @@ class Registry:
         dtype: torch.dtype | None,
         quantize: str | None = None,
         max_model_bytes: int | None = None,
+        allow_empty: bool = False,
     ) -> Registry:
         """Read every `root/*/config.json` and Argos `root/*/metadata.json` (cheap: no weights); a checkpoint
-        that cannot be read fails alone, a directory with nothing to serve fails start-up."""
+        that cannot be read fails alone, a directory with nothing to serve fails start-up (allow_empty: not
+        when APP_MODELS are to be pulled into it)."""
         if not root.is_dir():
             raise SettingsError(f"{ENV_PREFIX}CHECKPOINT_DIR={root}: directory does not exist")
         entries, failed = [], {}
@@ -208,22 +255,22 @@ class Registry:
                 continue
             if entry is not None:
                 entries.append(entry)
-        if not entries and failed:  # nothing could ever serve: fail start-up, naming each
+        if not entries and failed and not allow_empty:  # nothing could ever serve: fail start-up, naming each
             reasons = "; ".join(f"{n}: {r}" for n, r in failed.items())
             raise SettingsError(f"{ENV_PREFIX}CHECKPOINT_DIR={root}: no model can be served ({reasons})")
-        if not entries:
+        if not entries and not allow_empty:
             raise SettingsError(
                 f"{ENV_PREFIX}CHECKPOINT_DIR={root}: no checkpoints (subdirectories holding a {CONFIG} "
                 "or an Argos Translate package)"
             )
         return cls(entries, device, dtype, quantize, failed, max_model_bytes)
 
-    def load(self, name: str) -> LoadedModel:
-        """Load one checkpoint's weights (blocking: off the event loop); not for an Argos package (its
-        handler opens it in CTranslate2)."""
+    def load(self, entry: ModelEntry) -> LoadedModel:
+        """Load a checkpoint's weights into `entry.loaded` (blocking: off the event loop); not for an Argos
+        package (its handler opens it in CTranslate2)."""
         from model.checkpoint import OverBudget, load_checkpoint
 
-        entry = self.entries[name]
+        name = entry.name
         assert entry.package is None, f"{name} is an Argos package"
         assert self.device is not None, "a routing registry loads no weights"
         assert self.dtype is not None

@@ -483,6 +483,11 @@ class Readiness(BaseModel):
     failed: dict[str, str] | None = Field(
         None, description="name -> why it failed to load (no filesystem path); absent when none failed"
     )
+    pulling: dict[str, str] | None = Field(
+        None,
+        description="APP_MODELS: name -> how far its pull (or its load after) is; absent when none is left. "
+        "The models on disk serve meanwhile.",
+    )
 
 
 class KnownLimit(BaseModel):
@@ -516,7 +521,40 @@ class ModelInfo(BaseModel):
         "'failed': eager for good; null: none (turned off, or an engine without them).",
     )
     reason: str | None = Field(None, description="Why it failed to load (status failed).")
+    version: str = Field(
+        "0",
+        description="The served version: a fingerprint of its folder's files (names, sizes, times), new when "
+        "a pull or an import replaces them. A reload (POST /admin/models/{name}/reload) serves the new one.",
+    )
+    revision: str | None = Field(None, description="The hub commit it was pulled at (`training pull`).")
 
 
 class ModelsResponse(BaseModel):
     models: list[ModelInfo]
+
+
+class StoredModel(BaseModel):
+    """A model folder of the checkpoint directory, served or not (GET /admin/models)."""
+
+    name: str
+    status: str = Field(description="Its state when served (loading, ready, failed...), else 'not_loaded'.")
+    task: str | None = Field(None, description="From its config; null when it cannot be read.")
+    origin: str | None = None
+    version: str | None = Field(None, description="Its files' fingerprint on disk now.")
+    served_version: str | None = Field(None, description="The version served; differs after a new pull.")
+    reason: str | None = Field(None, description="Why it cannot be served, when it cannot.")
+
+
+class StoredModels(BaseModel):
+    models: list[StoredModel]
+
+
+class ManagedModel(BaseModel):
+    """What a load, reload or unload did (POST /admin/models/{name}/...)."""
+
+    name: str
+    action: Literal["load", "reload", "unload"]
+    changed: bool = Field(description="False: nothing to do (a reload of unchanged files).")
+    version: str | None = Field(None, description="The version served now; null once unloaded.")
+    previous_version: str | None = Field(None, description="The version served before, if any.")
+    seconds: float = Field(description="How long it took, the swap included.")

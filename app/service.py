@@ -5,6 +5,7 @@ routing, language detection, and `submit`, which queues its items in their batch
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
@@ -15,13 +16,14 @@ from app.core.errors import ClientDisconnected, DeadlineExceeded
 from app.core.limits import Limits
 from app.core.metrics import Metrics
 from app.core.settings import Settings
-from app.schemas import ModelInfo, Readiness
+from app.schemas import ManagedModel, ModelInfo, Readiness, StoredModel
 from app.tasks.served import default_tasks
-from app.tasks.task import Job, Task
+from app.tasks.task import Job, Task, version_key
 from app.text.langid import Detection, LanguageDetector
 
 # the model machinery (torch) is imported where a Service is built: an HTTP process never is
 if TYPE_CHECKING:
+    from app.management.control import Action
     from app.queues import BatcherPool, Queues
     from app.registry import Registry
 
@@ -70,18 +72,28 @@ class TaskContext:
 
 class Service(TaskContext):
     """Every task's flow on the models its Lifecycle serves; `tasks`: default_tasks() unless given;
-    detector=False: no language detector at start-up, but at its first use (a model process's)."""
+    detector=False: no language detector at start-up, but at its first use (a model process's); pulls=False:
+    APP_MODELS are pulled elsewhere (a model process: app/parallel/engine.py)."""
 
     def __init__(
-        self, settings: Settings, metrics: Metrics, tasks: Sequence[Task] | None = None, detector: bool = True
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        tasks: Sequence[Task] | None = None,
+        detector: bool = True,
+        pulls: bool = True,
     ) -> None:
         from app.lifecycle import Lifecycle
+        from app.management.control import ModelControl
 
         self.settings, self.metrics = settings, metrics
         self.limits = Limits(settings)
         self.life = Lifecycle(settings, metrics, default_tasks() if tasks is None else list(tasks), detector)
         self.tasks = {t.name: t for t in self.life.tasks}
         self.ready_registry = self.life.ready_registry  # a task's call goes straight to the lifecycle
+        self.control = ModelControl(self.life)  # models loaded, reloaded, unloaded while serving
+        self.pulls = pulls  # APP_MODELS pulled here (a model process: the first one alone)
+        self._pulls: asyncio.Task[None] | None = None
 
     # --- the routes' calls ---------------------------------------------------------------------------
 
@@ -97,8 +109,28 @@ class Service(TaskContext):
 
     async def start(self) -> None:
         await self.life.start()
+        if self.settings.models and self.pulls:
+            self._pulls = asyncio.create_task(self._pull_missing(), name="pull-models")
+
+    async def _pull_missing(self) -> None:
+        """APP_MODELS missing from the checkpoint dir: pulled, then loaded once the models on disk are."""
+        from app.management.control import manage_here
+        from app.management.pulls import pull_missing
+
+        async def load(name: str) -> None:
+            await self.life.loaded.wait()
+            await manage_here(self.control, "load", name)
+
+        life = self.life
+        await pull_missing(
+            self.settings.models, self.settings.checkpoint_dir, life.report_pulling, load, life.pull_failed
+        )
 
     async def stop(self) -> None:
+        if self._pulls is not None:
+            self._pulls.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pulls
         await self.life.stop()
 
     async def metrics_text(self) -> bytes:
@@ -106,6 +138,14 @@ class Service(TaskContext):
 
     def readiness(self) -> Readiness:
         return self.life.readiness()
+
+    async def manage(self, action: Action, name: str) -> ManagedModel:
+        from app.management.control import manage_here
+
+        return await manage_here(self.control, action, name)
+
+    async def stored_models(self) -> list[StoredModel]:
+        return await self.control.catalog()
 
     def models(self) -> list[ModelInfo]:
         return self.life.models()
@@ -146,13 +186,14 @@ class Service(TaskContext):
         could never hold it."""
         if deadline is None:
             deadline = self.deadline()
-        futures = self.enqueue(jobs, deadline, field)
+        registry = self.ready_registry()
+        futures = self.enqueue([j._replace(model=version_key(j, registry)) for j in jobs], deadline, field)
         return await wait_all(futures, deadline, disconnected, self.settings.request_timeout_s)
 
     def enqueue(
         self, jobs: list[Job], deadline: float, field: str = "text"
     ) -> list[asyncio.Future[list[Any]]]:
-        """`submit`'s checks and queueing, without the wait: per job the Future of its items' outputs (the
+        """`submit`'s checks and queueing, without the wait (each job's model: its model@version): per job the Future of its items' outputs (the
         model process waits for them without a task: app/parallel/waiting.py). Nothing is queued when a job
         is refused (422, 429)."""
         batchers = [self.life.queues.batcher(job.task, job.model, job.key) for job in jobs]

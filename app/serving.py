@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.batching.wait import Disconnected
 from app.core.metrics import Metrics
 from app.core.settings import Settings
-from app.schemas import ModelInfo, Readiness
+from app.schemas import ManagedModel, ModelInfo, Readiness, StoredModel
 from app.text.langid import Detection, LanguageDetector
 
 if TYPE_CHECKING:
+    from app.management.control import Action
     from app.registry import Registry
 
 
@@ -44,3 +45,11 @@ class Serving(Protocol):
     def readiness(self) -> Readiness: ...
 
     def models(self) -> list[ModelInfo]: ...
+
+    async def manage(self, action: Action, name: str) -> ManagedModel:
+        """Load, reload (a new version swapped in) or unload a model in every process (app/management/)."""
+        ...
+
+    async def stored_models(self) -> list[StoredModel]:
+        """The checkpoint directory's model folders, served or not."""
+        ...

@@ -38,7 +38,7 @@ LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
 # a probe's clock: mark(step) adds the wall and CPU seconds since the last mark to out[step]
 PROBE_CLOCK = """
-import json, resource, sys, time
+import inspect, json, resource, sys, time
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -102,7 +102,7 @@ for task in tasks:
 mark("device (imports torch), registry")
 after = []
 for name, entry in registry.entries.items():
-    loaded = registry.load(name)
+    loaded = registry.load(entry if "entry" in inspect.signature(registry.load).parameters else name)
     mark("weights")
     handlers = [task.load(entry, loaded) for task in tasks if task.serves(entry)]
     mark("handlers (tracing, unless after ready)")

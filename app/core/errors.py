@@ -34,13 +34,31 @@ class NotFound(ServiceError):
 
 
 UNAUTHORIZED = "missing or invalid API key: send Authorization: Bearer <key> or X-API-Key: <key>"
+ADMIN_UNAUTHORIZED = "missing or invalid admin key: send Authorization: Bearer <APP_ADMIN_API_KEY>"
 
 
 class Unauthorized(ServiceError):
     status_code = 401
 
-    def __init__(self) -> None:
-        super().__init__(UNAUTHORIZED, {"WWW-Authenticate": "Bearer"})
+    def __init__(self, message: str = UNAUTHORIZED) -> None:
+        super().__init__(message, {"WWW-Authenticate": "Bearer"})
+
+
+class Forbidden(ServiceError):
+    status_code = 403
+
+
+class Conflict(ServiceError):
+    """Another change of the same thing is under way (a model being loaded, reloaded or unloaded)."""
+
+    status_code = 409
+
+
+class Unservable(ServiceError):
+    """A model that cannot be loaded as it is on disk (its config, weights or tokenizer): what was served
+    before goes on."""
+
+    status_code = 422
 
 
 class QueueFull(ServiceError):

@@ -67,6 +67,13 @@ class Metrics:
             **own,
         )
         self.models_loaded = Gauge("models_loaded", "Models loaded and warmed up", **own)
+        # 1 per model process serving the version (summed across processes: how many serve it)
+        self.model_version = Gauge(
+            "model_version",
+            "The version each model process serves: its files' fingerprint, and the hub revision it was pulled at",
+            ["model", "version", "revision"],
+            **own,
+        )
         self.models_failed = Gauge(
             "models_failed", "Models that failed to load (1), with the reason", ["model", "reason"], **own
         )
@@ -124,6 +131,25 @@ class Metrics:
         if stopped:
             self.stopped.labels(model=model).inc(stopped)
 
+    def serve_version(self, model: str, version: str, revision: str | None) -> None:
+        """model_version{model, version, revision} = 1, the model's other versions' series gone."""
+        _drop(self.model_version, model)
+        self.model_version.labels(model, version, revision or "").set(1)
+
+    def clear_failure(self, model: str) -> None:
+        _drop(self.models_failed, model)
+
+    def forget_model(self, model: str) -> None:
+        """An unloaded model's series: gone from the scrapes (its counters stay)."""
+        for gauge in (self.model_version, self.models_failed, self.queue_depth):
+            _drop(gauge, model)
+
     def watch_queues(self, model: str, depth: Callable[[], int]) -> None:
         """queue_depth{model} is depth() at each scrape (called on the event loop, by GET /metrics)."""
         self.queue_depth.labels(model=model).set_function(depth)
+
+
+def _drop(gauge: Gauge, model: str) -> None:
+    """Remove every series of `gauge` whose first label is `model`."""
+    for labels in [k for k in list(gauge._metrics) if k[0] == model]:  # noqa: SLF001 (no public listing)
+        gauge.remove(*labels)

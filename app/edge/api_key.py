@@ -35,10 +35,16 @@ _HEADER = _Documented(
     "APIKeyHeader",
 )
 API_KEY: list[Any] = [Security(_BEARER), Security(_HEADER)]  # a router's or route's `dependencies`
+ADMIN_PREFIX = "/admin/"  # the admin API's paths: APP_ADMIN_API_KEY alone opens them (app.edge.gate.Gate)
+_ADMIN_BEARER = _Documented(
+    HTTPBearer(description="Authorization: Bearer <APP_ADMIN_API_KEY>"), "AdminBearer"
+)
+ADMIN_KEY: list[Any] = [Security(_ADMIN_BEARER)]
 
 
 def documents_only(call: Any) -> bool:
-    """Whether a dependency is one of API_KEY's (it checks nothing: app.edge.fastpath need not call it)."""
+    """Whether a dependency is one of API_KEY's or ADMIN_KEY's (it checks nothing: app.edge.fastpath need
+    not call it)."""
     return isinstance(call, _Documented)
 
 

@@ -30,12 +30,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.core.errors import Unauthorized, error_response
+from app.core.errors import ADMIN_UNAUTHORIZED, Forbidden, ServiceError, Unauthorized, error_response
 from app.core.logs import log_access
 from app.core.metrics import METRICS_PATH, Metrics
 from app.core.request_id import CURRENT, RequestInfo
-from app.core.settings import Settings
-from app.edge.api_key import authorized, needs_key
+from app.core.settings import ENV_PREFIX, Settings
+from app.edge.api_key import ADMIN_PREFIX, authorized, needs_key
 from app.edge.body_limit import UPLOAD_SETTING, UPLOAD_SLACK, BodyTooLarge, limited, takes_file
 from app.edge.fastpath import JSON, FastPath
 from app.edge.hosts import host_refusal
@@ -66,9 +66,9 @@ class Gate:
         self.hosts = None if "*" in settings.allowed_hosts else [h.lower() for h in settings.allowed_hosts]
         self.lt_prefix = settings.libretranslate_prefix
         self.access_log = settings.access_log
-        self.key, self.metrics_key = (
+        self.key, self.metrics_key, self.admin_key = (
             k.get_secret_value().encode() if k is not None else None
-            for k in (settings.api_key, settings.metrics_api_key)
+            for k in (settings.api_key, settings.metrics_api_key, settings.admin_api_key)
         )
         keyed = [r for r in self.routes if needs_key(r)]
         scrape = [r for r in keyed if getattr(r, "path", None) == METRICS_PATH]
@@ -124,7 +124,11 @@ class Gate:
         if (refused := self._refusal(scope)) is not None:  # 400, 413, 415 or 501
             await self._refuse(refused, scope)(scope, receive, send)
             return
-        if (self.key is not None or self.scrape) and not self._allowed(scope):
+        if scope["path"].startswith(ADMIN_PREFIX):  # the admin key alone, else 401 (403: no admin API)
+            if (refused := self._admin_refusal(scope)) is not None:
+                await error_response(refused, "before routing")(scope, receive, send)
+                return
+        elif (self.key is not None or self.scrape) and not self._allowed(scope):
             await error_response(Unauthorized(), "before routing")(scope, receive, send)
             return
         if self.hosts is not None and (wrong := host_refusal(scope, self.hosts)) is not None:  # 400
@@ -242,6 +246,17 @@ class Gate:
         if any(route.matches(scope)[0] is Match.FULL for route in self.scrape):
             return self.metrics_key is not None and authorized(scope, self.metrics_key)
         return True
+
+    def _admin_refusal(self, scope: Scope) -> ServiceError | None:
+        """The admin API: off (403) without APP_ADMIN_API_KEY; 401 without that key (APP_API_KEY does not
+        open it)."""
+        if self.admin_key is None:
+            return Forbidden(
+                f"the admin API is off: set {ENV_PREFIX}ADMIN_API_KEY to manage models while serving"
+            )
+        if not authorized(scope, self.admin_key):
+            return Unauthorized(ADMIN_UNAUTHORIZED)
+        return None
 
     def _label(self, scope: Scope) -> str:
         """The route template of a routed request; before or without routing the first route whose path

@@ -26,7 +26,8 @@ from prometheus_client.metrics_core import Metric
 from app.core.logs import configure_logging
 from app.core.metrics import Metrics
 from app.core.settings import Settings, load_settings
-from app.parallel.channel import Channel, Handler, Immediate
+from app.management.pulls import pull_missing
+from app.parallel.channel import Channel, ChannelClosed, Handler, Immediate
 from app.parallel.departed import Departed
 from app.parallel.heartbeat import HEARTBEAT_S, Beat
 from app.parallel.lifeline import die_with_parent
@@ -46,9 +47,17 @@ class Engine:
     ready; after that it stays ready while at least one is up (one restarting: the others serve)."""
 
     def __init__(
-        self, service: Service, http_workers: int, beat: Beat | None = None, departed: Departed | None = None
+        self,
+        service: Service,
+        http_workers: int,
+        beat: Beat | None = None,
+        departed: Departed | None = None,
+        pulls: bool = False,
     ) -> None:
+        """pulls: this one pulls APP_MODELS (the first model process), and has an HTTP process load each in
+        every process."""
         self.service, self.http_workers, self.beat, self.departed = service, http_workers, beat, departed
+        self.pulls = pulls
         count_process(service.metrics.registry, "model")
         self.channels: dict[Channel, int | None] = {}  # -> the pid of its HTTP process once it said hello
         self.pids: dict[Channel, int] = {}  # the same, kept after a bye: its metrics stay counted
@@ -66,9 +75,16 @@ class Engine:
         listener = _listen(path)
         accepting = asyncio.create_task(self._accept(listener))
         poll = asyncio.create_task(self._push_state())
+        pulling = (
+            asyncio.create_task(self._pull_missing()) if self.pulls and self.service.settings.models else None
+        )
         try:
             await stop.wait()
         finally:
+            if pulling is not None:
+                pulling.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pulling
             poll.cancel()
             accepting.cancel()
             listener.close()
@@ -85,9 +101,12 @@ class Engine:
             task.add_done_callback(attending.discard)
 
     async def _connected(self, sock: socket.socket) -> None:
+        control = self.service.control
         handlers: dict[str, Handler | Immediate] = {
             "answer": _logged(self.service.answer), "submit": Immediate(self._submit),
             "metrics": self._metrics, "model_families": self._own_families,
+            "stored_models": self.service.stored_models, "stage": control.stage, "abort": self._abort,
+            "commit": self._commit, "unload": self._unload, "retire": control.retire,
         }  # fmt: skip
         channel = Channel.threaded(sock, handlers)
         handlers["hello"] = partial(self._hello, channel)
@@ -172,6 +191,58 @@ class Engine:
         futures = self.service.enqueue([Job(owner, *job) for job in jobs], deadline, field)
         return self.deadlines.track(futures, deadline)
 
+    # --- models managed while serving (app/management/; RemoteService.manage orders the steps) ---------
+
+    async def _pull_missing(self) -> None:
+        """APP_MODELS missing from the checkpoint dir: pulled here, each then loaded in every process by an
+        HTTP process (RemoteService.load_pulled: it reaches every model process)."""
+        life, s = self.service.life, self.service.settings
+        await pull_missing(
+            s.models, s.checkpoint_dir, life.report_pulling, self._load_pulled, life.pull_failed
+        )
+
+    async def _load_pulled(self, name: str) -> None:
+        while True:
+            up = [c for c, pid in self.channels.items() if pid is not None]
+            if not up:  # none has said hello yet, or the one asked has gone: the next one
+                await asyncio.sleep(STATE_POLL_S)
+                continue
+            try:
+                await up[0].call("load_pulled", name)
+                return
+            except ChannelClosed:
+                continue
+
+    async def _abort(self, key: str) -> None:
+        self.service.control.abort(key)
+
+    async def _commit(self, key: str) -> str | None:
+        """The staged version served from here on, and every HTTP process switched to it (they tokenize
+        with its text half from their answer on) -> the key of the version it replaced, to retire."""
+        old = self.service.control.commit(key)
+        await self._changed()
+        return old
+
+    async def _unload(self, name: str) -> str:
+        key = self.service.control.unload(name)
+        await self._changed()
+        return key
+
+    async def _changed(self) -> None:
+        """Readiness and the model list told, and every HTTP process's routing made the same as ours: each
+        answers once it has switched, so no item of a replaced version comes after (a channel keeps order)."""
+        await self.service.control.changed()
+        self._told = None
+        registry = self.service.life.ready_registry()
+        served = [(name, e.version) for name, e in registry.entries.items()]
+        up = [c for c, pid in self.channels.items() if pid is not None]
+        budget = self.service.settings.model_load_timeout_s
+        synced = await asyncio.gather(*(asyncio.wait_for(c.call("sync", served), budget) for c in up),
+                                      return_exceptions=True)  # fmt: skip
+        for channel, answer in zip(up, synced, strict=True):
+            if isinstance(answer, BaseException):
+                log.error("HTTP process %s did not take the model change: %s", self.pids.get(channel), answer)
+
     async def _own_families(self) -> list[Metric]:
         """This process's metric families alone (the other model processes' part of a scrape)."""
         return list(self.service.metrics.registry.collect())
@@ -226,9 +297,10 @@ async def _main(
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    service = Service(settings, Metrics(), detector=False)  # text work, detection too, is the HTTP processes'
+    # text work, detection too, is the HTTP processes'; pulls are the first model process's (Engine.pulls)
+    service = Service(settings, Metrics(), detector=False, pulls=False)
     departed = Departed(metrics_dir) if index == 0 else None  # the first gathers the HTTP processes'
-    engine = Engine(service, http_workers, Beat(heartbeat_fd), departed)
+    engine = Engine(service, http_workers, Beat(heartbeat_fd), departed, pulls=index == 0)
     await engine.serve(path, stop)
 
 

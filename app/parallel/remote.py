@@ -30,14 +30,15 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client.metrics_core import Metric
 
 from app.batching.wait import Disconnected
-from app.core.errors import DeadlineExceeded, Unavailable
+from app.core.errors import Conflict, DeadlineExceeded, Unavailable, Unservable
 from app.core.limits import Limits
 from app.core.metrics import Metrics
 from app.core.settings import Settings
@@ -46,13 +47,16 @@ from app.parallel.connect import connect, reconnect
 from app.parallel.heartbeat import DEADLINE_MARGIN_S, HEARTBEAT_S, STALL_S
 from app.parallel.merge import METRICS_TIMEOUT_S, count_process, merge, render
 from app.parallel.pool import ModelPool
-from app.registry import Registry, public_reason
-from app.schemas import ModelInfo, Readiness
+from app.registry import ModelEntry, Registry, public_reason, read_entry, split_key
+from app.schemas import ManagedModel, ModelInfo, Readiness, StoredModel
 from app.service import TaskContext, detect_texts
 from app.tasks import routing
 from app.tasks.served import default_tasks
-from app.tasks.task import Job, Task
+from app.tasks.task import Job, Task, version_key
 from app.text.langid import Detection, LanguageDetector
+
+if TYPE_CHECKING:
+    from app.management.control import Action
 
 log = logging.getLogger(__name__)
 METRICS_WAIT_S = METRICS_TIMEOUT_S + 1.0  # the model process waits METRICS_TIMEOUT_S for each HTTP process
@@ -87,6 +91,8 @@ class RemoteService(TaskContext):
         self._watchdog: asyncio.Task[None] | None = None  # answers the calls held by a silent model process
         self._state = Readiness(status="loading", reason="connecting to the model process")
         self._models: list[ModelInfo] = []
+        self._syncing = asyncio.Lock()  # model changes taken one after the other
+        self._state_changed = asyncio.Event()  # set at each new state (_refresh)
 
     async def start(self) -> None:
         """Read the configs (routing), build the language detector and the tokenizers, connect to every model
@@ -106,7 +112,10 @@ class RemoteService(TaskContext):
                 await self._on_state(i, *state)
 
     def _channel(self, i: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Channel:
-        handlers = {"state": partial(self._on_state, i), "families": self._families, "alive": self._alive}
+        handlers = {
+            "state": partial(self._on_state, i), "families": self._families, "alive": self._alive,
+            "sync": self._sync, "load_pulled": self._load_pulled,
+        }  # fmt: skip
         return Channel(reader, writer, handlers)
 
     def _serve(self, i: int, channel: Channel) -> asyncio.Task[None]:
@@ -118,7 +127,7 @@ class RemoteService(TaskContext):
         """This process's own start-up work, all text: the routing registry (configs, no weights), the language
         detector, and the text half of each splitting task's handlers."""
         s = self.settings
-        registry = Registry.discover(s.check_checkpoint_dir(), None, None)
+        registry = Registry.discover(s.check_checkpoint_dir(), None, None, allow_empty=bool(s.models))
         self.detector = LanguageDetector(routing.languages(self.every, s, registry))
         self._load_text(registry)
         self.registry = registry
@@ -147,7 +156,7 @@ class RemoteService(TaskContext):
                 if not task.serves(entry) or entry.name in registry.failed:
                     continue
                 try:
-                    task.handlers[entry.name] = task.load_text(entry)
+                    task.install(entry.key, entry.name, task.load_text(entry))
                 except (ValueError, OSError) as e:  # CheckpointError, sentencepiece's, a file gone
                     log.error("model %s failed: %s", entry.name, e)
                     reason = public_reason(self.settings.checkpoint_dir, e)
@@ -213,7 +222,7 @@ class RemoteService(TaskContext):
         reason otherwise. A model process that is merely silent still gets the call (504 at the deadline,
         as for the tasks it answers whole)."""
         state = self._state
-        if state.status not in ("ready", "shutting_down") and not _loaded_but_some_failed(state):
+        if state.status not in ("ready", "shutting_down") and not _serving(state):
             raise Unavailable(
                 f"not ready: {state.reason}", retry_after=None if state.status == "failed" else 1
             )
@@ -233,7 +242,8 @@ class RemoteService(TaskContext):
         now); each item's outputs come back."""
         if deadline is None:
             deadline = self.deadline()
-        wire = [(job.model, job.key, job.items, job.costs) for job in jobs]
+        registry = self.ready_registry()  # models as model@version: the model process batches each apart
+        wire = [(version_key(job, registry), job.key, job.items, job.costs) for job in jobs]
         name = jobs[0].task.name if jobs else ""
         items = sum(len(job.items) for job in jobs)
         return await self._work("submit", name, wire, deadline, field, items=items, disconnected=disconnected)  # type: ignore[no-any-return]
@@ -288,10 +298,98 @@ class RemoteService(TaskContext):
         else:
             return
         self.status, self.reason = self._state.status, self._state.reason
+        self._state_changed.set()
         if self.registry is not None:  # the model processes' failures route here as there (503 or rerouted)
             for name, reason in (self._state.failed or {}).items():
                 if name in self.registry.entries and name not in self.registry.failed:
                     routing.fail(self.every, self.settings, self.registry, name, reason)
+
+    # --- models managed while serving (app/management/) ------------------------------------------------
+
+    async def manage(self, action: Action, name: str) -> ManagedModel:
+        """In every model process: each stages the version (loads it beside what it serves) before any
+        commits it (serves it, and has every HTTP process switch to it), then each retires the old one. A
+        stage that fails anywhere is aborted everywhere: the version served before goes on."""
+        start = time.perf_counter()
+        channels = self._all_answering()
+        registry = self.ready_registry()
+        before = registry.entries.get(name)
+        previous = before.version if before is not None else None
+        if action == "unload":
+            keys = await _each(channels, "unload", name)
+            await asyncio.gather(*(c.call("retire", k) for c, k in zip(channels, keys, strict=True)))
+            return ManagedModel(name=name, action=action, changed=True, previous_version=previous,
+                                seconds=time.perf_counter() - start)  # fmt: skip
+        outcomes = await asyncio.gather(
+            *(c.call("stage", action, name) for c in channels), return_exceptions=True
+        )
+        staged = [o for o in outcomes if not isinstance(o, BaseException)]
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        if not failed and len({key for key, _ in staged}) > 1:  # the folder changed between two reads
+            failed = [Conflict(f"model {name}: its files changed while it was loaded: try again")]
+        if failed:
+            await asyncio.gather(*(c.call("abort", o[0]) for c, o in zip(channels, outcomes, strict=True)
+                                   if not isinstance(o, BaseException) and not o[1]), return_exceptions=True)  # fmt: skip
+            raise failed[0]
+        key, unchanged = staged[0][0], all(u for _, u in staged)
+        changing = [c for c, (_, u) in zip(channels, staged, strict=True) if not u]
+        olds = await _each(changing, "commit", key)
+        await asyncio.gather(*(c.call("retire", old) for c, old in zip(changing, olds, strict=True) if old))
+        return ManagedModel(
+            name=name, action=action, changed=not unchanged, version=split_key(key)[1],
+            previous_version=previous, seconds=time.perf_counter() - start,
+        )  # fmt: skip
+
+    async def _load_pulled(self, name: str) -> None:
+        """A model APP_MODELS named, pulled by the first model process: loaded in every process once the
+        models on disk are (in every model process)."""
+        while not _serving(self._state) and self._state.status != "ready":
+            self._state_changed.clear()
+            await self._state_changed.wait()
+        await self.manage("load", name)
+
+    async def stored_models(self) -> list[StoredModel]:
+        return await self._all_answering()[0].call("stored_models")  # type: ignore[no-any-return]
+
+    def _all_answering(self) -> list[Channel]:
+        """Every model process's channel: 503 while one is restarting or silent (a change must reach all)."""
+        n = len(self.pool.channels)
+        if not all(self.pool.joined) or len(self.pool.answering(STALL_S)) != n:
+            raise Unavailable(f"a model process is restarting or silent ({self._absent()}): try again")
+        return list(self.pool.channels)
+
+    async def _sync(self, served: list[tuple[str, str]]) -> None:
+        """A model process's models (name, version) after a change: this process routes and tokenizes the
+        same from here on (a model new or of a new version: its text halves, read off the loop; one gone:
+        dropped). Requests under way keep the text halves they took."""
+        async with self._syncing:
+            registry = self.registry
+            assert registry is not None
+            want = dict(served)
+            for name in [n for n in registry.entries if n not in want]:
+                registry.remove(name)
+                for task in self.tasks.values():
+                    task.handlers.pop(name, None)
+            for name, version in want.items():
+                if (had := registry.entries.get(name)) is not None and had.version == version:
+                    continue
+                entry, halves = await asyncio.to_thread(self._text_halves, name, version)
+                for task, half in halves.items():
+                    task.install(entry.key, name, half)
+                registry.install(entry)
+            languages = routing.languages(self.every, self.settings, registry)
+            if self.detector is None or languages != sorted(self.detector.languages):
+                self.detector = await asyncio.to_thread(LanguageDetector, languages)
+
+    def _text_halves(self, name: str, version: str) -> tuple[ModelEntry, dict[Task, Any]]:
+        """Model `name`'s entry as the model process serves it (its version), and its text halves."""
+        entry = read_entry(self.settings.checkpoint_dir / name)
+        if entry is None:
+            raise Unservable(f"model {name}: its Argos Translate package translates nothing")
+        if entry.version != version:  # replaced again since the model process read it: its version's key
+            log.warning("model %s: its files changed since the model process loaded them", name)
+            entry.version = version
+        return entry, {t: t.load_text(entry) for t in self.tasks.values() if t.serves(entry)}
 
     async def _families(self) -> list[Metric]:
         return list(self.metrics.registry.collect())
@@ -358,12 +456,20 @@ class RemoteService(TaskContext):
             await self._on_state(i, *state)
 
 
-def _loaded_but_some_failed(state: Readiness) -> bool:
-    """Loading is over and only models failed (APP_STRICT_READINESS): the others serve, as in one process,
-    and a failed model's requests answer 503 saying why (Registry.check_loaded). Not a model process that
-    has gone or is silent: those states name no failed model."""
-    return (
-        state.status == "failed"
-        and bool(state.failed)
-        and all(v in ("ready", "failed") for v in state.models.values())
+async def _each(channels: list[Channel], method: str, *args: Any) -> list[Any]:
+    """`method` on every model process at once -> their answers; the first error raised once all are in."""
+    answers = await asyncio.gather(*(c.call(method, *args) for c in channels), return_exceptions=True)
+    if errors := [a for a in answers if isinstance(a, BaseException)]:
+        raise errors[0]
+    return answers
+
+
+def _serving(state: Readiness) -> bool:
+    """Loading is over for the models on disk, and they serve, as in one process: while some failed
+    (APP_STRICT_READINESS: a failed model's requests answer 503 saying why, Registry.check_loaded) or while
+    APP_MODELS are being pulled. Not a model process that has gone or is silent: those states name none."""
+    if not all(v in ("ready", "failed") for v in state.models.values()):
+        return False
+    return (state.status == "failed" and bool(state.failed)) or (
+        state.status == "loading" and bool(state.pulling)
     )

@@ -167,7 +167,7 @@ class AttentionTask(Task):
         item, translation = await self._item(ctx, entry, handler, req, deadline, disconnected)
         item = replace(item, select=sel)
         handler.check_size(item, sel)  # the target is known now (given or translated)
-        job = Job(self, entry.name, None, [item], handler.costs([item]))
+        job = Job(self, entry.name, None, [item], handler.costs([item]), entry.version)
         [[maps]] = await ctx.submit([job], disconnected, deadline=deadline)
         return await self._body(ctx, handler, item, maps, sel, translation, png, deadline)
 
@@ -197,7 +197,7 @@ class AttentionTask(Task):
         translation, sentence = ctx.task(TranslationTask), Sentence(item.source)
         key = DecodeKey(lang, 1)
         costs = translation.handlers[entry.name].costs([sentence], key)
-        greedy = Job(translation, entry.name, key, [sentence], costs)
+        greedy = Job(translation, entry.name, key, [sentence], costs, entry.version)
         [[[best]]] = await ctx.submit(
             [greedy], disconnected, deadline=deadline
         )  # like /translate with beam_size=1

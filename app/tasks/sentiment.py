@@ -80,13 +80,13 @@ class SentimentTask(Task):
         ctx.limits.check_texts(texts, field)
         route = sentiment_routes(registry).sentiment_for
         groups = group_by_model([route(text, req.model) for text in texts])
-        jobs = []
+        jobs, handlers = [], {name: self.handlers[name] for name in groups}  # a reload swaps self.handlers
         for name, idxs in groups.items():
-            handler = self.handlers[name]
+            handler = handlers[name]
             items = [handler.tokenize(texts[i]) for i in idxs]
             jobs.append(Job(self, name, None, items, handler.costs(items)))
         outputs = await ctx.submit(jobs, disconnected, field)
-        results = [self.handlers[name].result(probs) for name, probs in scatter(groups, outputs)]
+        results = [handlers[name].result(probs) for name, probs in scatter(groups, outputs)]
         return SentimentResponse.model_construct(model=",".join(groups), results=results)  # built here: valid
 
 

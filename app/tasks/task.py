@@ -48,13 +48,16 @@ T = TypeVar("T", bound="Task")
 
 class Job(NamedTuple):
     """One request's items for one batcher: those of `task`'s handler of `model`, under batch key `key`, and
-    each item's work units (what the queue admits and shares turns by)."""
+    each item's work units (what the queue admits and shares turns by). version: of the model whose handler
+    made the items; None: the current one when the job is submitted (a task that makes its items and submits
+    them without awaiting in between; one that awaits, as attention's, names the version it read)."""
 
     task: Task
     model: str
     key: Hashable
     items: list[Any]
     costs: list[int]
+    version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,8 +113,17 @@ class Task:
     wire: ClassVar[Wire | None] = None  # its items, keys and outputs as columns between processes
 
     def __init__(self) -> None:
-        self.handlers: dict[str, Any] = {}
+        self.handlers: dict[str, Any] = {}  # model -> its current version's handler
+        self.versions: dict[str, Any] = {}  # model@version -> its handler: those in use (app/management/)
         self.settings: Settings | None = None  # set by prepare
+
+    def install(self, key: str, name: str, handler: Any) -> None:
+        """`handler` as the current one of model `name`, and as version `key`'s."""
+        self.handlers[name] = self.versions[key] = handler
+
+    def uninstall(self, key: str) -> None:
+        """A version no longer in use (its batchers have drained)."""
+        self.versions.pop(key, None)
 
     def serves(self, entry: ModelEntry) -> bool:
         """Whether this task gets a handler of `entry`."""
@@ -154,6 +166,12 @@ class Task:
 
     async def stop(self) -> None:
         """At shutdown, after the batchers have drained: release what the task holds."""
+
+
+def version_key(job: Job, registry: Registry) -> str:
+    """model@version of the handler that made the job's items: what they are batched and sent under."""
+    version = job.version if job.version is not None else registry.entries[job.model].version
+    return f"{job.model}@{version}"
 
 
 def compile_or_stay_eager(handler: Any) -> None:

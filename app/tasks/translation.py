@@ -26,6 +26,8 @@ from model.glossary import Glossary
 from model.options import Hypothesis
 
 if TYPE_CHECKING:
+    import torch
+
     from app.registry import ModelEntry, Registry
     from app.tasks.handlers import TranslationHandler
     from model import LoadedModel
@@ -129,6 +131,8 @@ class TranslationTask(Task):
         super().__init__()
         self._ct2_kwargs: dict[str, Any] | None = None  # None: the torch engine
         self._argos_kwargs: dict[str, Any] | None = None
+        self._device: torch.device | None = None  # the registry's, set by prepare
+        self._dtype: torch.dtype | None = None
 
     def serves(self, entry: ModelEntry) -> bool:
         return entry.task == TASK
@@ -142,10 +146,17 @@ class TranslationTask(Task):
 
     def prepare(self, settings: Settings, registry: Registry) -> None:
         super().prepare(settings, registry)
-        device, dtype = registry.device, registry.dtype
-        self._ct2_kwargs = settings.ctranslate2_kwargs(device, dtype)
+        self._device, self._dtype = registry.device, registry.dtype
+        self._ct2_kwargs = settings.ctranslate2_kwargs(self._device, self._dtype)
         if any(e.package is not None for e in registry.entries.values()):  # Argos: CTranslate2 only
-            self._argos_kwargs = settings.ctranslate2_kwargs(device, dtype, always=True)
+            self._argos(settings)  # at start: no ctranslate2 fails start-up, not the model
+
+    def _argos(self, settings: Settings) -> dict[str, Any]:
+        """An Argos package's CTranslate2 arguments (SettingsError without ctranslate2: its load fails)."""
+        if self._argos_kwargs is None:
+            assert self._device is not None
+            self._argos_kwargs = settings.ctranslate2_kwargs(self._device, self._dtype, always=True)
+        return self._argos_kwargs
 
     def load(self, entry: ModelEntry, loaded: LoadedModel | None) -> TranslationHandler:
         from app.tasks.argos import ArgosTranslationHandler  # the kinds import torch: the text half none
@@ -154,8 +165,7 @@ class TranslationTask(Task):
 
         assert self.settings is not None
         if entry.package is not None:  # an Argos package: CTranslate2, no torch model
-            assert self._argos_kwargs is not None
-            return ArgosTranslationHandler(entry.name, entry.package, self._argos_kwargs)
+            return ArgosTranslationHandler(entry.name, entry.package, self._argos(self.settings))
         assert loaded is not None
         if self._ct2_kwargs is not None:
             try:
@@ -219,23 +229,25 @@ class TranslationTask(Task):
             [] if i in through else split_sentences(text, langs[i] or req.source_lang)
             for i, text in enumerate(texts)
         ]
+        handlers = {name: self.handlers[name] for name in groups}  # a reload swaps self.handlers
         floor = 0  # far over budget is refused before tokenizing (a hostile loop costs the split only)
         for name, idxs in groups.items():
             sentences = sum(len(line) for i in idxs for line in split[i])
-            floor += sentences * self.handlers[name].least_cost(key, req.max_length)
+            floor += sentences * handlers[name].least_cost(key, req.max_length)
         ctx.limits.check_work(floor, field, "at least ")
         jobs: list[Job] = []
         layouts = []
         glossary = Glossary.of(terms) if terms else None  # its targets stay in this process
         for name, idxs in groups.items():
-            handler, rows = self.handlers[name], [split[i] for i in idxs]
+            handler, rows = handlers[name], [split[i] for i in idxs]
             options = (req.num_hypotheses, idxs, req.length_penalty, req.max_length, req.replace_unknowns)
             items, lays = handler.sentences(rows, field, *options, glossary)
             jobs.append(Job(self, name, key, items, handler.costs(items, key)))
             layouts.append(lays)
         outputs = await ctx.submit(jobs, disconnected, field) if jobs else []
-        outputs = [self.handlers[j.model].texts(j.items, out) for j, out in zip(jobs, outputs, strict=True)]
-        return self._joined(req, texts, detected, through, groups, [*zip(layouts, outputs, strict=True)])
+        outputs = [handlers[j.model].texts(j.items, out) for j, out in zip(jobs, outputs, strict=True)]
+        decoded = [*zip(layouts, outputs, strict=True)]
+        return self._joined(req, texts, detected, through, groups, handlers, decoded)
 
     def _joined(
         self,
@@ -244,6 +256,7 @@ class TranslationTask(Task):
         detected: list[list[Detection]] | None,
         through: set[int],
         groups: dict[str, list[int]],
+        handlers: dict[str, TranslationText],
         decoded: list[tuple[Any, Any]],
     ) -> TranslateResponse:
         """The response: texts passed through as they came, the others joined from their sentences' outputs
@@ -256,7 +269,7 @@ class TranslationTask(Task):
             )
         for (name, idxs), (lays, out) in zip(groups.items(), decoded, strict=True):
             for i, lay in zip(idxs, lays, strict=True):
-                results[i] = r = self.handlers[name].join(lay, out, req.num_hypotheses, req.return_scores)
+                results[i] = r = handlers[name].join(lay, out, req.num_hypotheses, req.return_scores)
                 if detected is not None:  # additive fields: only when the language was detected
                     r.model, r.detected_language = name, DetectedLanguage.of(detected[i][0])
         model = ",".join([*groups, *([PASSTHROUGH] if through else [])])

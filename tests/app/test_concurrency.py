@@ -321,7 +321,7 @@ async def test_models_load_on_every_inference_worker_at_once(
     running, most = 0, 0
     together = threading.Barrier(workers)  # 4 models: loads meet in pairs on 2 workers
 
-    def slow_load(self: Registry, name: str) -> Any:
+    def slow_load(self: Registry, entry: Any) -> Any:
         nonlocal running, most
         with lock:
             running += 1

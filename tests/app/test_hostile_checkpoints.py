@@ -228,15 +228,15 @@ async def test_a_model_past_its_load_budget_fails_alone(
     import threading
 
     from app.core.settings import Settings
-    from app.registry import Registry
+    from app.registry import ModelEntry, Registry
 
     release = threading.Event()
     real = Registry.load
 
-    def stuck(self: Registry, name: str) -> object:
-        if name == "translate-fr-en":
+    def stuck(self: Registry, entry: ModelEntry) -> object:
+        if entry.name == "translate-fr-en":
             release.wait(30)  # a load that never ends, until the test is done
-        return real(self, name)
+        return real(self, entry)
 
     monkeypatch.setattr(Registry, "load", stuck)
     settings = Settings(

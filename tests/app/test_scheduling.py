@@ -229,7 +229,7 @@ async def test_queue_depth_counts_a_batch_waiting_for_a_worker(
         await eventually(lambda: held.started == 1)
         sentiment = asyncio.ensure_future(client.post("/sentiment", json={"text": "good"}))
         service: Service = app.state.service
-        key = ("sentiment", "sentiment-en", None)
+        key = ("sentiment", service.life.registry.entries["sentiment-en"].key, None)  # type: ignore[union-attr]
         await eventually(lambda: key in service.pool and dict(service.pool.items())[key]._submitted)
         assert not dict(service.pool.items())[key]._queue  # submitted to the workers: no longer queued
         text = (await client.get("/metrics")).text

@@ -58,6 +58,10 @@ OPERATIONS = [
     ("POST", "/detect"),
     ("POST", "/attention"),
     ("POST", "/libretranslate/translate"),
+    ("GET", "/admin/models"),
+    ("POST", "/admin/models/{name}/load"),
+    ("POST", "/admin/models/{name}/reload"),
+    ("POST", "/admin/models/{name}/unload"),
     ("POST", "/libretranslate/detect"),
     ("POST", "/libretranslate/translate_file"),
     ("GET", "/libretranslate/download_file/{name}"),
@@ -185,6 +189,8 @@ UNSERVED = [
     # document states in words only (app/schemas.py GLOSSARY_REPLACES): a glossary and a glossary_id, not both
     (400, "glossary_id: no glossary "),
     (422, r"or \"glossary_id\", not both"),  # (as the JSON text escapes it)
+    # the admin API stays off here (APP_ADMIN_API_KEY unset): a fuzzer must not unload the models under test
+    (403, "the admin API is off"),
     (400, r"or \"glossary_id\", not both"),
 ]
 

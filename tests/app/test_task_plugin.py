@@ -148,7 +148,7 @@ async def test_the_toy_task_runs_through_the_shared_batchers(
         len(handler.tokenizer.encode(t)) for t in texts
     ]
     assert sum(handler.batches) == 16
-    assert ("length", "sentiment-en", None) in service.pool
+    assert ("length", service.life.registry.entries["sentiment-en"].key, None) in service.pool  # type: ignore[union-attr]
     await eventually(lambda: service.queues.depth("sentiment-en") == 0)
 
 

@@ -68,7 +68,11 @@ def load_settings() -> Settings:
         lines = []
         for err in e.errors():
             field = str(err["loc"][0]) if err["loc"] else "?"
-            got = "" if field in ("api_key", "metrics_api_key") else f" (got {err.get('input')!r})"
+            got = (
+                ""
+                if field in ("api_key", "metrics_api_key", "admin_api_key")
+                else f" (got {err.get('input')!r})"
+            )
             msg = str(err["msg"]).removeprefix("Value error, ")
             lines.append(f"{ENV_PREFIX}{field.upper()} ({field}): {msg}{got}")
         raise SettingsError("invalid settings: " + "; ".join(lines)) from None  # one log line

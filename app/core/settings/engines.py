@@ -19,6 +19,12 @@ if TYPE_CHECKING:
     import torch
 
 
+# what `python -m training pull` takes: a hub repository, or an Argos package's pair
+PULL_SPEC = re.compile(
+    r"(?:[A-Za-z0-9][\w.-]*/(?P<repo>[A-Za-z0-9][\w.-]*)|argos:(?P<pair>[a-z]{2,3}-[a-z]{2,3}))(?:@[\w.-]+)?"
+)
+
+
 class EngineSettings(BaseSettings):
     """A group of Settings (app/core/settings/__init__.py), which reads it from the environment."""
 
@@ -56,6 +62,10 @@ class EngineSettings(BaseSettings):
     # routes "fr-en=opus-mt-fr-en,de-en=translate-de-en" that override the order
     origin_order: Annotated[list[str], NoDecode] = ["opus-mt", "argos", "trained"]
     routes: Annotated[dict[str, str], NoDecode] = {}
+    # models pulled at start when their folder is missing (`python -m training pull SPEC` each, into the
+    # checkpoint dir, then loaded while serving: app/management/pulls.py): comma-separated hub repositories
+    # ORG/NAME[@REVISION] (folder NAME) and Argos packages argos:SRC-TGT[@VERSION] (folder argos-SRC-TGT)
+    models: Annotated[list[str], NoDecode] = []
 
     @field_validator("origin_order", mode="before")
     @classmethod
@@ -64,6 +74,18 @@ class EngineSettings(BaseSettings):
             v = [o.strip() for o in v.split(",") if o.strip()]
         if isinstance(v, list) and (unknown := [o for o in v if o not in ("trained", "opus-mt", "argos")]):
             raise ValueError(f"origins are trained, opus-mt and argos, got {unknown}")
+        return v
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _split_models(cls, v: object) -> object:
+        if isinstance(v, str):
+            v = [m.strip() for m in v.split(",") if m.strip()]
+        for spec in v if isinstance(v, list) else []:
+            if not PULL_SPEC.fullmatch(str(spec)):
+                raise ValueError(
+                    f"models look like ORG/NAME[@REVISION] or argos:SRC-TGT[@VERSION], comma-separated; got {spec!r}"
+                )
         return v
 
     @field_validator("routes", mode="before")

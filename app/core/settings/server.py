@@ -25,6 +25,9 @@ class ServerSettings(BaseSettings):
     # key set, /metrics alone needs it. metrics_public: /metrics needs no key (e.g. scraped by pod annotations)
     metrics_api_key: SecretStr | None = None
     metrics_public: bool = False  # after metrics_api_key: _one_way_to_open_metrics reads it
+    # the admin API (/admin/models: load, reload, unload while serving) takes this key alone; unset: it is off
+    # (403). APP_API_KEY does not open it: a client's key cannot take models away
+    admin_api_key: SecretStr | None = None
     cors_origins: Annotated[list[str], NoDecode] = []  # comma-separated
     # Host header values served (comma-separated; "*.example.com" takes subdomains; "*" any): others get 400,
     # against DNS rebinding (app/edge/hosts.py; /health and /ready answer any Host)
@@ -62,12 +65,12 @@ class ServerSettings(BaseSettings):
     def _lower(cls, v: object) -> object:
         return v.lower() if isinstance(v, str) else v
 
-    @field_validator("api_key", "metrics_api_key", mode="before")
+    @field_validator("api_key", "metrics_api_key", "admin_api_key", mode="before")
     @classmethod
     def _empty_key_is_none(cls, v: object) -> object:
         return None if isinstance(v, str) and not v.strip() else v
 
-    @field_validator("api_key", "metrics_api_key")
+    @field_validator("api_key", "metrics_api_key", "admin_api_key")
     @classmethod
     def _key_can_match(cls, v: SecretStr | None) -> SecretStr | None:
         """Header values are latin-1 bytes, stripped of surrounding whitespace, without control characters:
