@@ -329,7 +329,7 @@ async def test_models_load_on_every_inference_worker_at_once(
         together.wait(10)  # fails the load unless `workers` loads run at once
         with lock:
             running -= 1
-        return load(self, name)
+        return load(self, entry)
 
     monkeypatch.setattr(Registry, "load", slow_load)
     async with serve(Settings(checkpoint_dir=app_checkpoint_dir, inference_workers=workers)) as (_, client):
