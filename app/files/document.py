@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -52,14 +53,34 @@ def stripped(text: str) -> tuple[str, str, str]:
     return lead, core, text[len(lead) + len(core) :]
 
 
-def check_unzipped(data: bytes, kind: str) -> None:
-    """UnreadableFile unless `data` is a zip whose parts expand to at most MAX_UNZIPPED_BYTES."""
+def unzipped(data: bytes, kind: str) -> list[tuple[zipfile.ZipInfo, bytes]]:
+    """The zip's parts, each read whole (its CRC checked). UnreadableFile unless `data` is a zip of stored or
+    deflated parts (what Office, OpenDocument and EPUB write) that expand to at most MAX_UNZIPPED_BYTES and
+    read back whole: a cut or damaged part, or a size or CRC that lies, is not the format (a part that hides
+    its size is read only as far as its stated size)."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
-            size = sum(info.file_size for info in z.infolist())
-    except (zipfile.BadZipFile, ValueError) as e:
+            infos = z.infolist()
+            _check_parts(infos, kind)
+            return [(info, z.read(info)) for info in infos]
+    except UnreadableFile:
+        raise
+    # BadZipFile: no zip, a bad CRC; zlib.error, EOFError: a damaged or cut part; NotImplementedError: a zip
+    # version zipfile does not read
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError) as e:
         raise UnreadableFile(f"not {kind} ({e})") from None
-    if size > MAX_UNZIPPED_BYTES:
+
+
+def _check_parts(infos: Sequence[zipfile.ZipInfo], kind: str) -> None:
+    if (size := sum(info.file_size for info in infos)) > MAX_UNZIPPED_BYTES:
         raise UnreadableFile(
             f"not {kind}: its parts expand to {size:,} bytes, more than {MAX_UNZIPPED_BYTES:,}"
         )
+    for info in infos:
+        if info.flag_bits & 0x1:
+            raise UnreadableFile(f"not {kind}: its part {info.filename!r} is encrypted")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise UnreadableFile(
+                f"not {kind}: its part {info.filename!r} uses compression method {info.compress_type}, "
+                "not deflate"
+            )

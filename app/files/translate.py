@@ -20,6 +20,7 @@ from app.files.document import Format
 from app.schemas import AUTO, MAX_TEXTS, TranslateRequest, TranslateResponse
 from app.serving import Serving
 from app.tasks.translation import TranslationTask
+from app.tasks.translation_routes import translation_routes
 from app.text.sentences import split_sentences
 
 FIELD = "file"  # what a 422 names
@@ -41,7 +42,8 @@ async def translate_file(
 
     Raises:
         UnreadableFile: the bytes are not `fmt`.
-        RequestValidationError: a limit (APP_MAX_WORK, MAX_TEXTS, a sentence over APP_MAX_CHARS); 422.
+        RequestValidationError: a limit, at "file" (APP_MAX_WORK, APP_MAX_QUEUE, MAX_TEXTS pieces, a
+            sentence over its model's token limit); 422.
         ServiceError: no model for the pair (404), queue full (429), not ready (503), past the deadline (504).
     """
     # parsing and writing a file take a while (a few MB of XML): off the event loop, as other requests wait
@@ -57,18 +59,23 @@ async def translate_file(
             pieces.append(piece)
             owner.append(i)
     if len(pieces) > MAX_TEXTS:
-        raise invalid((FIELD,), f"at most {MAX_TEXTS} texts per file (paragraphs, lines), got {len(pieces)}")
+        raise invalid(
+            (FIELD,),
+            f"at most {MAX_TEXTS} texts (paragraphs, lines, pieces of longer ones) per file, the most one "
+            f"translation request holds; got {len(pieces)}",
+            "too_long",
+        )
     try:
         req = TranslateRequest(
             texts=pieces, source_lang=source, target_lang=target, glossary=glossary, glossary_id=glossary_id
         )
-    except ValidationError as e:  # a code that is not one, a text no model reads, a glossary's term
+    # a code that is not one, a glossary's term, or a text no model reads (the file's: at "file")
+    except ValidationError as e:
         err = e.errors()[0]
-        first = str(err["loc"][0]) if err["loc"] else ""
-        loc = err["loc"] if first.startswith("glossary") else (FIELD, *err["loc"])
+        loc = (FIELD,) if err["loc"][:1] == ("texts",) else err["loc"]
         raise invalid(loc, str(err["msg"])) from None
     answer: TranslateResponse = await service.answer(
-        TranslationTask.name, req, disconnected, max_texts=len(pieces)
+        TranslationTask.name, req, disconnected, max_texts=len(pieces), field=FIELD
     )
     joined: list[list[str]] = [[] for _ in doc.texts]
     for i, result in zip(owner, answer.results, strict=True):
@@ -78,10 +85,15 @@ async def translate_file(
 
 async def _detect(service: Serving, texts: Sequence[str], target: str) -> str:
     """The language of the file's text (its first APP_MAX_CHARS characters; the detector reads fewer), or
-    `target` when it has none the detector can tell (the texts then pass through)."""
+    `target` when it has none the detector can tell (the texts then pass through); a 422 at "file" naming
+    it and the served sources when no model translates it into `target`, as /translate's "auto"."""
     sample = " ".join(texts)[: service.settings.max_chars]
     found = (await service.detect([sample], FIELD))[0]
-    return found[0].language if found else target
+    if not found or found[0].language == target:
+        return target
+    assert service.registry is not None  # the service has detected: it has started
+    translation_routes(service.settings, service.registry).auto_translator(found, target, None, (FIELD,))
+    return found[0].language
 
 
 def _pieces(text: str, lang: str, max_chars: int) -> list[str]:

@@ -215,7 +215,7 @@ class TranslationText:
         items: list[Sentence] = []
         layouts = []
         for t, text in zip(indices or range(len(texts)), texts, strict=True):
-            loc: tuple[str | int, ...] = (field,) if field == "text" else (field, t)
+            loc: tuple[str | int, ...] = (field, t) if field == "texts" else (field,)
             lines = []
             for sentences in text:
                 lines.append(list(range(len(items), len(items) + len(sentences))))

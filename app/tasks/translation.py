@@ -201,12 +201,15 @@ class TranslationTask(Task):
         disconnected: Disconnected = None,
         *,
         max_texts: int | None = None,
+        field: str | None = None,
         **options: Any,
     ) -> TranslateResponse:
         """Texts grouped by model (one group unless source_lang is auto and the texts' languages differ).
         max_texts: instead of APP_MAX_TEXTS (the LibreTranslate API sends the text nodes of HTML documents
-        whose count it has checked)."""
-        registry, (texts, field) = ctx.ready_registry(), req.inputs
+        whose count it has checked); field: what a 422 names instead of the request's field ("file": the
+        texts of an uploaded file)."""
+        registry, (texts, own) = ctx.ready_registry(), req.inputs
+        field = field or own
         ctx.limits.check_texts(texts, field, max_texts)
         terms, stored = req.glossary, None
         if req.glossary_id is not None:  # a stored glossary: its pair checked (its source after detection)

@@ -164,7 +164,7 @@ class TranslationRoutes:
             return {name: todo} if todo else {}
         groups: dict[str, list[int]] = {}
         for i in todo:
-            loc = (field,) if field == "text" else (field, i)
+            loc = (field, i) if field == "texts" else (field,)
             groups.setdefault(self.auto_translator(detected[i], req.target_lang, req.model, loc), []).append(
                 i
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+from collections.abc import Callable
 from datetime import timedelta
 
 import docx
@@ -173,4 +174,65 @@ def make_epub() -> bytes:
         for name, body in [("META-INF/container.xml", container), ("OEBPS/content.opf", opf),
                            ("OEBPS/style.css", "p { margin: 0; }"), ("OEBPS/chapter1.xhtml", CHAPTER)]:  # fmt: skip
             z.writestr(name, body, zipfile.ZIP_DEFLATED)
+    return out.getvalue()
+
+
+# Damaged zips (the zipped formats: .docx .pptx .odt .odp .epub), each a way a bad upload is not its format
+def rezipped(data: bytes, change: Callable[[zipfile.ZipInfo, bytes], bytes]) -> bytes:
+    """The zip written again, deflated, each part's bytes through change(info, body)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for info in src.infolist():
+            body = change(info, src.read(info))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, body)
+    return out.getvalue()
+
+
+def cut(data: bytes) -> bytes:
+    """The first half: the central directory (at the end) is gone."""
+    return data[: len(data) // 2]
+
+
+def flipped(data: bytes) -> bytes:
+    """Bytes of the largest part's deflated stream flipped; the directory intact."""
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        info = max(z.infolist(), key=lambda i: i.compress_size)
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)  # after its local header
+    damaged = bytearray(data)
+    for i in range(start + 4, start + min(info.compress_size, 40)):
+        damaged[i] ^= 0x55
+    return bytes(damaged)
+
+
+def _patched(data: bytes, signature: bytes, offset: int, value: Callable[[bytes], bytes]) -> bytes:
+    """Every header starting with `signature` with the 4 bytes at `offset` into it rewritten by value(them)."""
+    out, at = bytearray(data), 0
+    while (at := out.find(signature, at)) != -1:
+        field = slice(at + offset, at + offset + 4)
+        out[field] = value(bytes(out[field]))
+        at += len(signature)
+    return bytes(out)
+
+
+def lying(data: bytes) -> bytes:
+    """A bomb's trick: a 10 MB part of zeros (10 kB deflated) added, and every part stated to be 10 bytes."""
+    out = io.BytesIO(rezipped(data, lambda info, body: body))
+    with zipfile.ZipFile(out, "a", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("zeros.xml", bytes(10_000_000))
+    ten = (10).to_bytes(4, "little")
+    sizes = _patched(out.getvalue(), b"PK\x01\x02", 24, lambda _: ten)  # the directory's uncompressed size
+    return _patched(sizes, b"PK\x03\x04", 22, lambda _: ten)  # each local header's
+
+
+def encrypted(data: bytes) -> bytes:
+    """Every part flagged as encrypted (bit 0 of its flags, in the directory)."""
+    return _patched(data, b"PK\x01\x02", 8, lambda f: bytes([f[0] | 1]) + f[1:])
+
+
+def bomb(size: int) -> bytes:
+    """A zip whose one part is `size` zero bytes (deflate packs them about 1,000 to 1)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("[Content_Types].xml", bytes(size))
     return out.getvalue()

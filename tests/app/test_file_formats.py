@@ -6,6 +6,7 @@ translates through the service."""
 from __future__ import annotations
 
 import io
+import re
 import zipfile
 from collections.abc import Callable
 
@@ -24,6 +25,10 @@ from app.files.formats.runs import Paragraphs
 from tests.app.sample_files import (
     HTML,
     SENTENCES,
+    cut,
+    encrypted,
+    flipped,
+    lying,
     make_docx,
     make_epub,
     make_html,
@@ -32,6 +37,7 @@ from tests.app.sample_files import (
     make_pptx,
     make_srt,
     make_txt,
+    rezipped,
 )
 
 LANGS = ("fr", "en")
@@ -176,6 +182,41 @@ def test_a_zip_bomb_is_refused_before_it_is_read(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(UnreadableFile, match="expand to"):
         FORMATS[".docx"].open(data.getvalue())
     assert 50 * Settings().max_file_bytes < MAX_UNZIPPED_BYTES  # the default leaves room for real documents
+
+
+ZIPPED = {".docx": make_docx, ".pptx": make_pptx, ".odt": make_odt, ".odp": make_odp, ".epub": make_epub}
+
+
+@pytest.mark.parametrize("ext", list(ZIPPED))
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        (cut, "File is not a zip file"),
+        (flipped, "while decompressing"),
+        (lying, "Bad CRC-32"),  # read only as far as its stated 10 bytes, which do not match its CRC
+        (encrypted, "is encrypted"),
+    ],
+)
+def test_a_damaged_zip_is_unreadable(ext: str, damage: Callable[[bytes], bytes], why: str) -> None:
+    with pytest.raises(UnreadableFile, match=why):
+        FORMATS[ext].open(damage(ZIPPED[ext]()))
+
+
+@pytest.mark.parametrize(
+    ("ext", "rels"), [(".docx", "word/_rels/document.xml.rels"), (".pptx", "ppt/_rels/presentation.xml.rels")]
+)
+def test_office_parts_not_as_their_library_expects_are_unreadable(ext: str, rels: str) -> None:
+    """A relationships part whose root is another element (AttributeError in python-docx and python-pptx),
+    and a relationship without a Type (python-pptx refuses it on reading, python-docx on writing)."""
+
+    def damaged(part: str, change: Callable[[bytes], bytes]) -> bytes:
+        return rezipped(ZIPPED[ext](), lambda info, body: change(body) if info.filename == part else body)
+
+    renamed = damaged("_rels/.rels", lambda body: body.replace(b"Relationships", b"Relationshipz"))
+    untyped = damaged(rels, lambda body: re.sub(rb' Type="[^"]*"', b"", body, count=1))
+    for data in (renamed, untyped):
+        with pytest.raises(UnreadableFile):
+            translated(ext, data)
 
 
 @pytest.mark.parametrize("ext", [".txt", ".html", ".srt"])

@@ -1,7 +1,7 @@
 """File translation through HTTP (tiny random checkpoints, in-process): POST /translate/file and
 LibreTranslate's translate_file + download_file. A file's texts are translated as POST /translate translates
 them (one call, the same batch), everything else is kept; the stored files are private (unguessable names,
-the asking key only, gone after APP_FILE_TTL_S); the limits answer 413 and 422 naming their settings."""
+the asking key only, gone after APP_FILE_TTL_S). Limits and bad files: tests/app/test_file_limits.py."""
 
 from __future__ import annotations
 
@@ -221,43 +221,6 @@ async def test_a_sweep_removes_every_expired_file(tmp_path: Path, monkeypatch: p
     assert all(store.get(name, None) is None for name in old)
 
 
-async def test_file_size_limit_is_413(make_settings: Callable[..., Settings]) -> None:
-    limit = 4096
-    big = ("Le chat dort.\n" * (limit // 14 + 1)).encode()
-    async with serve(make_settings(max_file_bytes=limit, max_body_bytes=1024)) as (_, client):
-        r = await lt_upload(client, "a.txt", big)
-        assert r.status_code == 413, r.text
-        assert "4096 bytes (APP_MAX_FILE_BYTES)" in r.json()["error"]
-        files = {"file": ("a.txt", big)}
-        r = await client.post("/translate/file", data={"source_lang": "fr", "target_lang": "en"}, files=files)
-        assert r.status_code == 413, r.text
-        assert "APP_MAX_FILE_BYTES" in r.json()["detail"]
-        # a body far past the file's limit is refused by its declared length, before it is read
-        huge = b"x" * (limit + 70_000)
-        r = await client.post(
-            f"{LT}/translate_file", content=huge, headers={"content-type": "multipart/form-data"}
-        )
-        assert r.status_code == 413
-        assert "APP_MAX_FILE_BYTES" in r.json()["error"]
-        # within the file limit, an upload passes APP_MAX_BODY_BYTES (the other routes keep it)
-        assert (await lt_upload(client, "a.txt", make_txt())).status_code == 200
-        r = await client.post(
-            "/translate", json={"text": "x" * 2000, "source_lang": "fr", "target_lang": "en"}
-        )
-        assert r.status_code == 413
-
-
-async def test_work_budget_is_422(make_settings: Callable[..., Settings]) -> None:
-    async with serve(make_settings(max_work=200)) as (_, client):
-        files = {"file": ("a.docx", make_docx())}
-        r = await client.post("/translate/file", data={"source_lang": "fr", "target_lang": "en"}, files=files)
-        assert r.status_code == 422, r.text
-        assert "APP_MAX_WORK (200)" in r.text
-        r = await lt_upload(client, "a.docx", make_docx())
-        assert r.status_code == 400, r.text  # LibreTranslate's status for a limit, as its /translate
-        assert "APP_MAX_WORK (200)" in r.json()["error"]
-
-
 async def test_long_paragraphs_are_sent_in_pieces(make_settings: Callable[..., Settings]) -> None:
     """A paragraph over APP_MAX_CHARS goes as pieces of whole sentences, its translation joined back."""
     text = " ".join(["Le chat dort sur le lit."] * 8)  # 199 characters
@@ -303,6 +266,21 @@ async def test_native_refusals(client: httpx.AsyncClient) -> None:
         "/translate/file", data=form | {"source_lang": "xx"}, files={"file": ("a.txt", b"Bonjour")}
     )
     assert r.status_code == 404, r.text
+    english = b"The cat sleeps on the sofa. It is a sunny day in the garden."
+    r = await client.post(
+        "/translate/file",
+        data={"source_lang": "auto", "target_lang": "fr"},
+        files={"file": ("a.txt", english)},
+    )
+    assert r.status_code == 422, r.text  # as /translate's "auto": the detected language has no model into fr
+    assert r.json()["detail"] == [
+        {
+            "loc": ["body", "file"],
+            "msg": "file: detected language 'en' (confidence 1.00), but no model translates it into fr "
+            "(served sources: de)",
+            "type": "unsupported_language",
+        }
+    ]
 
 
 async def test_auto_detects_the_files_language(client: httpx.AsyncClient) -> None:

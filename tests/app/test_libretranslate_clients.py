@@ -1,12 +1,16 @@
 """LibreTranslate client libraries against a real uvicorn server (APP_API_KEY set, so the key travels as the
 clients send it, in the body): from PyPI libretranslatepy (urlencoded forms through urllib, one string),
-libretranslate-aio (httpx forms: lists, HTML, alternatives, frontend settings, health) and deep-translator
-(fields in the query string), and from npm `libretranslate` (JSON through fetch, run by node). The tiny
-models translate nonsense: answers are compared with the native /translate's."""
+libretranslate-aio (httpx forms: lists, HTML, alternatives, frontend settings, health; multipart
+translate_file, the one client of these with file translation) and deep-translator (fields in the query
+string; its translate_file reads the file's text itself and calls /translate), and from npm `libretranslate`
+(JSON through fetch, run by node). The tiny models translate nonsense: answers are compared with the native
+/translate's."""
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import shutil
 import subprocess
 import urllib.error
@@ -14,15 +18,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docx
 import httpx
 import pytest
 from deep_translator import LibreTranslator
 from deep_translator.exceptions import AuthorizationException, ServerException
-from libretranslate_aio import ForbiddenError, LibreTranslate
+from libretranslate_aio import BadRequestError, ForbiddenError, LibreTranslate
 from libretranslatepy import LibreTranslateAPI
 
+from app.files.formats import FORMATS
 from app.text.html import HtmlDocument
 from bench.server import serve
+from tests.app.sample_files import make_docx, make_txt
 
 pytestmark = pytest.mark.slow  # starts python -m app: not in `make test-fast`
 
@@ -30,8 +37,10 @@ KEY = "s3cret"
 
 
 @pytest.fixture(scope="module")
-def server(app_checkpoint_dir: Path) -> Iterator[str]:
-    with serve(app_checkpoint_dir, {"APP_API_KEY": KEY, "APP_MAX_BATCH_DELAY_MS": "20"}) as (url, _, _):
+def server(app_checkpoint_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    files = str(tmp_path_factory.mktemp("files"))  # APP_FILE_DIR: translate_file's downloads
+    env = {"APP_API_KEY": KEY, "APP_MAX_BATCH_DELAY_MS": "20", "APP_FILE_DIR": files}
+    with serve(app_checkpoint_dir, env) as (url, _, _):
         yield url
 
 
@@ -120,6 +129,53 @@ def test_libretranslate_aio(server: str) -> None:
         pytest.raises(ForbiddenError, match="Invalid API key"),
     ):
         lt.translate("Le chat", "fr", "en")
+
+
+def test_libretranslate_aio_translate_file(server: str, tmp_path: Path) -> None:
+    """translate_file uploads a path or an open file and answers the URL of the translated file, which the
+    client leaves to the caller: fetched here with the key. Its texts are translated as /translate translates
+    them, its runs' styles kept."""
+    path = tmp_path / "Rapport final.docx"
+    path.write_bytes(make_docx())
+    texts = FORMATS[".docx"].open(path.read_bytes()).texts
+    by_text = dict(zip(texts, [r["translation"] for r in native(server, texts)], strict=True))
+    with LibreTranslate(f"{server}/libretranslate", api_key=KEY, timeout=30) as lt:
+        url = lt.translate_file(path, "fr", "en").translated_file_url
+        assert re.fullmatch(
+            re.escape(f"{server}/libretranslate/download_file/") + r"[\w-]{43}\.Rapport_final\.docx", url
+        )
+        before, after = (docx.Document(io.BytesIO(d)) for d in (path.read_bytes(), download(url)))
+        for b, a in zip(before.paragraphs, after.paragraphs, strict=True):
+            assert a.text == by_text.get(b.text, b.text)  # translated, or (no letters) as it was
+            assert [(r.bold, r.italic, r.font.size) for r in a.runs] == [
+                (r.bold, r.italic, r.font.size) for r in b.runs
+            ]
+
+        txt = tmp_path / "notes.txt"
+        txt.write_bytes(make_txt())
+        with txt.open("rb") as f:  # an open file: the client sends its name
+            url = lt.translate_file(f, "auto", "en").translated_file_url
+        assert url.endswith(".notes.txt")
+        got = FORMATS[".txt"].open(download(url)).texts
+        expected = [r["translation"] for r in native(server, FORMATS[".txt"].open(make_txt()).texts)]
+        assert got == [" ".join(e.split()) for e in expected if e.strip()]
+
+        with pytest.raises(BadRequestError, match="^Invalid request: file format not supported$"):
+            lt.translate_file(io.BytesIO(b"MZ"), "fr", "en")  # no name: the client calls it "file"
+        (broken := tmp_path / "broken.docx").write_bytes(make_docx()[:1000])
+        with pytest.raises(BadRequestError, match="^Invalid request: the file is not a Word document"):
+            lt.translate_file(broken, "fr", "en")
+    with (
+        LibreTranslate(f"{server}/libretranslate", api_key="wrong", timeout=30) as lt,
+        pytest.raises(ForbiddenError, match="Invalid API key"),
+    ):
+        lt.translate_file(path, "fr", "en")
+
+
+def download(url: str) -> bytes:
+    r = httpx.get(url, headers={"X-API-Key": KEY}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.content
 
 
 def test_deep_translator(server: str) -> None:

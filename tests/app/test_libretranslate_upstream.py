@@ -391,9 +391,9 @@ def test_api_suggest_disabled(client: httpx.Client) -> None:
     assert response.status_code == 403
 
 
-# --- test_api_translate_file.py (theirs: en -> es; a French text here). Not ported: the monkeypatched ones
-# (a detector or a translator made to fail, which a server process cannot be) and --disable-files-translation
-# (no such setting: the feature is always on) --------------------------------------------------------------
+# --- test_api_translate_file.py and test_api_download_file_access_check.py (in LibreTranslate's repository
+# after 1.9.6, whose release has no file tests; theirs: en -> es, a French text here). Their monkeypatched
+# ones run in process. Not ported: --disable-files-translation (no such setting: the feature is always on) -----
 FILE_TEXT = b"Bonjour le monde, ceci est un test."
 
 
@@ -444,6 +444,54 @@ def test_api_translate_file_auto_detect_source(client: httpx.Client) -> None:
     response = _translate_file(client, "test.txt", FILE_TEXT, source="auto", target="en")
     assert response.status_code == 200
     assert "translatedFileUrl" in _json(response)
+
+
+def test_api_translate_file_auto_detect_unsupported(client: httpx.Client) -> None:
+    """Theirs makes the detector answer a language without a model; here an English file to French (no en ->
+    fr model), in /translate's words for "auto" (theirs: "fr is not supported")."""
+    text = b"The cat sleeps on the sofa. It is a sunny day in the garden."
+    response = _translate_file(client, "test.txt", text, source="auto", target="fr")
+    assert _json(response)["error"] == (
+        "Invalid request: file: detected language 'en' (confidence 1.00), but no model translates it into fr "
+        "(served sources: de)"
+    )
+    assert response.status_code == 400
+
+
+@pytest.mark.anyio
+async def test_api_translate_file_error_returns_500(
+    monkeypatch: pytest.MonkeyPatch, make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """Theirs breaks argostranslatefiles.translate_file; ours the translator's forward pass (in process)."""
+
+    def broken(*a: Any, **kw: Any) -> Any:
+        raise RuntimeError("file translation failed")
+
+    async with serve_in_process(make_settings(file_dir=tmp_path)) as (_, client):
+        monkeypatch.setattr(TranslationHandler, "run", broken)  # after the warm-up
+        response = await client.post(
+            f"{LT}/translate_file", data={"source": "fr", "target": "en"}, files={"file": ("test.txt", HELLO)}
+        )
+    assert response.status_code == 500
+    assert "error" in response.json()
+    assert list(tmp_path.iterdir()) == []  # nothing stored
+
+
+@pytest.mark.anyio
+async def test_download_file_must_also_require_api_key(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """Theirs: --api-keys --under-attack, a file put in the upload folder by hand, 400 without a key; ours:
+    APP_API_KEY, a file translated with the key, and the key's 403 without it."""
+    async with serve_in_process(make_settings(api_key="valid-key", file_dir=tmp_path)) as (_, client):
+        fields = {"source": "fr", "target": "en", "api_key": "valid-key"}
+        response = await client.post(
+            f"{LT}/translate_file", data=fields, files={"file": ("t.txt", FILE_TEXT)}
+        )
+        url = response.json()["translatedFileUrl"]
+        response = await client.get(url)
+        assert response.status_code == 403
+        assert (await client.get(url, params={"api_key": "valid-key"})).status_code == 200
 
 
 @pytest.mark.anyio

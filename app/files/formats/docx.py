@@ -7,11 +7,12 @@ import io
 from collections.abc import Sequence
 
 import docx
-from docx.opc.exceptions import PackageNotFoundError
+from docx.exceptions import PythonDocxError
+from docx.opc.exceptions import OpcError
 from docx.oxml.ns import qn
 from lxml import etree
 
-from app.files.document import Format, UnreadableFile, check_unzipped
+from app.files.document import Format, UnreadableFile, unzipped
 from app.files.formats.runs import Paragraphs
 
 TEXT_PARTS = ("DocumentPart", "HeaderPart", "FooterPart", "CommentsPart")  # the parts that hold text
@@ -19,10 +20,11 @@ TEXT_PARTS = ("DocumentPart", "HeaderPart", "FooterPart", "CommentsPart")  # the
 
 class WordDocument:
     def __init__(self, data: bytes) -> None:
-        check_unzipped(data, "a Word document")
+        unzipped(data, "a Word document")  # every part read once to check it: python-docx reads it again
         try:
             self.doc = docx.Document(io.BytesIO(data))
-        except (PackageNotFoundError, KeyError, ValueError, etree.LxmlError) as e:  # no document in the zip
+        # no document in the zip, a part not as python-docx expects (AttributeError: its root element)
+        except (OpcError, PythonDocxError, KeyError, ValueError, AttributeError, etree.LxmlError) as e:
             raise UnreadableFile(f"not a Word document ({e})") from None
         parts = [p for p in self.doc.part.package.iter_parts() if type(p).__name__ in TEXT_PARTS]
         self.paragraphs = Paragraphs((p.element for p in parts), qn("w:p"), qn("w:t"), preserve_space=True)
@@ -31,7 +33,11 @@ class WordDocument:
     def render(self, translations: Sequence[str], langs: tuple[str, str]) -> bytes:
         self.paragraphs.write(translations)
         out = io.BytesIO()
-        self.doc.save(out)
+        try:
+            self.doc.save(out)
+        # a part python-docx read but cannot write (a relationship without a Type)
+        except (TypeError, ValueError) as e:
+            raise UnreadableFile(f"not a Word document ({e})") from None
         return out.getvalue()
 
 

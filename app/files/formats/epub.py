@@ -9,7 +9,7 @@ import io
 import zipfile
 from collections.abc import Sequence
 
-from app.files.document import Format, UnreadableFile, check_unzipped, decoded
+from app.files.document import Format, UnreadableFile, decoded, unzipped
 from app.text.html import HtmlDocument
 
 KIND = "an EPUB book"
@@ -18,9 +18,7 @@ XHTML = (".xhtml", ".html", ".htm")
 
 class Book:
     def __init__(self, data: bytes) -> None:
-        check_unzipped(data, KIND)
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            self.entries = [(info, z.read(info)) for info in z.infolist()]
+        self.entries = unzipped(data, KIND)
         if not any(info.filename == "META-INF/container.xml" for info, _ in self.entries):
             raise UnreadableFile(f"not {KIND} (no META-INF/container.xml)")
         self.documents: dict[int, tuple[HtmlDocument, bytes]] = {}  # entry index -> (document, BOM)

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 
 from lxml import etree
 
-from app.files.document import Format, UnreadableFile, check_unzipped, stripped
+from app.files.document import Format, UnreadableFile, stripped, unzipped
 from app.text.passthrough import has_letters
 
 TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
@@ -43,9 +43,7 @@ def _slots(para: etree._Element) -> Iterator[Slot | None]:
 
 class OpenDocument:
     def __init__(self, data: bytes, kind: str) -> None:
-        check_unzipped(data, kind)
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            self.entries = [(info, z.read(info)) for info in z.infolist()]
+        self.entries = unzipped(data, kind)
         content = next((d for info, d in self.entries if info.filename == CONTENT), None)
         if content is None:
             raise UnreadableFile(f"not {kind} (no {CONTENT})")

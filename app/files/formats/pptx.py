@@ -9,24 +9,20 @@ from collections.abc import Sequence
 
 import pptx
 from lxml import etree
-from pptx.exc import PackageNotFoundError
+from pptx.exc import PythonPptxError
 from pptx.oxml.ns import qn
 
-from app.files.document import Format, UnreadableFile, check_unzipped
+from app.files.document import Format, UnreadableFile, unzipped
 from app.files.formats.runs import Paragraphs
 
 
 class Presentation:
     def __init__(self, data: bytes) -> None:
-        check_unzipped(data, "a PowerPoint presentation")
+        unzipped(data, "a PowerPoint presentation")  # every part checked: python-pptx reads it again
         try:
             self.prs = pptx.Presentation(io.BytesIO(data))
-        except (
-            PackageNotFoundError,
-            KeyError,
-            ValueError,
-            etree.LxmlError,
-        ) as e:  # no presentation in the zip
+        # no presentation in the zip, a part not as python-pptx expects (AttributeError: its root element)
+        except (PythonPptxError, KeyError, ValueError, AttributeError, etree.LxmlError) as e:
             raise UnreadableFile(f"not a PowerPoint presentation ({e})") from None
         roots = [s.element for s in self.prs.slides]
         roots += [s.notes_slide.element for s in self.prs.slides if s.has_notes_slide]
