@@ -13,6 +13,7 @@ python -m training export --format ctranslate2 --checkpoint checkpoints/translat
 python -m training import marian DIR --name opus-mt-fr-en     # an OPUS-MT download (docs/pretrained.md)
 python -m training import xlm-roberta DIR --name sentiment-xlmr --lang en   # a sentiment classifier
 python -m training pull Helsinki-NLP/opus-mt-fr-en[@REVISION]     # download + import (docs/pretrained.md)
+python -m training pull argos:fr-en [--progress json]      # an Argos Translate package (docs/pretrained.md)
 """
 
 from __future__ import annotations

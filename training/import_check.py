@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from engines.argos import is_argos_package
 from model.checkpoint import load_checkpoint
 from model.classifier import SentimentClassifier
 from model.inference import classify_ids
@@ -65,20 +66,23 @@ def check_loadable(path: Path) -> None:
 
 
 def check_replaceable(out: Path, force: bool) -> None:
-    """An existing `out` is replaced only with force, and only when it is a checkpoint folder (config.json
-    in a real folder): --force never deletes anything else."""
+    """An existing `out` is replaced only with force, and only when it is a folder the server serves (a
+    real folder holding config.json, or an Argos package): --force never deletes anything else."""
     if not (out.exists() or out.is_symlink()):
         return
     if not force:
         raise ImportFailed(f"{out} already exists (--force replaces it)")
-    if out.is_symlink() or not out.is_dir() or not (out / "config.json").is_file():
+    if out.is_symlink() or not ((out / "config.json").is_file() or is_argos_package(out)):
         raise ImportFailed(f"{out} exists and is not a checkpoint folder (no config.json): not replaced")
 
 
-def write_checked(out: Path, write: Callable[[Path], Path], force: bool) -> Path:
-    """write(stage) into a staging folder next to `out`, check_loadable, then move it to `out` (replacing
-    an existing checkpoint only with force). On any failure the staging folder is removed: nothing
-    half-written. The old checkpoint is moved aside before the new one takes its name, then removed."""
+def write_checked(
+    out: Path, write: Callable[[Path], Path], force: bool, check: Callable[[Path], object] = check_loadable
+) -> Path:
+    """write(stage) into a staging folder next to `out`, check(stage) (by default check_loadable), then
+    move it to `out` (replacing an existing checkpoint only with force). On any failure the staging folder
+    is removed: nothing half-written. The old checkpoint is moved aside before the new one takes its name,
+    then removed."""
     check_replaceable(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.parent / f".{out.name}.importing"
@@ -87,7 +91,7 @@ def write_checked(out: Path, write: Callable[[Path], Path], force: bool) -> Path
     try:
         staging.mkdir()
         write(stage)
-        check_loadable(stage)
+        check(stage)
     except BaseException as e:
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(e, ImportFailed | ValueError | OSError) and str(stage) in str(e):

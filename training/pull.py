@@ -1,7 +1,10 @@
-"""`python -m training pull ORG/NAME[@REVISION]`: a Hugging Face Hub model as a checked checkpoint of ours.
+"""`python -m training pull ORG/NAME[@REVISION]`: a Hugging Face Hub model as a checked checkpoint of ours;
+`pull argos:SRC-TGT[@VERSION]`: an Argos Translate package from its index (training.pull_argos).
 
   python -m training pull Helsinki-NLP/opus-mt-fr-en               # -> checkpoints/opus-mt-fr-en
   python -m training pull ORG/MODEL@v1.0 --name sentiment-xlmr --lang en fr de
+  python -m training pull argos:fr-en                              # -> checkpoints/argos-fr-en
+  python -m training pull --progress json argos:fr-en              # JSON lines on stdout (training.progress)
 
 huggingface_hub downloads into its cache, at one commit, only what an importer reads: config.json and the card
 (README.md) first, whose model_type picks the importer (anything else is refused before a weight is fetched),
@@ -26,7 +29,10 @@ from typing import Any
 
 import torch
 
+from training.hub_progress import hub_progress
 from training.import_check import ImportFailed, check_replaceable, checkpoint_path, one_line, write_checked
+from training.progress import Progress, Pulled
+from training.pull_argos import PREFIX, pull_argos
 
 # importer family -> the files it reads besides the weights (README.md: the card, for its license)
 FILES = {
@@ -45,8 +51,12 @@ def parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("spec", help="ORG/NAME[@REVISION] (a branch, tag or commit; default main)")
-    p.add_argument("--name", help="the checkpoint (and served model) name; default: NAME")
+    p.add_argument(
+        "spec",
+        help="ORG/NAME[@REVISION] (a branch, tag or commit; default main), or argos:SRC-TGT[@VERSION] "
+        "(default: the highest package_version)",
+    )
+    p.add_argument("--name", help="the checkpoint (and served model) name; default: NAME, or argos-SRC-TGT")
     p.add_argument("--out-dir", type=Path, default=Path("checkpoints"))
     p.add_argument("--force", action="store_true", help="replace an existing checkpoint of that name")
     p.add_argument("--lang", nargs="+", help="xlm-roberta: the languages it classifies (required)")
@@ -54,16 +64,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--target-lang", nargs="+", help="marian; default: TGT of an opus-mt name, else >>xxx<<")
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="stored weights")
     p.add_argument("--no-verify", action="store_true", help="skip the comparison with transformers")
+    p.add_argument(
+        "--progress",
+        choices=["bars", "json"],
+        default="bars",
+        help="json: progress as JSON lines on stdout, the rest on stderr (training.progress)",
+    )
     return p
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
     """ORG/NAME[@REVISION] -> (repository, revision); ImportFailed on anything else."""
-    if spec.startswith("argos:"):
-        raise ImportFailed(
-            "Argos packages are not yet supported by pull: install one with argospm and serve its folder "
-            "(docs/pretrained.md, Argos Translate packages)"
-        )
     repo, _, revision = spec.partition("@")
     if not REPO.fullmatch(repo) or (revision == "" and "@" in spec):
         raise ImportFailed("expected ORG/NAME[@REVISION], a Hugging Face model repository")
@@ -95,8 +106,11 @@ def hub_options() -> dict[str, Any]:
     }
 
 
-def download(repo: str, revision: str, patterns: list[str], hub: dict[str, Any]) -> Path:
-    """The snapshot folder of `repo` at `revision` (named by its commit sha) with `patterns` fetched."""
+def download(
+    repo: str, revision: str, patterns: list[str], hub: dict[str, Any], progress: Progress | None = None
+) -> Path:
+    """The snapshot folder of `repo` at `revision` (named by its commit sha) with `patterns` fetched (file
+    names); under --progress json each of them in the folder ends with a download event done == total."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -106,7 +120,7 @@ def download(repo: str, revision: str, patterns: list[str], hub: dict[str, Any])
     )
 
     try:
-        return Path(snapshot_download(repo, revision=revision, allow_patterns=patterns, **hub))
+        folder = Path(snapshot_download(repo, revision=revision, allow_patterns=patterns, **hub))
     except GatedRepoError as e:
         raise ImportFailed(f"{repo} is gated: accept its terms on the hub, then set HF_TOKEN") from e
     except RepositoryNotFoundError as e:
@@ -118,6 +132,11 @@ def download(repo: str, revision: str, patterns: list[str], hub: dict[str, Any])
     except LocalEntryNotFoundError as e:
         why = "HF_HUB_OFFLINE is set" if hub["local_files_only"] else f"{hub['endpoint']} cannot be reached"
         raise ImportFailed(f"{repo}@{revision} is not in the hub cache {hub['cache_dir']} and {why}") from e
+    for name in patterns if progress is not None and progress.stream else []:  # cached ones have no bar
+        if (folder / name).is_file():
+            size = (folder / name).stat().st_size
+            progress.download(name, size, size)
+    return folder
 
 
 def card_license(readme: Path) -> str:
@@ -180,8 +199,25 @@ def record(stage: Path, name: str, hub: dict[str, Any]) -> None:
     )
 
 
-def pull(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
-    """Download, import, verify and record; returns the checkpoint's path and what it records."""
+def fetch_model(
+    repo: str, revision: str, lang: list[str] | None, hub: dict[str, Any], progress: Progress
+) -> tuple[str, Path]:
+    """The importer family of `repo` at `revision` and the snapshot folder holding what that importer reads;
+    refused (ImportFailed) before a weight is fetched when no importer takes the model."""
+    head = download(repo, revision, ["config.json", "README.md"], hub, progress)
+    if not (head / "config.json").is_file():
+        raise ImportFailed(f"{repo}@{head.name} has no config.json (not a transformers model)")
+    kind = family(json.loads((head / "config.json").read_text()))
+    if kind == "xlm-roberta" and not lang:
+        raise ImportFailed("give --lang with the languages it classifies (its model card says which)")
+    folder = download(repo, head.name, [*FILES[kind], WEIGHTS[0]], hub, progress)  # head.name: the commit
+    if not (folder / WEIGHTS[0]).is_file():
+        folder = download(repo, head.name, [WEIGHTS[1]], hub, progress)
+    return kind, folder
+
+
+def pull(args: argparse.Namespace, progress: Progress) -> Pulled:
+    """Download, import, verify and record."""
     repo, revision = parse_spec(args.spec)
     out = checkpoint_path(args.out_dir, repo.split("/")[1] if args.name is None else args.name)
     check_replaceable(out, args.force)  # refused before anything is downloaded
@@ -189,15 +225,10 @@ def pull(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
         hub = hub_options()
     except ImportError as e:
         raise ImportFailed("huggingface_hub is not installed (pip install huggingface_hub)") from e
-    head = download(repo, revision, ["config.json", "README.md"], hub)
-    if not (head / "config.json").is_file():
-        raise ImportFailed(f"{repo}@{head.name} has no config.json (not a transformers model)")
-    kind = family(json.loads((head / "config.json").read_text()))
-    if kind == "xlm-roberta" and not args.lang:
-        raise ImportFailed("give --lang with the languages it classifies (its model card says which)")
-    folder = download(repo, head.name, [*FILES[kind], WEIGHTS[0]], hub)  # head.name: the commit, pinned
-    if not (folder / WEIGHTS[0]).is_file():
-        folder = download(repo, head.name, [WEIGHTS[1]], hub)
+    names = ["config.json", "README.md", *(f for files in FILES.values() for f in files), *WEIGHTS]
+    with hub_progress(progress, names) if progress.stream else contextlib.nullcontext():
+        kind, folder = fetch_model(repo, revision, args.lang, hub, progress)
+    progress.event("check")
     dtype = getattr(torch, args.dtype)
     info = {
         "repo": repo,
@@ -220,7 +251,8 @@ def pull(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
         record(stage, out.name, {**info, "verification": check})
         return stage
 
-    return write_checked(out, write, args.force), info
+    path = write_checked(out, write, args.force)
+    return Pulled(path, repo, info["revision"], f"@{info['revision']} (license: {info['license']})")
 
 
 def _missing_dirs(path: Path) -> list[Path]:
@@ -229,16 +261,25 @@ def _missing_dirs(path: Path) -> list[Path]:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """Exit 0 written, 1 refused: one line on stderr saying why, and no checkpoint folder."""
+    """Exit 0 written, 1 refused: one line on stderr saying why, and no checkpoint folder. --progress json:
+    stdout carries only training.progress's JSON lines, the rest goes to stderr."""
     args = parser().parse_args(argv)
     made = _missing_dirs(args.out_dir.absolute())
+    progress = Progress(sys.stdout if args.progress == "json" else None)
+    human = sys.stderr if progress.stream else sys.stdout
     try:
-        path, info = pull(args)
-    except Exception as e:  # any refusal (hub, importer, loader, verification): one line
+        with contextlib.redirect_stdout(human):
+            progress.event("resolve", spec=args.spec)
+            pulled = pull_argos(args, progress) if args.spec.startswith(PREFIX) else pull(args, progress)
+    except Exception as e:  # any refusal (hub, index, importer, loader, verification): one line
         for d in made:  # --out-dir as it was: write_checked creates it before the import can fail
             with contextlib.suppress(OSError):
                 d.rmdir()
         print(f"error: pull {args.spec}: {one_line(e)}", file=sys.stderr)
+        progress.event("error", message=one_line(e))
         return 1
-    print(f"wrote {path} from {info['repo']}@{info['revision']} (license: {info['license']})")
+    print(f"wrote {pulled.checkpoint} from {pulled.source}{pulled.note}", file=human)
+    progress.event(
+        "done", checkpoint=str(pulled.checkpoint.absolute()), source=pulled.source, version=pulled.version
+    )
     return 0

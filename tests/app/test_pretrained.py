@@ -28,12 +28,12 @@ from app.core.settings import Settings, SettingsError
 from app.registry import Registry
 from app.schemas import DEFAULT_LENGTH_PENALTY
 from app.tasks.translation_routes import TranslationRoutes, translation_routes
-from engines.ct2_convert import export_ctranslate2
 from model import DecodeOptions, load_checkpoint
 from model.decoding import length_penalty
 from model.inference import translate_ids
 from model.preprocess import source_ids
 from tests.app.conftest import serve
+from tests.argos_package import argos_name, argos_zip
 from tests.margins import MARGIN, with_margin
 from training.__main__ import main as training_cli
 
@@ -41,7 +41,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("ctranslate2")
 
 pytestmark = pytest.mark.anyio
-ARGOS = "translate-es_en-1_0"  # the folder name argospm gives a package (its zip's top directory)
+ARGOS = argos_name("es", "en")  # the folder name argospm gives a package (its zip's top directory)
 FR = [
     "Le chat aime la maison.",
     "Un chien voit un livre encore !",
@@ -50,29 +50,6 @@ FR = [
     "Notre équipe adore un bon repas lentement.",
     "Ce film ouvre la rivière !",
 ]
-
-
-def argos_zip(checkpoint: Path, out: Path, from_code: str, to_code: str) -> Path:
-    """An .argosmodel as Argos' packaging writes it: one top directory with metadata.json, model/ (the
-    CTranslate2 model), sentencepiece.model and README.md."""
-    work = out.parent / "argos-build" / ARGOS
-    export_ctranslate2(checkpoint, work / "model")
-    shutil.copyfile(checkpoint / "tokenizer.model", work / "sentencepiece.model")
-    metadata = {
-        "package_version": "1.0",
-        "argos_version": "1.0",
-        "from_code": from_code,
-        "from_name": "Spanish",
-        "to_code": to_code,
-        "to_name": "English",
-        "links": [f"https://example.com/{ARGOS}.argosmodel"],
-    }
-    (work / "metadata.json").write_text(json.dumps(metadata, indent=4))
-    (work / "README.md").write_text("# es -> en\nLicense: CC0 (test package)\n")
-    with zipfile.ZipFile(out, "w") as z:
-        for f in sorted(work.rglob("*")):
-            z.write(f, f.relative_to(work.parent))
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """`python -m training pull ORG/NAME[@REVISION]` against a local hub: a huggingface_hub cache in tmp_path, in its
-on-disk layout (models--ORG--NAME/{blobs, refs/REF, snapshots/SHA}), read with HF_HUB_OFFLINE=1."""
+on-disk layout (models--ORG--NAME/{blobs, refs/REF, snapshots/SHA}), read with HF_HUB_OFFLINE=1; and, for
+--progress json, a stand-in hub on localhost that snapshot_download downloads from."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,8 @@ from model.checkpoint import load_checkpoint
 from model.inference import translate_ids
 from model.options import DecodeOptions
 from model.preprocess import source_ids
-from training import imports, pull
+from tests.training.standin import Answer, Site, serve
+from training import imports, progress, pull
 
 pytest.importorskip("transformers")
 pytest.importorskip("huggingface_hub")
@@ -213,7 +216,7 @@ def test_the_cli_refuses_without_a_traceback(tmp_path: Path, hub: Path) -> None:
 @pytest.mark.parametrize(
     ("spec", "reason"),
     [
-        ("argos:fr-en", "Argos packages are not yet supported by pull"),
+        ("argos:fr", "expected argos:SRC-TGT[@VERSION]"),
         ("opus-mt-fr-en", "expected ORG/NAME[@REVISION]"),
         ("a/b/c", "expected ORG/NAME[@REVISION]"),
         (f"{REPO}@", "expected ORG/NAME[@REVISION]"),
@@ -296,3 +299,140 @@ def test_a_repository_with_only_pytorch_model_bin_is_read_as_tensors(
     assert pull.cli(["org/xlmr-bin", "--out-dir", str(out), "--lang", "en"]) == 0
     assert "labels 8/8 equal: OK" in capsys.readouterr().out
     assert load_checkpoint(out / "xlmr-bin").config.source_langs == ("en",)
+
+
+def hub_site(site: Site, repo: str, folder: Path, commit: str) -> None:
+    """folder's files answered as the hub answers snapshot_download: the revision's info (its commit, its
+    files) by branch and by commit, and each file at its resolve URL with the headers huggingface_hub checks
+    (X-Repo-Commit, ETag, Content-Length)."""
+    files = {f.name: f.read_bytes() for f in folder.iterdir() if f.is_file()}
+    info = {"id": repo, "sha": commit, "siblings": [{"rfilename": name} for name in sorted(files)]}
+    for rev in ("main", commit):
+        site.answers[f"/api/models/{repo}/revision/{rev}"] = Answer(json.dumps(info).encode())
+    for name, data in files.items():
+        etag = f'"{hashlib.sha256(data).hexdigest()}"'
+        site.answers[f"/{repo}/resolve/{commit}/{name}"] = Answer(
+            data, {"X-Repo-Commit": commit, "ETag": etag}
+        )
+
+
+@pytest.fixture
+def online_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
+    """A stand-in hub on localhost (HF_ENDPOINT) and an empty cache, online."""
+    from huggingface_hub import constants
+
+    with serve() as site:
+        monkeypatch.setenv("HF_ENDPOINT", site.base)
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        yield site
+
+
+def downloads(stdout: str) -> dict[str, list[tuple[int, int]]]:
+    """Each file's (done, total) download events, from stdout's lines, which must all be JSON."""
+    counts: dict[str, list[tuple[int, int]]] = {}
+    for event in map(json.loads, stdout.splitlines()):
+        if event["phase"] == "download":
+            counts.setdefault(event["file"], []).append((event["done"], event["total"]))
+    return counts
+
+
+def test_progress_json_counts_the_hubs_bytes_per_file(
+    tiny_marian_dir: Path,
+    tmp_path: Path,
+    online_hub: Site,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Downloaded: every file counted from 0 to its size as huggingface_hub reads it; cached: one event per
+    file, done == total. The hub's own bars are back as they were afterwards."""
+    from huggingface_hub import constants, utils
+
+    repo = with_card(tiny_marian_dir, tmp_path / "repo")
+    hub_site(online_hub, REPO, repo, MAIN)
+    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 1 << 12)
+    monkeypatch.setattr(progress, "INTERVAL", 0.0)
+    bars = (utils.tqdm.__init__, utils.tqdm.update, utils.are_progress_bars_disabled())
+    out = tmp_path / "checkpoints"
+    assert pull.cli([REPO, "--progress", "json", "--no-verify", "--out-dir", str(out)]) == 0
+    said = capsys.readouterr()
+    assert (utils.tqdm.__init__, utils.tqdm.update, utils.are_progress_bars_disabled()) == bars
+    assert said.err.startswith(f"wrote {out / 'opus-mt-fr-en'} from {REPO}@{MAIN}")
+    lines = [json.loads(x) for x in said.out.splitlines()]
+    assert lines[0] == {"phase": "resolve", "spec": REPO}
+    assert lines[-1] == {
+        "phase": "done",
+        "checkpoint": str((out / "opus-mt-fr-en").absolute()),
+        "source": REPO,
+        "version": MAIN,
+    }
+    sizes = {f.name: f.stat().st_size for f in repo.iterdir()}
+    read = [*pull.FILES["marian"], "model.safetensors"]
+    counts = downloads(said.out)
+    assert sorted(counts) == sorted(name for name in read if name in sizes)
+    for name, seen in counts.items():
+        dones = [done for done, _ in seen]
+        assert {total for _, total in seen} == {sizes[name]}
+        assert dones[0] == 0
+        assert dones[-1] == sizes[name]
+        assert dones == sorted(set(dones))
+    assert len(counts["model.safetensors"]) > sizes["model.safetensors"] >> 12  # every chunk: INTERVAL is 0
+
+    assert (
+        pull.cli([REPO, "--progress", "json", "--no-verify", "--out-dir", str(out), "--name", "again"]) == 0
+    )
+    counts = downloads(capsys.readouterr().out)
+    assert counts == {name: [(sizes[name], sizes[name])] for name in read if name in sizes}
+    assert all(method == "GET" or "/resolve/" in path for method, path in online_hub.asked)
+
+
+def test_progress_json_offline_and_failing(
+    tiny_marian_dir: Path, tmp_path: Path, hub: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """From the cache alone: one event per file; a failure: the error event last, stderr's line, and the
+    hub's bars put back."""
+    from huggingface_hub import utils
+
+    bars = (utils.tqdm.__init__, utils.tqdm.update, utils.are_progress_bars_disabled())
+    publish(hub, REPO, tiny_marian_dir, MAIN)
+    out = tmp_path / "checkpoints"
+    assert pull.cli([REPO, "--progress", "json", "--no-verify", "--out-dir", str(out)]) == 0
+    counts = downloads(capsys.readouterr().out)
+    sizes = {f.name: f.stat().st_size for f in tiny_marian_dir.iterdir() if f.is_file()}
+    assert counts == {
+        n: [(sizes[n], sizes[n])] for n in [*pull.FILES["marian"], "model.safetensors"] if n in sizes
+    }
+    assert pull.cli(["org/absent", "--progress", "json", "--out-dir", str(out)]) == 1
+    said = capsys.readouterr()
+    message = said.err.removeprefix("error: pull org/absent: ").rstrip("\n")
+    assert [json.loads(x) for x in said.out.splitlines()] == [
+        {"phase": "resolve", "spec": "org/absent"},
+        {"phase": "error", "message": message},
+    ]
+    assert (utils.tqdm.__init__, utils.tqdm.update, utils.are_progress_bars_disabled()) == bars
+
+
+@pytest.mark.parametrize(
+    ("desc", "name"),
+    [
+        ("model.safetensors", "model.safetensors"),  # displayed_filename, or the Content-Disposition's
+        ("(…)aaaaaaaaaaaaaaaaaaaaaa/model.safetensors", "model.safetensors"),  # a URL, its last 40 characters
+        ("(…)/source.spm", "source.spm"),
+        ("(…)ntencepiece.bpe.model", "sentencepiece.bpe.model"),
+        ("sentencepiece.bpe.mo(…)", "sentencepiece.bpe.model"),  # Xet shortens the other end
+        ("other.bin", "other.bin"),
+    ],
+)
+def test_a_hub_bar_is_named_by_its_file(desc: str, name: str) -> None:
+    from training.hub_progress import file_of
+
+    names = [
+        "config.json",
+        "README.md",
+        "source.spm",
+        "target.spm",
+        "sentencepiece.bpe.model",
+        "model.safetensors",
+    ]
+    assert file_of(desc, names) == name
