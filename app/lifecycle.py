@@ -81,9 +81,8 @@ class Lifecycle:
             log.warning(warning)
         quantize = s.quantize_mode(device, dtype)
         self.metrics.set_build_info(__version__, str(device), str(dtype).removeprefix("torch."), s.quantize)
-        self.registry = Registry.discover(
-            s.check_checkpoint_dir(), device, dtype, quantize, s.model_budget_bytes()
-        )
+        root, budget = s.check_checkpoint_dir(), s.model_budget_bytes()
+        self.registry = Registry.discover(root, device, dtype, quantize, budget, allow_empty=bool(s.models))
         entries = self.registry.entries.values()
         self.languages = routing.languages(self.tasks, s, self.registry)  # checks APP_ROUTES: fail fast
         for task in self.tasks:
@@ -164,7 +163,8 @@ class Lifecycle:
 
     async def _build_detector(self) -> None:
         assert self.registry is not None
-        self.detector = await asyncio.to_thread(LanguageDetector, self.languages)
+        if self.languages:  # none before APP_MODELS are pulled into an empty checkpoint dir: at relanguage
+            self.detector = await asyncio.to_thread(LanguageDetector, self.languages)
 
     async def _load_or_fail(self, name: str) -> None:
         """A discovered model's handlers, installed; an error fails this model only (its reason recorded,
@@ -199,7 +199,7 @@ class Lifecycle:
         if languages == self.languages:
             return
         self.languages = languages
-        if not self.build_detector:
+        if not self.build_detector or not languages:
             self.detector = None
         else:
             self.detector = await asyncio.to_thread(LanguageDetector, languages)
@@ -308,7 +308,7 @@ class Lifecycle:
     def ready_detector(self) -> LanguageDetector:
         """The language detector once discovery has built it; 503 before. Without one built at start-up, the
         first call builds it (on the event loop: only a task that detects in a model process gets here)."""
-        if self.detector is None and not self.build_detector and self.registry is not None:
+        if self.detector is None and not self.build_detector and self.registry is not None and self.languages:
             self.detector = LanguageDetector(self.languages)
         if self.detector is None:
             raise Unavailable(f"not ready: {self.reason}", retry_after=1)

@@ -17,7 +17,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from app.core.settings import PULL_SPEC, REPO_ROOT
+from app.core.settings import REPO_ROOT
+from app.core.settings.engines import PULL_SPEC
 
 log = logging.getLogger(__name__)
 MB = 1e6

@@ -128,7 +128,8 @@ class RemoteService(TaskContext):
         detector, and the text half of each splitting task's handlers."""
         s = self.settings
         registry = Registry.discover(s.check_checkpoint_dir(), None, None, allow_empty=bool(s.models))
-        self.detector = LanguageDetector(routing.languages(self.every, s, registry))
+        languages = routing.languages(self.every, s, registry)  # none: APP_MODELS to pull into an empty dir
+        self.detector = LanguageDetector(languages) if languages else None
         self._load_text(registry)
         self.registry = registry
 
@@ -378,7 +379,9 @@ class RemoteService(TaskContext):
                     task.install(entry.key, name, half)
                 registry.install(entry)
             languages = routing.languages(self.every, self.settings, registry)
-            if self.detector is None or languages != sorted(self.detector.languages):
+            if not languages:
+                self.detector = None
+            elif self.detector is None or languages != sorted(self.detector.languages):
                 self.detector = await asyncio.to_thread(LanguageDetector, languages)
 
     def _text_halves(self, name: str, version: str) -> tuple[ModelEntry, dict[Task, Any]]:
