@@ -217,13 +217,17 @@ def _check_swap(answers: list[tuple[float, float, int, Any]], swapped: tuple[flo
 
 @pytest.mark.anyio
 async def test_a_reload_under_load_fails_no_request_and_switches_at_the_swap(
-    root: Path, second_version: Path
+    root: Path, second_version: Path, tiny_translator_checkpoint: Path
 ) -> None:
+    """/sentiment and /translate clients while sentiment-en is reloaded to its second version."""
+    shutil.copytree(tiny_translator_checkpoint, root / "translate-fr-en")
     swapped: list[float] = []
+    translated: list[int] = []
     async with serve(settings(root)) as (_, client):
 
         async def post() -> tuple[int, Any]:
             r = await client.post("/sentiment", json=TEXT)
+            translated.append((await client.post("/translate", json=FR)).status_code)
             return r.status_code, r.json()
 
         async def reload() -> None:
@@ -236,6 +240,7 @@ async def test_a_reload_under_load_fails_no_request_and_switches_at_the_swap(
 
         answers = await _load_while(post, reload)
     _check_swap(answers, (swapped[0], swapped[1]))
+    assert translated == [200] * len(translated)
 
 
 def test_across_processes_a_reload_and_an_unload_fail_no_request(
