@@ -5,7 +5,9 @@ reload swaps versions with no failed request, in one process and across HTTP and
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +21,7 @@ import torch
 from app.core.settings import Settings
 from model import SentimentClassifier
 from tests.app.conftest import EAGER, serve
+from tests.app.test_parallel import eventually as wait_until
 from tests.app.test_parallel import serve as serve_processes
 from tests.conftest import TinyCheckpoints, sentiment_en
 
@@ -286,6 +289,16 @@ def test_across_processes_a_reload_and_an_unload_fail_no_request(
             for t in loops:
                 t.join()
         _check_swap(answers, swapped)
+
+        victim = server.pids("http")[0]  # its successor learns the models as managed, not as on disk
+        os.kill(victim, signal.SIGKILL)
+        wait_until(lambda: victim not in (pids := server.pids("http")) and len(pids) == 2)
+        wait_until(lambda: "reason" not in admin.get("/ready").json())
+        unloaded = [httpx.post(f"{server.url}/translate", json=FR, timeout=60) for _ in range(8)]
+        assert [u.status_code for u in unloaded] == [404] * 8
+        assert {u.json()["detail"] for u in unloaded} == {
+            "source_lang/target_lang: no model translates fr -> en (available pairs: none)"
+        }
         assert {m["name"]: m["version"] for m in admin.get("/models").json()["models"]} == {
             "sentiment-en": version
         }
