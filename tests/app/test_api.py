@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from app.core.settings import Settings
+from app.registry import fingerprint
 from app.tasks import attention_maps
 from model import DecodeOptions, LoadedModel, Translator, load_checkpoint, save_checkpoint
 from model.inference import classify_texts, translate_ids
@@ -59,12 +60,14 @@ async def test_models_lists_everything_served(client: httpx.AsyncClient, app_che
     en = by_name["sentiment-en"]
     weights = (app_checkpoint_dir / "sentiment-en" / "model.safetensors").read_bytes()
     assert en["sha256"] == hashlib.sha256(weights).hexdigest()
-    assert en | {"parameters": None, "sha256": None} == {
+    assert en["version"] == fingerprint(app_checkpoint_dir / "sentiment-en")
+    assert en | {"parameters": None, "sha256": None, "version": None} == {
         "name": "sentiment-en", "task": "sentiment", "status": "ready", "source_langs": ["en"],
         "target_langs": [], "labels": ["negative", "positive"], "parameters": None, "dtype": "float32",
         "device": "cpu", "max_len": 512, "sha256": None, "metrics": {"accuracy": 0.5}, "model_card": False,
         "domain": None, "limits": [],
-        "origin": "trained", "engine": "torch", "reason": None, "graphs": "ready",
+        "origin": "trained", "engine": "torch", "reason": None, "graphs": "ready", "version": None,
+        "revision": None,
     }  # fmt: skip
     assert en["parameters"] > 0
     assert by_name["translate-multi"]["target_langs"] == ["en", "fr"]

@@ -24,6 +24,7 @@ from app.main import create_app
 from app.parallel import frames
 from app.parallel.engine import Engine
 from app.parallel.remote import RemoteService
+from app.registry import fingerprint
 from app.schemas import AttentionRequest, SentimentRequest, TranslateRequest
 from app.service import Service
 from tests.app.conftest import wait_graphs, wait_ready
@@ -94,7 +95,10 @@ async def test_sentiment_crosses_as_items_only(sentiment_only_dir: Path, tmp_pat
         [(task, jobs, deadline, where)] = s.crossed
         assert (task, where) == ("sentiment", "texts")
         assert isinstance(deadline, float)
-        assert [(model, key, len(items)) for model, key, items, _ in jobs] == [("sentiment-en", None, 3)]
+        version = fingerprint(sentiment_only_dir / "sentiment-en")  # the items' model@version: the served one
+        assert [(model, key, len(items)) for model, key, items, _ in jobs] == [
+            (f"sentiment-en@{version}", None, 3)
+        ]
         assert [costs for *_, costs in jobs] == [
             [len(ids) for ids, _ in items] for *_, items, _ in jobs
         ]  # tokens
@@ -117,7 +121,8 @@ async def test_translation_crosses_as_sentences(app_checkpoint_dir: Path, tmp_pa
         [(task, jobs, _, _)] = s.crossed
         [(model, key, items, costs)] = jobs
         assert len(costs) == len(items)
-        assert (task, model, key.target_lang) == ("translation", "translate-fr-en", "en")
+        version = fingerprint(app_checkpoint_dir / "translate-fr-en")
+        assert (task, model, key.target_lang) == ("translation", f"translate-fr-en@{version}", "en")
         assert len(items) == 3  # the sentences, split in the HTTP process
         assert all(plain(item.ids) for item in items)
         assert s.answered == []
