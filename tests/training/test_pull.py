@@ -18,6 +18,7 @@ from model.checkpoint import load_checkpoint
 from model.inference import translate_ids
 from model.options import DecodeOptions
 from model.preprocess import source_ids
+from tests.training.pull_cli import refused
 from tests.training.standin import Answer, Site, serve
 from training import imports, progress, pull
 
@@ -65,15 +66,6 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return cache
-
-
-def refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run the pull that must fail: exit 1 and one line on stderr, returned."""
-    assert pull.cli(argv) == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1, err
-    assert err.startswith(f"error: pull {argv[0]}: ")
-    return err
 
 
 def greedy(path: Path, texts: list[str]) -> list[list[int]]:

@@ -20,6 +20,7 @@ import torch
 
 from engines.argos import read_argos_package
 from tests.argos_package import argos_name, argos_zip
+from tests.training.pull_cli import refused
 from tests.training.standin import Answer, Site, serve
 from training import progress, pull, pull_argos
 
@@ -86,15 +87,6 @@ def index(package: bytes, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
         )
         monkeypatch.setenv(pull_argos.INDEX_ENV, site.base + INDEX)
         yield site
-
-
-def refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run the pull that must fail: exit 1 and one line on stderr, returned."""
-    assert pull.cli(argv) == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1, err
-    assert err.startswith(f"error: pull {argv[0]}: ")
-    return err
 
 
 def test_the_package_is_written_as_published_and_served(
