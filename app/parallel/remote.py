@@ -110,7 +110,8 @@ class RemoteService(TaskContext):
             # model process pushes only changes, and we would keep its stale "1 of 2 HTTP processes up")
             if self.pool.states[i] is None:
                 await self._on_state(i, *state)
-        if hellos and hellos[0][1]:  # a restarted HTTP process: the models as managed since the server started, not the disk's
+        # a restarted HTTP process: the models as managed since the server started, not as on disk
+        if hellos and hellos[0][1]:
             await self._sync([(m.name, m.version) for m in hellos[0][1]])
 
     def _channel(self, i: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Channel:
