@@ -144,19 +144,23 @@ class Lifecycle:
         eager: the same answers, slower. The graphs are frozen as the models were at ready, without a collection
         (a full one would pause the requests being served; what the traces left is kept for good)."""
         start = asyncio.get_running_loop().time()
-        for name in [n for n, state in self.graphs.items() if state == "pending"]:
+        while pending := [n for n, state in self.graphs.items() if state == "pending"]:  # more may come
+            name = pending[0]
             self.graphs[name] = "building"
+            building = [
+                (t, h) for t in self.tasks if getattr(h := t.handlers.get(name), "compiled", None) is False
+            ]
             try:
-                for task in self.tasks:
-                    handler = task.handlers.get(name)
-                    if handler is not None and getattr(handler, "compiled", None) is False:
-                        self._tracer, done = _on_daemon_thread(handler.compile)
-                        await done
+                for _, handler in building:
+                    self._tracer, done = _on_daemon_thread(handler.compile)
+                    await done
             except Exception as e:  # noqa: BLE001 (any error of one model's graphs: it stays eager)
                 log.error("model %s: graphs failed, it stays eager: %s", name, e)
                 self.graphs[name] = "failed"
-            else:
-                self.graphs[name] = "ready"
+            else:  # a new version installed meanwhile is pending again (Lifecycle.install)
+                if self.graphs.get(name) == "building":
+                    current = all(t.handlers.get(name) is h for t, h in building)
+                    self.graphs[name] = "ready" if current else "pending"
         gc.freeze()  # else every full collection rescans the graphs' objects: p99 doubled (BENCHMARKS.md)
         took = asyncio.get_running_loop().time() - start
         log.info("graphs ready in %.1f s: %s", took, ", ".join(f"{n} {s}" for n, s in self.graphs.items()))
@@ -234,7 +238,9 @@ class Lifecycle:
                     if task.serves(entry):
                         handlers[task] = await run(task.load, entry, loaded)
                 if self.settings.warmup:
-                    if self.model_status.get(entry.name, "loading") == "loading":  # not a version served
+                    if (
+                        self.model_status.get(entry.name) == "loading"
+                    ):  # at start (not a change while serving)
                         self.model_status[entry.name] = "warming_up"
                     for handler in handlers.values():
                         if (warmup := getattr(handler, "warmup", None)) is not None:
@@ -256,6 +262,14 @@ class Lifecycle:
         compiled = [c for h in handlers.values() if (c := getattr(h, "compiled", None)) is not None]
         if compiled and self.settings.torchscript:  # built at load, or pending until ready
             self.graphs[name] = "ready" if all(compiled) else "pending"
+            if (
+                self.graphs[name] == "pending"
+                and self.serving
+                and (self._grapher is None or self._grapher.done())
+            ):
+                self._grapher = asyncio.create_task(
+                    self._build_graphs(), name="graphs"
+                )  # a change while serving
         if self.model_status.get(name) != "ready":  # not a new version of a model served
             self.metrics.models_loaded.inc()
         self.model_status[name] = "ready"

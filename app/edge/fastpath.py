@@ -134,14 +134,14 @@ class FastPath:
         them)."""
         if scope["type"] != "http" or scope["method"] != "POST":
             return None
-        lean = self.routes.get(_route_path(scope))
+        lean = self.routes.get(route_path(scope))
         if lean is None or scope["app"].dependency_overrides:
             return None
         content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
         return lean if content_type.split(b";", 1)[0].strip().lower() == JSON else None
 
 
-def _route_path(scope: Scope) -> str:
+def route_path(scope: Scope) -> str:
     """scope["path"] below scope["root_path"] (Starlette's rule: ASGI servers include the root path)."""
     path, root = scope["path"], scope.get("root_path", "")
     if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("/", ""):

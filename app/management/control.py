@@ -123,9 +123,15 @@ class ModelControl:
         self._busy.discard(staged[0].name)
         return staged
 
-    def unload(self, name: str) -> str:
-        """`name` served no more (its requests 404 from now on) -> its version's key, to retire."""
+    def unload(self, name: str) -> str | None:
+        """`name` served no more (its requests 404 from now on) -> its version's key, to retire (None: it had
+        only failed, e.g. its config or its pull: the failure is cleared)."""
         registry = self.life.ready_registry()
+        if name not in registry.entries and name in registry.failed:
+            registry.remove(name)
+            self.life.model_status.pop(name, None)
+            self.life.metrics.forget_model(name)
+            return None
         if name not in registry.entries:
             raise NotFound(f"name: model {shown(name)} is not served")
         self._claim(name)
@@ -148,16 +154,22 @@ class ModelControl:
         self.life.settle()
         await self.life.relanguage()
 
-    async def retire(self, key: str) -> None:
-        """A version no longer routed to: what its batchers hold is computed, then its handlers dropped."""
-        batchers = self.life.queues.pool.release(key)
-        await asyncio.gather(*(b.close() for b in batchers))
+    async def retire(self, key: str | None) -> None:
+        """A version no longer routed to: its handlers dropped (an item of it arriving from now on gets 503),
+        then what its batchers hold is computed (they keep the handler's `run` until they close)."""
+        if key is None:
+            return
         name, _ = split_key(key)
         for task in self.life.tasks:
             if task.versions.get(key) is not None and task.handlers.get(name) is task.versions[key]:
                 continue  # still the current one (a reload back to it): kept
             task.uninstall(key)
-        gc.collect()  # the old weights: freed now, not at the next collection
+        batchers = self.life.queues.pool.release(key)
+        await asyncio.gather(*(b.close() for b in batchers))
+        del batchers
+        gc.unfreeze()  # what loading froze (Lifecycle._load_all) is collected again, the old model with it
+        gc.collect()
+        gc.freeze()
 
 
 async def manage_here(control: ModelControl, action: Action, name: str) -> ManagedModel:

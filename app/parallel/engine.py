@@ -18,6 +18,7 @@ import socket
 import stat
 import sys
 from collections.abc import Hashable
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -26,6 +27,7 @@ from prometheus_client.metrics_core import Metric
 from app.core.logs import configure_logging
 from app.core.metrics import Metrics
 from app.core.settings import Settings, load_settings
+from app.management.control import Action, Staged
 from app.management.pulls import pull_missing
 from app.parallel.channel import Channel, ChannelClosed, Handler, Immediate
 from app.parallel.departed import Departed
@@ -39,6 +41,16 @@ from app.service import Service
 from app.tasks.task import Job
 
 log = logging.getLogger("app.parallel.engine")  # run as __main__
+
+
+@dataclass
+class Change:
+    """What an HTTP process's model changes left to do here: versions staged, versions to retire."""
+
+    staged: set[str] = field(default_factory=set)
+    retiring: set[str | None] = field(default_factory=set)
+
+
 STATE_POLL_S = 0.05  # how often readiness is compared with what the HTTP processes were last told
 
 
@@ -67,6 +79,8 @@ class Engine:
         self.draining = False  # an HTTP process said bye: the server is shutting down
         self.all_up_once = False  # every HTTP process has said hello at least once
         self.deadlines = Deadlines(service.settings.request_timeout_s)  # of the requests submitted
+        self.changes: dict[Channel, Change] = {}  # model changes under way, by the HTTP process ordering them
+        self._retirements: set[asyncio.Task[None]] = set()
 
     async def serve(self, path: str, stop: asyncio.Event) -> None:
         """Start the service, listen on `path` until `stop`, then drain the service (SIGTERM comes after
@@ -101,20 +115,21 @@ class Engine:
             task.add_done_callback(attending.discard)
 
     async def _connected(self, sock: socket.socket) -> None:
-        control = self.service.control
         handlers: dict[str, Handler | Immediate] = {
             "answer": _logged(self.service.answer), "submit": Immediate(self._submit),
             "metrics": self._metrics, "model_families": self._own_families,
-            "stored_models": self.service.stored_models, "stage": control.stage, "abort": self._abort,
-            "commit": self._commit, "unload": self._unload, "retire": control.retire,
+            "stored_models": self.service.stored_models,
         }  # fmt: skip
         channel = Channel.threaded(sock, handlers)
+        for step in ("stage", "abort", "commit", "unload", "retire"):  # a change this HTTP process orders
+            handlers[step] = partial(getattr(self, f"_{step}"), channel)
         handlers["hello"] = partial(self._hello, channel)
         handlers["bye"] = partial(self._bye, channel)
         self.channels[channel] = None
         try:
             await channel.serve()
         finally:
+            self._leftovers(channel)
             pid = self.channels.pop(channel, None)
             if pid is not None and not self.draining:
                 log.warning("HTTP process %d has gone", pid)
@@ -213,28 +228,68 @@ class Engine:
             except ChannelClosed:
                 continue
 
-    async def _abort(self, key: str) -> None:
+    async def _stage(self, channel: Channel, action: Action, name: str) -> Staged:
+        staged = await self.service.control.stage(action, name)
+        if not staged.unchanged:
+            self._open(channel).staged.add(staged.key)
+        return staged
+
+    async def _abort(self, channel: Channel, key: str) -> None:
+        self._open(channel).staged.discard(key)
         self.service.control.abort(key)
 
-    async def _commit(self, key: str) -> str | None:
+    async def _commit(self, channel: Channel, key: str) -> str | None:
         """The staged version served from here on, and every HTTP process switched to it (they tokenize
-        with its text half from their answer on) -> the key of the version it replaced, to retire."""
+        with its text half from their answer on) -> the key of the version it replaced, to retire (None when
+        an HTTP process did not switch: the old version stays for its items)."""
+        self._open(channel).staged.discard(key)
         old = self.service.control.commit(key)
-        await self._changed()
-        return old
+        return self._to_retire(channel, old, await self._changed())
 
-    async def _unload(self, name: str) -> str:
+    async def _unload(self, channel: Channel, name: str) -> str | None:
         key = self.service.control.unload(name)
-        await self._changed()
+        return self._to_retire(channel, key, await self._changed())
+
+    async def _retire(self, channel: Channel, key: str | None) -> None:
+        self._open(channel).retiring.discard(key)
+        await self.service.control.retire(key)
+
+    def _to_retire(self, channel: Channel, key: str | None, switched: bool) -> str | None:
+        if key is not None and not switched:
+            log.error("kept version %s: an HTTP process may still send its items", key)
+            return None
+        if key is not None:
+            self._open(channel).retiring.add(key)
         return key
 
-    async def _changed(self) -> None:
+    def _open(self, channel: Channel) -> Change:
+        return self.changes.setdefault(channel, Change())
+
+    def _leftovers(self, channel: Channel) -> None:
+        """An HTTP process gone during a change it ordered: its staged versions aborted, the versions it was
+        to retire retired (else they would hold their weights, and the model's next change a 409)."""
+        change = self.changes.pop(channel, None)
+        if change is None:
+            return
+        for key in change.staged:
+            log.warning("an HTTP process left during a change: version %s dropped", key)
+            self.service.control.abort(key)
+        for key in change.retiring:
+            task = asyncio.create_task(self.service.control.retire(key))
+            self._retirements.add(task)
+            task.add_done_callback(self._retirements.discard)
+
+    async def _changed(self) -> bool:
         """Readiness and the model list told, and every HTTP process's routing made the same as ours: each
-        answers once it has switched, so no item of a replaced version comes after (a channel keeps order)."""
+        answers once it has switched, so no item of a replaced version comes after (a channel keeps order)
+        -> whether every one did."""
         await self.service.control.changed()
         self._told = None
         registry = self.service.life.ready_registry()
-        served = [(name, e.version) for name, e in registry.entries.items()]
+        served = [(name, e.version, registry.failed.get(name)) for name, e in registry.entries.items()]
+        served += [
+            (name, "", reason) for name, reason in registry.failed.items() if name not in registry.entries
+        ]
         up = [c for c, pid in self.channels.items() if pid is not None]
         budget = self.service.settings.model_load_timeout_s
         synced = await asyncio.gather(*(asyncio.wait_for(c.call("sync", served), budget) for c in up),
@@ -242,6 +297,7 @@ class Engine:
         for channel, answer in zip(up, synced, strict=True):
             if isinstance(answer, BaseException):
                 log.error("HTTP process %s did not take the model change: %s", self.pids.get(channel), answer)
+        return not any(isinstance(answer, BaseException) for answer in synced)
 
     async def _own_families(self) -> list[Metric]:
         """This process's metric families alone (the other model processes' part of a scrape)."""

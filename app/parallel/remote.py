@@ -92,6 +92,7 @@ class RemoteService(TaskContext):
         self._state = Readiness(status="loading", reason="connecting to the model process")
         self._models: list[ModelInfo] = []
         self._syncing = asyncio.Lock()  # model changes taken one after the other
+        self._syncs = 0  # model changes taken so far
         self._state_changed = asyncio.Event()  # set at each new state (_refresh)
 
     async def start(self) -> None:
@@ -103,6 +104,7 @@ class RemoteService(TaskContext):
             self.pool.add(channel := self._channel(i, reader, writer))
             self._readers.append(self._serve(i, channel))
         self._watchdog = asyncio.create_task(self._watch_silence(), name="silence-watch")
+        syncs = self._syncs  # a sync that comes while the hellos are answered is newer than their lists
         hellos = await asyncio.gather(*(c.call("hello", os.getpid()) for c in self.pool.channels))
         for i, state in enumerate(hellos):
             # a model process pushes its state to us from our hello on, so a "state" note that came while
@@ -111,8 +113,10 @@ class RemoteService(TaskContext):
             if self.pool.states[i] is None:
                 await self._on_state(i, *state)
         # a restarted HTTP process: the models as managed since the server started, not as on disk
-        if hellos and hellos[0][1]:
-            await self._sync([(m.name, m.version) for m in hellos[0][1]])
+        if hellos and hellos[0][1] and self._syncs == syncs:
+            await self._sync(
+                [(m.name, m.version, m.reason if m.status == "failed" else None) for m in hellos[0][1]]
+            )
 
     def _channel(self, i: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Channel:
         handlers = {
@@ -313,36 +317,64 @@ class RemoteService(TaskContext):
     async def manage(self, action: Action, name: str) -> ManagedModel:
         """In every model process: each stages the version (loads it beside what it serves) before any
         commits it (serves it, and has every HTTP process switch to it), then each retires the old one. A
-        stage that fails anywhere is aborted everywhere: the version served before goes on."""
+        stage that fails anywhere is aborted everywhere: the version served before goes on. The first model
+        process goes first: a change of the same model under way (409) or refused there (404, 422) has
+        touched none of the others."""
         start = time.perf_counter()
         channels = self._all_answering()
         registry = self.ready_registry()
         before = registry.entries.get(name)
         previous = before.version if before is not None else None
-        if action == "unload":
-            keys = await _each(channels, "unload", name)
-            await asyncio.gather(*(c.call("retire", k) for c, k in zip(channels, keys, strict=True)))
-            return ManagedModel(name=name, action=action, changed=True, previous_version=previous,
-                                seconds=time.perf_counter() - start)  # fmt: skip
-        outcomes = await asyncio.gather(
-            *(c.call("stage", action, name) for c in channels), return_exceptions=True
+        try:
+            if action == "unload":
+                await self._unload_everywhere(channels, name)
+                return ManagedModel(name=name, action=action, changed=True, previous_version=previous,
+                                    seconds=time.perf_counter() - start)  # fmt: skip
+            key, changing = await self._stage_everywhere(channels, action, name)
+            unchanged = not changing
+            olds = await _each(changing, "commit", key)
+            await asyncio.gather(*(c.call("retire", old) for c, old in zip(changing, olds, strict=True)))
+        except ChannelClosed:  # a model process died meanwhile: its successor loads what the disk holds
+            raise Unavailable(f"a model process has gone while model {name} changed: try again") from None
+        return ManagedModel(
+            name=name, action=action, changed=not unchanged, version=split_key(key)[1],
+            previous_version=previous, seconds=time.perf_counter() - start,
+        )  # fmt: skip
+
+    async def _stage_everywhere(
+        self, channels: list[Channel], action: Action, name: str
+    ) -> tuple[str, list[Channel]]:
+        """The version staged in every model process (the first alone first) -> its key, and the model
+        processes that staged it (the others serve it already); any refusal: the stages done are aborted,
+        and it is raised."""
+        first, *rest = channels
+        outcomes = [await first.call("stage", action, name)]
+        outcomes += await asyncio.gather(
+            *(c.call("stage", action, name) for c in rest), return_exceptions=True
         )
-        staged = [o for o in outcomes if not isinstance(o, BaseException)]
         failed = [o for o in outcomes if isinstance(o, BaseException)]
-        if not failed and len({key for key, _ in staged}) > 1:  # the folder changed between two reads
+        keys = {o[0] for o in outcomes if not isinstance(o, BaseException)}
+        if not failed and len(keys) > 1:  # the folder was replaced between two reads
             failed = [Conflict(f"model {name}: its files changed while it was loaded: try again")]
         if failed:
             await asyncio.gather(*(c.call("abort", o[0]) for c, o in zip(channels, outcomes, strict=True)
                                    if not isinstance(o, BaseException) and not o[1]), return_exceptions=True)  # fmt: skip
             raise failed[0]
-        key, unchanged = staged[0][0], all(u for _, u in staged)
-        changing = [c for c, (_, u) in zip(channels, staged, strict=True) if not u]
-        olds = await _each(changing, "commit", key)
-        await asyncio.gather(*(c.call("retire", old) for c, old in zip(changing, olds, strict=True) if old))
-        return ManagedModel(
-            name=name, action=action, changed=not unchanged, version=split_key(key)[1],
-            previous_version=previous, seconds=time.perf_counter() - start,
-        )  # fmt: skip
+        return outcomes[0][0], [c for c, o in zip(channels, outcomes, strict=True) if not o[1]]
+
+    async def _unload_everywhere(self, channels: list[Channel], name: str) -> None:
+        """Unloaded in every model process, the first alone first (404 or 409 there: nothing changed), then
+        each one's version retired; a refusal by another is raised once what was unloaded is retired."""
+        first, *rest = channels
+        keys = [await first.call("unload", name)]
+        keys += await asyncio.gather(*(c.call("unload", name) for c in rest), return_exceptions=True)
+        done = [(c, k) for c, k in zip(channels, keys, strict=True) if not isinstance(k, BaseException)]
+        await asyncio.gather(*(c.call("retire", k) for c, k in done), return_exceptions=True)
+        if errors := [k for k in keys if isinstance(k, BaseException)]:
+            log.error(
+                "model %s: unloaded in %d of %d model processes: %s", name, len(done), len(keys), errors[0]
+            )
+            raise errors[0]
 
     async def _load_pulled(self, name: str) -> None:
         """A model APP_MODELS named, pulled by the first model process: loaded in every process once the
@@ -362,30 +394,59 @@ class RemoteService(TaskContext):
             raise Unavailable(f"a model process is restarting or silent ({self._absent()}): try again")
         return list(self.pool.channels)
 
-    async def _sync(self, served: list[tuple[str, str]]) -> None:
-        """A model process's models (name, version) after a change: this process routes and tokenizes the
-        same from here on (a model new or of a new version: its text halves, read off the loop; one gone:
-        dropped). Requests under way keep the text halves they took."""
+    async def _sync(self, served: list[tuple[str, str, str | None]]) -> None:
+        """A model process's models (name, version, why it failed or None) after a change: this process routes
+        and tokenizes the same from here on (a model new, of a new version or loaded after it failed: its text
+        halves, read off the loop; one gone: dropped; one failed: 503 or routed around). Requests under way
+        keep the text halves they took. Not cancelled half-way by the model process giving up on the call."""
+        await asyncio.shield(self._apply(served))
+
+    async def _apply(self, served: list[tuple[str, str, str | None]]) -> None:
         async with self._syncing:
+            self._syncs += 1
             registry = self.registry
             assert registry is not None
-            want = dict(served)
-            for name in [n for n in registry.entries if n not in want]:
-                registry.remove(name)
-                for task in self.tasks.values():
-                    task.handlers.pop(name, None)
-            for name, version in want.items():
-                if (had := registry.entries.get(name)) is not None and had.version == version:
+            want = {name: (version, reason) for name, version, reason in served}
+            for name in [n for n in [*registry.entries, *registry.failed] if n not in want]:
+                if (gone := registry.remove(name)) is not None:
+                    self._uninstall(gone)
+            for name, (version, reason) in want.items():
+                had = registry.entries.get(name)
+                if reason is not None:
+                    if name not in registry.failed:
+                        routing.fail(self.every, self.settings, registry, name, reason)
                     continue
-                entry, halves = await asyncio.to_thread(self._text_halves, name, version)
+                if had is not None and had.version == version and name not in registry.failed:
+                    continue
+                try:
+                    entry, halves = await asyncio.to_thread(self._text_halves, name, version)
+                except (ValueError, OSError) as e:  # its tokenizer, as at start: this model fails alone here
+                    log.error("model %s failed: %s", name, e)
+                    routing.fail(
+                        self.every,
+                        self.settings,
+                        registry,
+                        name,
+                        public_reason(self.settings.checkpoint_dir, e),
+                    )
+                    continue
                 for task, half in halves.items():
                     task.install(entry.key, name, half)
                 registry.install(entry)
+                if had is not None and had.key != entry.key:
+                    self._uninstall(had, keep=name)
             languages = routing.languages(self.every, self.settings, registry)
             if not languages:
                 self.detector = None
             elif self.detector is None or languages != sorted(self.detector.languages):
                 self.detector = await asyncio.to_thread(LanguageDetector, languages)
+
+    def _uninstall(self, entry: ModelEntry, keep: str | None = None) -> None:
+        """A version's text halves dropped (the model's current ones too, unless `keep`: it has a new one)."""
+        for task in self.tasks.values():
+            task.uninstall(entry.key)
+            if keep is None:
+                task.handlers.pop(entry.name, None)
 
     def _text_halves(self, name: str, version: str) -> tuple[ModelEntry, dict[Task, Any]]:
         """Model `name`'s entry as the model process serves it (its version), and its text halves."""

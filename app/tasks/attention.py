@@ -196,13 +196,14 @@ class AttentionTask(Task):
             return AttentionItem(tagged, handler.decoder_input(req.target, lang)), None
         translation, sentence = ctx.task(TranslationTask), Sentence(item.source)
         key = DecodeKey(lang, 1)
-        costs = translation.handlers[entry.name].costs([sentence], key)
+        text_half = translation.handlers[entry.name]  # this version's: a reload swaps translation.handlers
+        costs = text_half.costs([sentence], key)
         greedy = Job(translation, entry.name, key, [sentence], costs, entry.version)
         [[[best]]] = await ctx.submit(
             [greedy], disconnected, deadline=deadline
         )  # like /translate with beam_size=1
         tagged = entry.config.source_prefix(lang) + item.source  # the tag is part of what the model reads
-        text = translation.handlers[entry.name].detokenize(best, sentence)
+        text = text_half.detokenize(best, sentence)
         return AttentionItem(tagged, [entry.config.start_id(lang), *best.tokens]), text
 
     async def _body(

@@ -20,7 +20,7 @@ import torch
 
 from app.core.settings import Settings
 from model import SentimentClassifier
-from tests.app.conftest import EAGER, serve
+from tests.app.conftest import EAGER, eventually, serve
 from tests.app.test_parallel import eventually as wait_until
 from tests.app.test_parallel import serve as serve_processes
 from tests.conftest import TinyCheckpoints, sentiment_en
@@ -251,8 +251,12 @@ def test_across_processes_a_reload_and_an_unload_fail_no_request(
 ) -> None:
     """APP_HTTP_WORKERS=2 and APP_MODEL_PROCESSES=2: /sentiment clients on every HTTP process while a model
     is loaded, sentiment-en reloaded to its second version and the new model unloaded."""
-    env = {"APP_ADMIN_API_KEY": KEY, "APP_HTTP_WORKERS": "2", "APP_MODEL_PROCESSES": "2",
-           "APP_TORCHSCRIPT": "false", "APP_WARMUP": "false"}  # fmt: skip
+    env = {
+        "APP_ADMIN_API_KEY": KEY,
+        "APP_HTTP_WORKERS": "2",
+        "APP_MODEL_PROCESSES": "2",
+        "APP_TORCHSCRIPT": "false",
+    }  # fmt: skip  (warm-up on: a model warming up stops no request)
     with serve_processes(root, **env) as server, httpx.Client(base_url=server.url, timeout=60) as admin:
         answers: list[tuple[float, float, int, Any]] = []
         stop = threading.Event()
@@ -306,3 +310,46 @@ def test_across_processes_a_reload_and_an_unload_fail_no_request(
             f'model_version{{model="sentiment-en",revision="",version="{version}"}} 2.0'  # both processes
         )
         assert served in admin.get("/metrics").text
+
+
+@pytest.mark.anyio
+async def test_a_root_path_does_not_open_the_admin_api(root: Path) -> None:
+    """Behind a proxy's prefix (ASGI root_path) the admin routes are the same routes: still the admin key's."""
+    async with serve(settings(root, api_key="client")) as (app, _):
+        transport = httpx.ASGITransport(app, root_path="/x")
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            client_key = {"Authorization": "Bearer client"}
+            r = await client.post("/x/admin/models/sentiment-en/unload", headers=client_key)
+            assert r.status_code == 401
+            assert (await client.post("/x/sentiment", json=TEXT, headers=client_key)).status_code == 200
+
+
+@pytest.mark.anyio
+async def test_a_model_that_only_failed_can_be_unloaded(root: Path) -> None:
+    """A folder that could not be read at start keeps /ready failed (APP_STRICT_READINESS) until it is unloaded."""
+    broken = root / "sentiment-xx"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    async with serve(settings(root), ready=False) as (app, client):
+        await eventually(lambda: app.state.service.life.status == "failed")
+        r = await client.post("/admin/models/sentiment-xx/unload", headers=ADMIN)
+        assert r.status_code == 200, r.text
+        ready = await client.get("/ready")
+        assert ready.status_code == 200
+        assert "failed" not in ready.json()
+
+
+@pytest.mark.anyio
+async def test_a_reloaded_translator_gets_its_graphs(root: Path, tiny_translator_checkpoint: Path) -> None:
+    """APP_TORCHSCRIPT_AFTER_READY (the default): a version installed while serving is traced after too."""
+    shutil.copytree(tiny_translator_checkpoint, root / "translate-fr-en")
+    async with serve(settings(root, torchscript=True)) as (app, client):
+        before = (await client.post("/translate", json=FR)).json()
+        (root / "translate-fr-en" / "README.md").write_text("a card: a new version, the same weights")
+        r = await client.post("/admin/models/translate-fr-en/reload", headers=ADMIN)
+        assert r.status_code == 200, r.text
+        graphs = app.state.service.life.graphs
+        await eventually(lambda: graphs.get("translate-fr-en") == "ready", timeout=60)
+        handler = app.state.service.tasks["translation"].handlers["translate-fr-en"]
+        assert handler.compiled is True
+        assert (await client.post("/translate", json=FR)).json() == before
