@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from prometheus_client.metrics_core import Metric
 
 from app.batching.wait import Disconnected
-from app.core.errors import Conflict, DeadlineExceeded, Unavailable, Unservable
+from app.core.errors import Conflict, DeadlineExceeded, ServiceError, Unavailable, Unservable
 from app.core.limits import Limits
 from app.core.metrics import Metrics
 from app.core.settings import Settings
@@ -93,6 +93,7 @@ class RemoteService(TaskContext):
         self._models: list[ModelInfo] = []
         self._syncing = asyncio.Lock()  # model changes taken one after the other
         self._syncs = 0  # model changes taken so far
+        self._replays: set[asyncio.Task[None]] = set()  # unloads replayed in a restarted model process
         self._state_changed = asyncio.Event()  # set at each new state (_refresh)
 
     async def start(self) -> None:
@@ -294,7 +295,26 @@ class RemoteService(TaskContext):
         self.pool.states[i] = (state, models)
         if self.pool.join(i):
             log.warning("the restarted model process has rejoined%s", self.pool.name(i))
+            if self.registry is not None and (
+                extra := [m.name for m in models if m.name not in self.registry.entries]
+            ):
+                self._replays.add(task := asyncio.create_task(self._unload_extra(i, extra)))
+                task.add_done_callback(self._replays.discard)
         self._refresh()
+
+    async def _unload_extra(self, i: int, names: list[str]) -> None:
+        """A restarted model process loaded what the disk holds: the models unloaded since the server
+        started are unloaded there again (each HTTP process tries; a second try is a 404 or 409)."""
+        channel = self.pool.channels[i]
+        for name in names:
+            try:
+                await channel.call("retire", await channel.call("unload", name))
+            except (ServiceError, ChannelClosed) as e:
+                log.debug("model %s: not unloaded again in the restarted model process: %s", name, e)
+            else:
+                log.warning(
+                    "model %s: unloaded again in the restarted model process%s", name, self.pool.name(i)
+                )
 
     def _refresh(self) -> None:
         """The server's state from the model processes in the rotation (loading while none is: its restart

@@ -303,6 +303,12 @@ def test_across_processes_a_reload_and_an_unload_fail_no_request(
         assert {u.json()["detail"] for u in unloaded} == {
             "source_lang/target_lang: no model translates fr -> en (available pairs: none)"
         }
+
+        killed = server.engine(1)  # its successor loads the disk's models: the unloaded one goes again
+        os.kill(killed, signal.SIGKILL)
+        wait_until(lambda: killed not in server.pids("engine") and len(server.pids("engine")) == 2)
+        wait_until(lambda: "reason" not in admin.get("/ready").json())
+        wait_until(lambda: 'model_version{model="translate-fr-en"' not in admin.get("/metrics").text)
         assert {m["name"]: m["version"] for m in admin.get("/models").json()["models"]} == {
             "sentiment-en": version
         }
