@@ -5,6 +5,7 @@ APP_HTTP_WORKERS or APP_MODEL_PROCESSES > 1: HTTP processes and model processes 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import uvicorn
@@ -35,6 +36,8 @@ def main() -> int:
         )  # configs, no weights
         routing.languages(default_tasks(), settings, registry)  # APP_ROUTES names a translator of its pair
         raise_fd_limit(settings.max_connections)
+        for name, value in settings.openmp_env().items():  # before torch or ctranslate2 loads, here or in
+            os.environ.setdefault(name, value)  # the processes started from here
         model_processes = settings.model_processes_count()
         if error := settings.split_limits_error(model_processes):
             raise SettingsError(error)

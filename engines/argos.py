@@ -98,11 +98,12 @@ def read_argos_package(path: Path) -> ArgosPackage:
 
 def load_argos_decoder(package: ArgosPackage, **translator_kwargs: Any) -> tuple[CT2Decoder, Tokenizer]:
     """The package's CTranslate2 model opened with `translator_kwargs` (device, compute_type, inter_threads,
-    intra_threads) and its sentencepiece tokenizer."""
-    from engines.ct2_convert import require_ctranslate2  # torch: reading a package (discovery) needs none
-    from engines.ct2_decode import CT2Decoder
+    intra_threads, lone_threads: engines.ct2_decode.open_translators) and its sentencepiece tokenizer."""
+    from engines.ct2_decode import (
+        CT2Decoder,
+        open_translators,
+    )  # torch: reading a package (discovery) needs none
 
-    ctranslate2 = require_ctranslate2()
-    translator = ctranslate2.Translator(str(package.path / MODEL_DIR), **translator_kwargs)
+    translator, lone = open_translators(package.path / MODEL_DIR, **translator_kwargs)
     tokenizer = Tokenizer(package.tokenizer_path)
-    return CT2Decoder(translator, tokenizer, package.config, None), tokenizer
+    return CT2Decoder(translator, tokenizer, package.config, None, lone), tokenizer

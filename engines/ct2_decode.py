@@ -119,6 +119,9 @@ class CT2Decoder:
 
     `fallback`: the same model in torch, for the beam searches that reach their length limit. One
     `translate_ids` call per thread at a time; the translator runs as many at once as its inter_threads.
+    `lone`: the same model on every core of the process (`open_translators`), for a call made while no other
+    runs: a lone request then takes the cores the others would (the batches of a busy server take one
+    each, side by side).
     """
 
     def __init__(
@@ -127,10 +130,13 @@ class CT2Decoder:
         tokenizer: Tokenizer,
         cfg: ModelConfig,
         fallback: Decodable[Any] | None,
+        lone: ctranslate2.Translator | None = None,
     ) -> None:
         """fallback None (a model with no torch weights, e.g. an Argos package): a beam search that reaches
         its length limit keeps CTranslate2's hypotheses, unfinished (no EOS), ranked by our penalty."""
         self.translator, self.tokenizer, self.cfg, self.fallback = translator, tokenizer, cfg, fallback
+        self.lone = lone
+        self._calls = 0  # translate_ids calls running
         self._eos = tokenizer.pieces([cfg.eos_id])[0]
         self.redone = 0  # sentences decoded again by `fallback` (tests, logs)
         self._lock = threading.Lock()
@@ -203,6 +209,24 @@ class CT2Decoder:
         """Source id lists (each ending in EOS) -> n-best hypotheses per source, in input order;
         align_unknowns: per source, which of its hypotheses get an `alignment` (model.unknowns.needs_alignment:
         0/False none, ALIGN_UNKNOWNS/True those with an <unk>, ALIGN_ALL every one)."""
+        with self._lock:
+            self._calls += 1
+            translator = self.lone if self.lone is not None and self._calls == 1 else self.translator
+        try:
+            return self._translate(translator, seqs, options, target_lang, batch_size, align_unknowns)
+        finally:
+            with self._lock:
+                self._calls -= 1
+
+    def _translate(
+        self,
+        translator: ctranslate2.Translator,
+        seqs: list[list[int]],
+        options: DecodeOptions,
+        target_lang: str | None,
+        batch_size: int,
+        align_unknowns: Sequence[int] | None,
+    ) -> list[list[Hypothesis]]:
         cfg, k, alpha = self.cfg, options.beam_size, options.length_penalty
         want = list(align_unknowns) if align_unknowns is not None else [0] * len(seqs)
         beta = ct2_length_penalty(alpha)
@@ -216,7 +240,7 @@ class CT2Decoder:
             attend = any(  # else rare: aligned below
                 want[i] == ALIGN_ALL or (want[i] and cfg.unk_id in seqs[i]) for i in chunk
             )
-            out = self.translator.translate_batch(
+            out = translator.translate_batch(
                 [self.tokenizer.pieces(tag + seqs[i][:-1]) for i in chunk],  # CTranslate2 appends EOS itself
                 [prefix] * len(chunk) if prefix else None,
                 beam_size=k,
@@ -230,7 +254,7 @@ class CT2Decoder:
                 max_input_length=cfg.max_len,
             )
             wanted = [i for i in chunk if want[i]]
-            first = self._first_rows(wanted, seqs, prefix, tag) if attend and k > 1 else {}
+            first = self._first_rows(translator, wanted, seqs, prefix, tag) if attend and k > 1 else {}
             for i, res in zip(chunk, out, strict=True):
                 steps = max(map(len, res.hypotheses))  # the step its search ended at (EOS counted)
                 if steps < limits[i]:  # ended before its limit: every hypothesis ends in EOS
@@ -255,7 +279,7 @@ class CT2Decoder:
                 else:
                     redo.append(i)
         if at_limit:  # the tokens greedy decoding chose, then EOS forced: scored in one teacher-forced pass
-            scored = self.translator.score_batch(
+            scored = translator.score_batch(
                 [self.tokenizer.pieces(tag + seqs[i][:-1]) for i, _ in at_limit],
                 [prefix + tokens for _, tokens in at_limit],
                 max_input_length=cfg.max_len,
@@ -281,12 +305,17 @@ class CT2Decoder:
         return results
 
     def _first_rows(
-        self, todo: list[int], seqs: list[list[int]], prefix: list[str], tag: list[int]
+        self,
+        translator: ctranslate2.Translator,
+        todo: list[int],
+        seqs: list[list[int]],
+        prefix: list[str],
+        tag: list[int],
     ) -> dict[int, list[float]]:
         """The first step's attention row of the sources `todo`, from a one-step greedy search: batched beam
         search returns another example's row there (CTranslate2 4.x; its greedy search and its later beam
         steps agree with torch)."""
-        out = self.translator.translate_batch(
+        out = translator.translate_batch(
             [self.tokenizer.pieces(tag + seqs[i][:-1]) for i in todo],
             [prefix] * len(todo) if prefix else None,
             beam_size=1,
@@ -302,16 +331,34 @@ class CT2Decoder:
         return hyp.alignment is None and needs_alignment(src, hyp.tokens, self.cfg.unk_id, want)
 
 
+def open_translators(
+    path: Path, lone_threads: int = 0, **translator_kwargs: Any
+) -> tuple[ctranslate2.Translator, ctranslate2.Translator | None]:
+    """The CTranslate2 model at `path` as a translator of `translator_kwargs` (inter_threads replicas of
+    intra_threads each), and, when lone_threads is more than intra_threads, as a second one of one replica
+    on lone_threads (CT2Decoder.lone: its weights once more in memory)."""
+    ctranslate2 = require_ctranslate2()
+    translator = ctranslate2.Translator(str(path), **translator_kwargs)  # reads every file now
+    if lone_threads <= translator_kwargs.get("intra_threads", 1):
+        return translator, None
+    lone = ctranslate2.Translator(
+        str(path), **(translator_kwargs | {"inter_threads": 1, "intra_threads": lone_threads})
+    )
+    return translator, lone
+
+
 def load_ct2_decoder(
-    loaded: LoadedModel, fallback: Decodable[Any] | None = None, **translator_kwargs: Any
+    loaded: LoadedModel,
+    fallback: Decodable[Any] | None = None,
+    lone_threads: int = 0,
+    **translator_kwargs: Any,
 ) -> CT2Decoder:
     """Convert the checkpoint `loaded` came from (its float32 weights on disk) and open it in CTranslate2
     (`translator_kwargs`: device, compute_type, inter_threads, intra_threads, ...); `fallback` (default:
     `loaded.model`, eager) decodes the sentences CTranslate2 cannot. The converted files live in a temporary
     directory only while the translator loads them."""
-    ctranslate2 = require_ctranslate2()
     assert isinstance(loaded.model, Translator), f"{loaded.name} is a {loaded.config.task} model"
     with tempfile.TemporaryDirectory(prefix=f"ct2-{loaded.name}-") as tmp:
         path = export_ctranslate2(loaded.path, Path(tmp) / "model")
-        translator = ctranslate2.Translator(str(path), **translator_kwargs)  # reads every file now
-    return CT2Decoder(translator, loaded.tokenizer, loaded.config, fallback or loaded.model)
+        translator, lone = open_translators(path, lone_threads, **translator_kwargs)
+    return CT2Decoder(translator, loaded.tokenizer, loaded.config, fallback or loaded.model, lone)

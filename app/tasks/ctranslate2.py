@@ -26,5 +26,5 @@ class CT2TranslationHandler(TranslationHandler):
         """translator_kwargs: ctranslate2.Translator's (Settings.ctranslate2_kwargs); torchscript: the torch
         model's decoding graphs, for its share of the decoding."""
         super().__init__(loaded, torchscript)
-        self.engine = load_ct2_decoder(loaded, fallback=self.decoder, **translator_kwargs)
+        self.engine = load_ct2_decoder(loaded, fallback=self.decoder, **translator_kwargs)  # and lone_threads
         log.info("%s: CTranslate2 %s", self.name, ", ".join(f"{k}={v}" for k, v in translator_kwargs.items()))

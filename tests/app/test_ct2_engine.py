@@ -224,11 +224,50 @@ def test_two_workers_decode_side_by_side_without_the_gil(engine_checkpoint_dir: 
     assert spins[0] > 1000  # the watcher ran while both translations did
 
 
+class Recording:
+    """A translator's stand-in that delegates, counting the batches it translated."""
+
+    def __init__(self, translator: Any) -> None:
+        self.translator, self.batches = translator, 0
+
+    def translate_batch(self, *args: Any, **kwargs: Any) -> Any:
+        self.batches += 1
+        return self.translator.translate_batch(*args, **kwargs)
+
+    def score_batch(self, *args: Any, **kwargs: Any) -> Any:
+        return self.translator.score_batch(*args, **kwargs)
+
+
+def test_a_lone_call_decodes_on_every_thread_and_answers_the_same(engine_checkpoint_dir: Path) -> None:
+    """lone_threads above intra_threads: a second translator of one replica on them; a call made while no
+    other runs decodes there, one made while another runs on the replicas; the answers are the same."""
+    from engines.ct2_decode import load_ct2_decoder
+    from model import DecodeOptions, load_checkpoint
+
+    loaded = load_checkpoint(engine_checkpoint_dir / "translate-ends")
+    decoder = load_ct2_decoder(loaded, inter_threads=2, intra_threads=1, lone_threads=2)
+    assert decoder.lone is not None
+    assert (decoder.lone.num_translators, decoder.translator.num_translators) == (1, 2)  # replicas
+    assert load_ct2_decoder(loaded, inter_threads=1, intra_threads=2, lone_threads=2).lone is None
+    lone, bulk = Recording(decoder.lone), Recording(decoder.translator)
+    decoder.lone, decoder.translator = lone, bulk  # type: ignore[assignment]
+    seqs = [loaded.tokenizer.encode(t, add_eos=True) for t in ES]
+    options = DecodeOptions(beam_size=4, num_hypotheses=2)
+    alone = decoder.translate_ids(seqs, options, "en")
+    assert (lone.batches, bulk.batches) == (1, 0)
+    decoder._calls = 1  # another call runs
+    beside = decoder.translate_ids(seqs, options, "en")
+    assert (lone.batches, bulk.batches) == (1, 1)
+    assert [[h.tokens for h in n] for n in alone] == [[h.tokens for h in n] for n in beside]
+    assert [[round(h.score, 4) for h in n] for n in alone] == [[round(h.score, 4) for h in n] for n in beside]
+
+
 def test_settings_map_device_dtype_and_quantize(monkeypatch: pytest.MonkeyPatch) -> None:
     s = Settings(translation_engine="ctranslate2", quantize="int8", inference_workers=2, torch_threads=1)
     kwargs = s.ctranslate2_kwargs(torch.device("cpu"), torch.float32)
     assert kwargs == {
         "device": "cpu", "device_index": 0, "compute_type": "int8", "inter_threads": 2, "intra_threads": 1,
+        "lone_threads": 2,
     }  # fmt: skip
     torch_engine = Settings(translation_engine="torch")
     assert torch_engine.ctranslate2_kwargs(torch.device("cpu"), torch.float32) is None
@@ -238,6 +277,7 @@ def test_settings_map_device_dtype_and_quantize(monkeypatch: pytest.MonkeyPatch)
     kwargs = s.ctranslate2_kwargs(torch.device("cuda", 1), torch.float16)
     assert kwargs is not None
     assert (kwargs["device"], kwargs["device_index"], kwargs["compute_type"]) == ("cuda", 1, "float16")
+    assert kwargs["lone_threads"] == 0  # a GPU: one translator
     with pytest.raises(
         SettingsError, match="APP_DTYPE=bfloat16: CTranslate2 runs float16, float32 on this cuda"
     ):
@@ -276,7 +316,10 @@ def test_auto_decodes_with_ctranslate2_where_it_answers_as_torch(monkeypatch: py
     assert auto.translation_engine == "auto"
     assert auto.ctranslate2_kwargs(torch.device("cpu"), torch.float32) == {
         "device": "cpu", "device_index": 0, "compute_type": "float32", "inter_threads": 2, "intra_threads": 1,
+        "lone_threads": 2,
     }  # fmt: skip
+    assert Settings(device="cpu").openmp_env() == {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "300000"}
+    assert Settings(translation_engine="torch").openmp_env() == {}
     assert auto.ctranslate2_kwargs(torch.device("cpu"), torch.bfloat16) is None
     assert auto.ctranslate2_kwargs(torch.device("cuda"), torch.float32) is None
     assert Settings(quantize="int8").ctranslate2_kwargs(torch.device("cpu"), torch.float32) is None

@@ -32,6 +32,7 @@ class EngineSettings(BaseSettings):
 
         def inference_workers_count(self) -> int: ...
         def inference_threads(self) -> int: ...
+        def device_type(self) -> str: ...
 
     checkpoint_dir: Path = REPO_ROOT / "checkpoints"  # every subdirectory holding a config.json is served
     warmup: bool = True  # one inference per model before /ready turns 200
@@ -188,6 +189,16 @@ class EngineSettings(BaseSettings):
             )
         return self._translator_kwargs(device, compute_type)
 
+    def openmp_env(self) -> dict[str, str]:
+        """The OpenMP waiting a CPU server decoding with CTranslate2 needs, for the environment before torch
+        or ctranslate2 loads (python -m app sets what the user has not): its bundled libgomp, in a process of
+        more threads than cores, hands work between a batch's threads through sleeps, and a lone request on
+        two threads took 3.5 times as long as with the threads spinning (BENCHMARKS.md); ACTIVE with a finite
+        spin count spins that long (libgomp's own default), then sleeps: an idle server stays idle."""
+        if self.translation_engine == "torch" or self.device_type() != "cpu":
+            return {}
+        return {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "300000"}
+
     def _auto_ctranslate2_kwargs(self, device: torch.device, dtype: torch.dtype) -> dict[str, Any] | None:
         """APP_TRANSLATION_ENGINE=auto: CTranslate2's kwargs where it is installed and gives the torch
         engine's answers: on a CPU in float32, not quantized (CTranslate2's int8 and bfloat16 round otherwise
@@ -199,10 +210,14 @@ class EngineSettings(BaseSettings):
         return self._translator_kwargs(device, "float32")
 
     def _translator_kwargs(self, device: torch.device, compute_type: str) -> dict[str, Any]:
+        """lone_threads: on a CPU, a batch decoded while no other runs takes every thread of the workers
+        (engines.ct2_decode.CT2Decoder.lone): a lone request as fast as on a translator of them all."""
+        workers, threads = self.inference_workers_count(), self.inference_threads()
         return {
             "device": device.type,
             "device_index": device.index or 0,
             "compute_type": compute_type,
-            "inter_threads": self.inference_workers_count(),
-            "intra_threads": self.inference_threads(),
+            "inter_threads": workers,
+            "intra_threads": threads,
+            "lone_threads": workers * threads if device.type == "cpu" else 0,
         }
