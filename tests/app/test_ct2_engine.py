@@ -259,7 +259,10 @@ def test_a_lone_call_decodes_on_every_thread_and_answers_the_same(engine_checkpo
     beside = decoder.translate_ids(seqs, options, "en")
     assert (lone.batches, bulk.batches) == (1, 1)
     assert [[h.tokens for h in n] for n in alone] == [[h.tokens for h in n] for n in beside]
-    assert [[round(h.score, 4) for h in n] for n in alone] == [[round(h.score, 4) for h in n] for n in beside]
+    scores = [
+        (a.score, b.score) for x, y in zip(alone, beside, strict=True) for a, b in zip(x, y, strict=True)
+    ]
+    assert max(abs(a - b) for a, b in scores) < 1e-4  # other threads: other float sums, the same search
 
 
 def test_settings_map_device_dtype_and_quantize(monkeypatch: pytest.MonkeyPatch) -> None:
