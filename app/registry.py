@@ -183,15 +183,15 @@ class Registry:
         self.failed: dict[str, str] = dict(failed or {})
         self.rerouted: set[str] = set()  # failed models the tasks route around (not APP_STRICT_READINESS)
         self.generation = 0  # bumped by every change: the views are rebuilt on the next read
-        self._views: dict[Hashable, tuple[int, Any]] = {}
+        self.views: dict[Hashable, tuple[int, Any]] = {}  # see `view`
 
     def view(self, key: Hashable, build: Callable[[], V]) -> V:
         """build(), once per generation of the registry: what the tasks derive from the entries (their
         routing tables), rebuilt when a model comes, goes or fails. key: the view's, with what it depends on
         besides the entries (e.g. its settings)."""
-        got = self._views.get(key)
+        got = self.views.get(key)
         if got is None or got[0] != self.generation:
-            got = self._views[key] = (self.generation, build())
+            got = self.views[key] = (self.generation, build())
         return got[1]  # type: ignore[no-any-return]
 
     def routable(self) -> list[ModelEntry]:

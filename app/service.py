@@ -18,7 +18,7 @@ from app.core.metrics import Metrics
 from app.core.settings import Settings
 from app.schemas import ManagedModel, ModelInfo, Readiness, StoredModel
 from app.tasks.served import default_tasks
-from app.tasks.task import Job, Task, version_key
+from app.tasks.task import Job, Task
 from app.text.langid import Detection, LanguageDetector
 
 # the model machinery (torch) is imported where a Service is built: an HTTP process never is
@@ -64,6 +64,13 @@ class TaskContext:
         task = self.tasks[kind.name]
         assert isinstance(task, kind)
         return task
+
+    @staticmethod
+    def versions(jobs: list[Job], registry: Registry) -> list[str]:
+        """Each job's model@version: of the handler that made its items (what they are batched and sent
+        between processes under; Job.version)."""
+        entries = registry.entries
+        return [f"{j.model}@{entries[j.model].version if j.version is None else j.version}" for j in jobs]
 
     def deadline(self) -> float:
         """loop.time() is CLOCK_MONOTONIC, one clock for every process of the machine."""
@@ -186,8 +193,11 @@ class Service(TaskContext):
         could never hold it."""
         if deadline is None:
             deadline = self.deadline()
-        registry = self.ready_registry()
-        futures = self.enqueue([j._replace(model=version_key(j, registry)) for j in jobs], deadline, field)
+        assert self.life.registry is not None  # the task routed its items: the registry is ready
+        keyed = [
+            j._replace(model=k) for j, k in zip(jobs, self.versions(jobs, self.life.registry), strict=True)
+        ]
+        futures = self.enqueue(keyed, deadline, field)
         return await wait_all(futures, deadline, disconnected, self.settings.request_timeout_s)
 
     def enqueue(

@@ -37,7 +37,7 @@ from app.core.request_id import CURRENT, RequestInfo
 from app.core.settings import ENV_PREFIX, Settings
 from app.edge.api_key import ADMIN_PREFIX, authorized, needs_key
 from app.edge.body_limit import UPLOAD_SETTING, UPLOAD_SLACK, BodyTooLarge, limited, takes_file
-from app.edge.fastpath import JSON, FastPath, route_path
+from app.edge.fastpath import JSON, FastPath
 from app.edge.hosts import host_refusal
 from app.edge.open_cors import OpenCors
 
@@ -124,7 +124,7 @@ class Gate:
         if (refused := self._refusal(scope)) is not None:  # 400, 413, 415 or 501
             await self._refuse(refused, scope)(scope, receive, send)
             return
-        if route_path(scope).startswith(ADMIN_PREFIX):  # the admin key alone, else 401 (403: no admin API)
+        if self._admin(scope):  # the admin key alone, else 401 (403: no admin API)
             if (refused := self._admin_refusal(scope)) is not None:
                 await error_response(refused, "before routing")(scope, receive, send)
                 return
@@ -214,7 +214,10 @@ class Gate:
         """Whether routing will serve this request with a file upload route (a POST to one)."""
         if scope["method"] != "POST":
             return False
-        return route_path(scope) in self.upload_paths or any(
+        path, root = scope["path"], scope.get("root_path", "")
+        if root and path.startswith(root):  # routes match without the root path (as Starlette's routing)
+            path = path[len(root) :]
+        return path in self.upload_paths or any(
             r.matches(scope)[0] is Match.FULL for r in self.upload_patterns
         )
 
@@ -243,6 +246,14 @@ class Gate:
         if any(route.matches(scope)[0] is Match.FULL for route in self.scrape):
             return self.metrics_key is not None and authorized(scope, self.metrics_key)
         return True
+
+    @staticmethod
+    def _admin(scope: Scope) -> bool:
+        """Whether the path, below the root path (routes match without it), is the admin API's."""
+        path, root = scope["path"], scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root) :]
+        return path.startswith(ADMIN_PREFIX)
 
     def _admin_refusal(self, scope: Scope) -> ServiceError | None:
         """The admin API: off (403) without APP_ADMIN_API_KEY; 401 without that key (APP_API_KEY does not

@@ -52,7 +52,7 @@ from app.schemas import ManagedModel, ModelInfo, Readiness, StoredModel
 from app.service import TaskContext, detect_texts
 from app.tasks import routing
 from app.tasks.served import default_tasks
-from app.tasks.task import Job, Task, version_key
+from app.tasks.task import Job, Task
 from app.text.langid import Detection, LanguageDetector
 
 if TYPE_CHECKING:
@@ -252,7 +252,9 @@ class RemoteService(TaskContext):
         if deadline is None:
             deadline = self.deadline()
         registry = self.ready_registry()  # models as model@version: the model process batches each apart
-        wire = [(version_key(job, registry), job.key, job.items, job.costs) for job in jobs]
+        wire = [
+            (k, j.key, j.items, j.costs) for j, k in zip(jobs, self.versions(jobs, registry), strict=True)
+        ]
         name = jobs[0].task.name if jobs else ""
         items = sum(len(job.items) for job in jobs)
         return await self._work("submit", name, wire, deadline, field, items=items, disconnected=disconnected)  # type: ignore[no-any-return]

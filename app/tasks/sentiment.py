@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.core.columns import Reader, Writer, split
 from app.schemas import SentimentRequest, SentimentResponse, SentimentResult
-from app.tasks.sentiment_routes import TASK, sentiment_routes
+from app.tasks.sentiment_routes import TASK, models_for, sentiment_routes
 from app.tasks.task import Context, Disconnected, Job, Task, compile_or_stay_eager
 from app.tasks.wire import FloatRows, NoKeys, Wire, read_runs, write_runs
 from model.config import ModelConfig
@@ -78,8 +78,7 @@ class SentimentTask(Task):
         """Request -> items (limits, a model per text, token ids), one submit, outputs -> results."""
         registry, (texts, field) = ctx.ready_registry(), req.inputs
         ctx.limits.check_texts(texts, field)
-        route = sentiment_routes(registry).sentiment_for
-        groups = group_by_model([route(text, req.model) for text in texts])
+        groups = group_by_model(models_for(registry, texts, req.model))
         jobs, handlers = [], {name: self.handlers[name] for name in groups}  # a reload swaps self.handlers
         for name, idxs in groups.items():
             handler = handlers[name]

@@ -33,8 +33,17 @@ def by_language(entries: list[ModelEntry]) -> dict[str, str]:
 
 
 def sentiment_routes(registry: Registry) -> SentimentRoutes:
-    """The routing table of the registry as it is now (built once per change of it)."""
-    return registry.view(TASK, lambda: SentimentRoutes(registry))
+    """The routing table of the registry as it is now (built once per change of it: Registry.view's cache,
+    read here without a call, as every request reads it)."""
+    got = registry.views.get(TASK)
+    if got is None or got[0] != registry.generation:
+        got = registry.views[TASK] = (registry.generation, SentimentRoutes(registry))
+    return got[1]  # type: ignore[no-any-return]
+
+
+def models_for(registry: Registry, texts: list[str], requested: str | None) -> list[str]:
+    """Each text's model (SentimentRoutes.models_for), in one call from the task."""
+    return sentiment_routes(registry).models_for(texts, requested)
 
 
 class SentimentRoutes:
@@ -42,17 +51,24 @@ class SentimentRoutes:
         self.registry = registry
         self.by_lang = by_language(registry.routable())
 
-    def sentiment_for(self, text: str, requested: str | None) -> str:
-        """The requested model, or the default for the text's language."""
+    def models_for(self, texts: list[str], requested: str | None) -> list[str]:
+        """Each text's model: the requested one, or the default for its language; 404 for a language
+        without one, 503 for a model that failed to load."""
         registry = self.registry
         if requested is not None:
-            return registry.get(requested, TASK).name
-        lang = text_language(text)
-        name = self.by_lang.get(lang)
-        if name is None:
-            loaded = ", ".join(registry.names(TASK)) or "none"
-            raise NotFound(
-                f"model: no sentiment model for language {lang!r} (expected sentiment-{lang}); "
-                f'loaded sentiment models: {loaded}; pass "model" to choose one'
-            )
-        return registry.check_loaded(name)
+            return [registry.get(requested, TASK).name] * len(texts)
+        models = []
+        for text in texts:
+            lang = text_language(text)
+            name = self.by_lang.get(lang)
+            if name is None:
+                loaded = ", ".join(registry.names(TASK)) or "none"
+                raise NotFound(
+                    f"model: no sentiment model for language {lang!r} (expected sentiment-{lang}); "
+                    f'loaded sentiment models: {loaded}; pass "model" to choose one'
+                )
+            models.append(name)
+        if registry.failed:  # the routes keep a failed model's texts (APP_STRICT_READINESS): 503 saying why
+            for name in set(models):
+                registry.check_loaded(name)
+        return models

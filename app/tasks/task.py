@@ -168,12 +168,6 @@ class Task:
         """At shutdown, after the batchers have drained: release what the task holds."""
 
 
-def version_key(job: Job, registry: Registry) -> str:
-    """model@version of the handler that made the job's items: what they are batched and sent under."""
-    version = job.version if job.version is not None else registry.entries[job.model].version
-    return f"{job.model}@{version}"
-
-
 def compile_or_stay_eager(handler: Any) -> None:
     """handler.compile() as it loads: a graph that fails (its check against eager, a scripting error on
     another torch) leaves the model eager, with the same answers, instead of failing its load; it stays

@@ -83,8 +83,7 @@ class LengthTask(Task):
     ) -> LengthResponse:
         registry, texts = ctx.ready_registry(), req.texts
         ctx.limits.check_texts(texts, "texts")
-        route = sentiment_routes(registry).sentiment_for
-        groups = group_by_model([route(text, req.model) for text in texts])
+        groups = group_by_model(sentiment_routes(registry).models_for(texts, req.model))
         items = {name: [texts[i] for i in idxs] for name, idxs in groups.items()}
         jobs = [Job(self, name, None, its, self.handlers[name].costs(its)) for name, its in items.items()]
         outputs = await ctx.submit(jobs, disconnected, "texts")
