@@ -40,8 +40,10 @@ def test_a_short_run_translates_the_file_and_the_texts(bench_checkpoint_dir: Pat
         "/sentiment alone",
         "/translate/file",
         "/translate",
+        "/translate, one request",
         "/translate/file + /sentiment",
         "/translate + /sentiment",
+        "/translate, one request + /sentiment",
     ]
     assert n_paras == 5
     assert 0 <= same <= n_paras
