@@ -109,28 +109,21 @@ async def test_a_model_that_cannot_be_pulled_fails_alone(hub: Site, root: Path) 
     assert not (root / "opus-mt-xx-en").exists()
 
 
-@pytest.mark.anyio
-async def test_an_empty_checkpoint_directory_starts_when_models_are_named(hub: Site, tmp_path: Path) -> None:
+def test_across_processes_into_an_empty_directory_pulled_once_and_served_by_all(
+    hub: Site, tmp_path: Path
+) -> None:
+    """APP_HTTP_WORKERS=2, APP_MODEL_PROCESSES=2, an empty checkpoint directory (a new volume): it starts,
+    the model is pulled once, then loaded in both model processes and routed by both HTTP processes."""
     empty = tmp_path / "volume"
     empty.mkdir()
-    settings = Settings(**EAGER, checkpoint_dir=empty, models=[REPO], warmup=False)
-    async with serve(settings, ready=False) as (_, client):
-        assert (await ready(client))["status"] == "ready"
-        assert (await client.post("/translate", json=FR)).status_code == 200
-
-
-def test_across_processes_the_first_model_process_pulls_and_every_process_serves(
-    hub: Site, root: Path
-) -> None:
-    """APP_HTTP_WORKERS=2, APP_MODEL_PROCESSES=2: pulled once, then loaded in both model processes and
-    routed by both HTTP processes."""
     env = {"APP_MODELS": REPO, "APP_HTTP_WORKERS": "2", "APP_MODEL_PROCESSES": "2",
            "APP_TORCHSCRIPT": "false", "APP_WARMUP": "false"}  # fmt: skip
-    with serve_processes(root, **env) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+    with serve_processes(empty, **env) as server, httpx.Client(base_url=server.url, timeout=60) as client:
         # each on a connection of its own: the HTTP processes share the listening socket
         answers = [httpx.post(f"{server.url}/translate", json=FR, timeout=60) for _ in range(6)]
         assert [(a.status_code, a.json()["model"]) for a in answers] == [(200, "opus-mt-fr-en")] * 6
         ready = client.get("/ready").json()
         assert ready["status"] == "ready"
         assert "pulling" not in ready
+        assert ready["models"] == {"opus-mt-fr-en": "ready"}
     assert sum(path == f"/api/models/{REPO}/revision/main" for _, path in hub.asked) == 1
