@@ -189,6 +189,7 @@ async def _load_while(
             sent = time.monotonic()
             status, body = await post()
             answers.append((sent, time.monotonic(), status, body))
+            await asyncio.sleep(0)  # in process, a 404 is answered without a suspension: let the others run
 
     loops = [asyncio.create_task(loop()) for _ in range(clients)]
     while len(answers) < after:
@@ -359,3 +360,30 @@ async def test_a_reloaded_translator_gets_its_graphs(root: Path, tiny_translator
         handler = app.state.service.tasks["translation"].handlers["translate-fr-en"]
         assert handler.compiled is True
         assert (await client.post("/translate", json=FR)).json() == before
+
+
+@pytest.mark.anyio
+async def test_an_unload_under_load_finishes_what_is_in_flight(
+    root: Path, tiny_translator_checkpoint: Path
+) -> None:
+    """/translate clients while their model is unloaded: each answer is the translation or, once unloaded,
+    the 404 naming no such pair; never a 5xx."""
+    shutil.copytree(tiny_translator_checkpoint, root / "translate-fr-en")
+    unloaded: list[float] = []
+    async with serve(settings(root)) as (_, client):
+        expected = (await client.post("/translate", json=FR)).json()
+
+        async def post() -> tuple[int, Any]:
+            r = await client.post("/translate", json=FR)
+            return r.status_code, r.json()
+
+        async def unload() -> None:
+            r = await client.post("/admin/models/translate-fr-en/unload", headers=ADMIN)
+            assert r.status_code == 200, r.text
+            unloaded.append(time.monotonic())
+
+        answers = await _load_while(post, unload, after=20)
+    assert {status for *_, status, _ in answers} <= {200, 404}
+    assert all(body == expected for *_, status, body in answers if status == 200)
+    assert all(status == 404 for sent, _, status, _ in answers if sent > unloaded[0])
+    assert any(status == 200 for *_, status, _ in answers)
