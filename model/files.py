@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,10 @@ from model.tokenizer import FairseqTokenizer, PairTokenizer, Tokenizer
 
 FORMAT = "transformer-serving/1"
 CONFIG, WEIGHTS, TOKENIZER = "config.json", "model.safetensors", "tokenizer.model"
+# a checkpoint's name: one path component of the checkpoint directory, and what requests call the model: no
+# separators, no "." or "..", no leading dot (staging folders are hidden), printable ASCII a URL can carry (the
+# importers and pulls write only such names, the server's admin API takes only such names)
+CHECKPOINT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 TARGET_TOKENIZER, VOCAB = "target.model", "vocab.json"  # a PairTokenizer's other two files
 
 

@@ -3,7 +3,6 @@ is moved into place, so nothing the server would refuse is ever written (trainin
 
 from __future__ import annotations
 
-import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -13,14 +12,12 @@ import torch
 from engines.argos import is_argos_package
 from model.checkpoint import load_checkpoint
 from model.classifier import SentimentClassifier
+from model.files import CHECKPOINT_NAME
 from model.inference import classify_ids
 from model.preprocess import classifier_ids, source_ids
 from model.translator import Translator
 
 PROBE = "Hello, world."  # the check's forward pass: any text the tokenizer can cut
-# a checkpoint's name is one path component inside --out-dir, and what the server calls the model: no
-# separators, no "." or "..", no leading dot (staging folders are hidden), printable ASCII a URL can carry
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 class ImportFailed(ValueError):
@@ -37,8 +34,8 @@ def one_line(e: BaseException) -> str:
 
 
 def checkpoint_path(out_dir: Path, name: str) -> Path:
-    """out_dir / name, where `name` must be one plain path component (NAME): ImportFailed otherwise."""
-    if not NAME.fullmatch(name):
+    """out_dir / name, where `name` must be one plain path component (CHECKPOINT_NAME): ImportFailed otherwise."""
+    if not CHECKPOINT_NAME.fullmatch(name):
         raise ImportFailed(
             f"--name {name!r}: a checkpoint name is 1 to 100 letters, digits, '.', '_' or '-', starting "
             "with a letter or digit (one folder inside --out-dir)"

@@ -3,20 +3,18 @@ and every folder that holds a model, served or not."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from app.core.errors import NotFound, invalid
 from app.registry import Registry, holds_model, public_reason, read_entry, shown
 from app.schemas import StoredModel
-
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # as training/import_check.py names checkpoints
+from model.files import CHECKPOINT_NAME
 
 
 def folder(root: Path, name: str) -> Path:
     """The folder of model `name` in the checkpoint directory: 422 for a name that could leave it, 404 when
     it holds no model."""
-    if not NAME.fullmatch(name) or ".." in name:
+    if not CHECKPOINT_NAME.fullmatch(name) or ".." in name:
         raise invalid(
             ("path", "name"),
             f"{shown(name)} is not a model's name: letters, digits, '.', '_' and '-', at most 100, "
@@ -31,7 +29,7 @@ def folder(root: Path, name: str) -> Path:
 def listing(root: Path, registry: Registry, status: dict[str, str]) -> list[StoredModel]:
     """Every model folder of `root`, and every model served (a folder may have gone since), by name
     (blocking: reads each config)."""
-    names = {p.name for p in root.iterdir() if NAME.fullmatch(p.name) and holds_model(p)} | set(
+    names = {p.name for p in root.iterdir() if CHECKPOINT_NAME.fullmatch(p.name) and holds_model(p)} | set(
         registry.entries
     )
     out = []
