@@ -30,14 +30,13 @@ def main() -> int:
         # an unavailable APP_DEVICE fails here; torch is imported only where a GPU may serve (the model
         # processes import it themselves: the supervisor starts them that much sooner)
         settings.device_type()
-        root = settings.check_checkpoint_dir()
-        registry = Registry.discover(
-            root, None, None, allow_empty=bool(settings.models)
-        )  # configs, no weights
+        root, empty_ok = settings.check_checkpoint_dir(), bool(settings.models)
+        registry = Registry.discover(root, None, None, allow_empty=empty_ok)  # every config, no weights
         routing.languages(default_tasks(), settings, registry)  # APP_ROUTES names a translator of its pair
         raise_fd_limit(settings.max_connections)
-        for name, value in settings.openmp_env().items():  # before torch or ctranslate2 loads, here or in
-            os.environ.setdefault(name, value)  # the processes started from here
+        # before torch or ctranslate2 loads, here or in the processes started from here
+        for name, value in settings.openmp_env().items():
+            os.environ.setdefault(name, value)
         model_processes = settings.model_processes_count()
         if error := settings.split_limits_error(model_processes):
             raise SettingsError(error)

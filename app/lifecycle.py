@@ -60,9 +60,8 @@ class Lifecycle:
         self.status: str = "loading"
         self.reason: str | None = "starting"
         self.model_status: dict[str, str] = {}
-        self.pulling: dict[
-            str, str
-        ] = {}  # APP_MODELS being pulled: name -> how far (app/management/pulls.py)
+        # APP_MODELS being pulled: name -> how far (app/management/pulls.py)
+        self.pulling: dict[str, str] = {}
         self.loaded = asyncio.Event()  # the models on disk are loaded (or failed): they serve
         self.serving = False  # loading is over: the models that loaded answer (ready, or failed beside them)
         # model -> its TorchScript graphs: pending | building | ready | failed (it stays eager); absent: none
@@ -238,9 +237,8 @@ class Lifecycle:
                     if task.serves(entry):
                         handlers[task] = await run(task.load, entry, loaded)
                 if self.settings.warmup:
-                    if (
-                        self.model_status.get(entry.name) == "loading"
-                    ):  # at start (not a change while serving)
+                    # at start: a version staged while serving stays out of /ready's models
+                    if self.model_status.get(entry.name) == "loading":
                         self.model_status[entry.name] = "warming_up"
                     for handler in handlers.values():
                         if (warmup := getattr(handler, "warmup", None)) is not None:
@@ -262,14 +260,9 @@ class Lifecycle:
         compiled = [c for h in handlers.values() if (c := getattr(h, "compiled", None)) is not None]
         if compiled and self.settings.torchscript:  # built at load, or pending until ready
             self.graphs[name] = "ready" if all(compiled) else "pending"
-            if (
-                self.graphs[name] == "pending"
-                and self.serving
-                and (self._grapher is None or self._grapher.done())
-            ):
-                self._grapher = asyncio.create_task(
-                    self._build_graphs(), name="graphs"
-                )  # a change while serving
+            idle = self._grapher is None or self._grapher.done()
+            if self.graphs[name] == "pending" and self.serving and idle:  # a version installed while serving
+                self._grapher = asyncio.create_task(self._build_graphs(), name="graphs")
         if self.model_status.get(name) != "ready":  # not a new version of a model served
             self.metrics.models_loaded.inc()
         self.model_status[name] = "ready"
