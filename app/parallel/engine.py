@@ -17,7 +17,7 @@ import signal
 import socket
 import stat
 import sys
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -360,6 +360,17 @@ async def _main(
     await engine.serve(path, stop)
 
 
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop where it is installed, as uvicorn's loop="auto" gives the HTTP processes: each call,
+    future and reply of the model process's loop costs less there (BENCHMARKS.md, "The machinery's
+    ceiling"); None: asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop  # type: ignore[no-any-return]
+
+
 def main(argv: list[str]) -> int:
     path, http_workers, heartbeat_fd, metrics_dir = argv[0], int(argv[1]), int(argv[2]), argv[3]
     index, processes = (int(argv[4]), int(argv[5])) if len(argv) > 5 else (0, 1)
@@ -376,8 +387,8 @@ def main(argv: list[str]) -> int:
             f"cores {sorted(os.sched_getaffinity(0))}" if cores else "not pinned",
             settings.inference_workers_count(), settings.inference_threads(),
         )  # fmt: skip
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_main(settings, path, http_workers, heartbeat_fd, metrics_dir, index, processes))
+    with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=loop_factory()) as runner:
+        runner.run(_main(settings, path, http_workers, heartbeat_fd, metrics_dir, index, processes))
     return 0
 
 
