@@ -12,6 +12,7 @@ from model.alignment import align, eager
 from model.classifier import SentimentClassifier, calibrated
 from model.decoding import Decodable, DecodeOptions, Hypothesis, StopCheck, decode
 from model.ngram import CHUNK, text_units
+from model.ngram_text import NgramText
 from model.preprocess import classifier_ids, pad_ids, source_ids
 from model.tokenizer import Tokenizer
 from model.unknowns import ITEMS_OUT, encode_source, restore_text
@@ -106,14 +107,15 @@ def classifier_logits(
     seqs: list[list[int]],
     batch_size: int = 64,
     graph: ClassifierGraph | None = None,
-    texts: Sequence[str] | None = None,
+    texts: Sequence[str | NgramText] | None = None,
 ) -> torch.Tensor:
     """Token id lists -> logits (N, C), float32 on CPU, in input order: as the model computes them, before
     its temperature (classify_ids applies it).
 
     `graph`: the model's ClassifierGraph (e.g. model.jit.compile_classifier(model); default: the eager
     one). A model with an n-gram head also needs the `texts` the ids came from (the head hashes the whole
-    text). CHUNK texts at a time (bounded memory on whole test sets), each one graph call.
+    text), each a string or its model.ngram_text.ngram_text (a server's, made where it tokenizes). CHUNK
+    texts at a time (bounded memory on whole test sets), each one graph call.
     """
     if model.ngram is not None and (texts is None or len(texts) != len(seqs)):
         raise ValueError(f"a classifier with a {model.cfg.ngram} n-gram head needs the text of every id list")
@@ -144,7 +146,7 @@ def classify_ids(
     seqs: list[list[int]],
     batch_size: int = 64,
     graph: ClassifierGraph | None = None,  # as served: model.jit.compile_classifier(model); None: eager
-    texts: Sequence[str] | None = None,
+    texts: Sequence[str | NgramText] | None = None,
 ) -> torch.Tensor:
     """Token id lists -> class probabilities (N, C), float32 on CPU, in input order (see classifier_logits):
     the logits divided by the model's calibrated temperature, then softmax."""

@@ -3,26 +3,26 @@
 Word 1..W-grams and character 1..C-grams of a text are hashed into `buckets` rows of a (buckets, classes)
 table and summed (fastText / NBSVM family; Wide & Deep, Cheng et al. 2016). It errs on other texts than the
 Transformer, so adding its logits to the Transformer's scores better than either alone on NSMC and IMDb
-valid (BENCHMARKS.md). Per text, Python only splits words and takes one crc32 per word (`text_units`); the
+valid (BENCHMARKS.md). Per text, Python only splits words and takes one crc32 per word (`ngram_text`); the
 n-gram hashing is tensor arithmetic over many texts at once (`hash_units`, TorchScript: the server runs it inside
 the classifier's one graph call, without the GIL).
 """
 
 from __future__ import annotations
 
-import re
 import warnings
-import zlib
 from collections.abc import Callable, Sequence
+from itertools import chain
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from model.config import NgramSpec
+from model.ngram_text import NgramText, ngram_text
 
 # texts hashed at once when there are many: bounded memory (a long review has thousands of n-grams)
 CHUNK = 1024
-_WORD = re.compile(r"\w+|[^\w\s]")
 
 
 # The hash is defined on uint64 values (tests/model/test_ngram.py spells it out in Python ints). Torch has no
@@ -45,20 +45,20 @@ MIX1, MIX2 = _int64(0xBF58476D1CE4E5B9), _int64(0x94D049BB133111EB)  # splitmix6
 SALTS = torch.tensor([[_int64((kind * 10 + n + 1) * SALT) for n in range(10)] for kind in range(2)])
 
 
-def text_units(texts: Sequence[str], device: torch.device | str = "cpu") -> list[Tensor]:
+def text_units(texts: Sequence[str | NgramText], device: torch.device | str = "cpu") -> list[Tensor]:
     """[words (U,) crc32 of each word, words per text (N,), code points (P,) of each text's ' '-padded,
-    space-joined words, code points per text (N,)]: the hashing's input, all int64, texts back to back."""
-    tokens = [_WORD.findall(t.lower().replace("<br />", " ")) for t in texts]
-    # surrogatepass: a lone surrogate (valid JSON "\\ud800") hashes instead of failing the whole batch
-    words = [zlib.crc32(w.encode("utf-8", "surrogatepass")) for ws in tokens for w in ws]
-    padded = [f" {' '.join(ws)} " for ws in tokens]
-    utf32 = bytearray("".join(padded).encode("utf-32-le", "surrogatepass"))
+    space-joined words, code points per text (N,)]: the hashing's input, all int64, texts back to back.
+    A text given as its NgramText skips the per-text half: what is left is a few whole-batch copies."""
+    parts = [t if type(t) is NgramText else ngram_text(t) for t in texts]  # type: ignore[arg-type]
+    counts = np.fromiter((len(p.words) for p in parts), dtype=np.int64, count=len(parts))
+    words = np.fromiter(chain.from_iterable(p.words for p in parts), dtype=np.int64, count=int(counts.sum()))
+    utf32 = bytearray("".join(p.padded for p in parts).encode("utf-32-le", "surrogatepass"))
     points = torch.frombuffer(utf32, dtype=torch.int32) if utf32 else torch.zeros(0, dtype=torch.int32)
     return [
-        torch.tensor(words, dtype=torch.long, device=device),
-        torch.tensor([len(ws) for ws in tokens], dtype=torch.long, device=device),
+        torch.from_numpy(words).to(device),
+        torch.from_numpy(counts).to(device),
         points.to(device=device, dtype=torch.long),
-        torch.tensor([len(p) for p in padded], dtype=torch.long, device=device),
+        torch.tensor([len(p.padded) for p in parts], dtype=torch.long, device=device),
     ]
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from app.core.columns import Reader, Writer, split
+from app.core.columns import I64, Reader, Writer, split
 from app.schemas import SentimentRequest, SentimentResponse, SentimentResult
 from app.tasks.sentiment_routes import TASK, models_for, sentiment_routes
 from app.tasks.task import Context, Disconnected, Job, Task, compile_or_stay_eager
 from app.tasks.wire import FloatRows, NoKeys, Wire, read_runs, write_runs
 from model.config import ModelConfig
 from model.files import load_tokenizer
+from model.ngram_text import NO_NGRAM, NgramText, ngram_text
 from model.preprocess import classifier_ids
 from model.tokenizer import Tokenizer
 
@@ -24,26 +25,29 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")
 WARMUP_TEXT = "warm up"
-ClassifierItem = tuple[list[int], str]  # token ids and the text (for an n-gram head; else "")
+ClassifierItem = tuple[list[int], NgramText]  # token ids and the text as an n-gram head reads it
 
 
 class ClassifierItems:
-    """A classifier's items between processes: (ids, text), the text "" but for an n-gram head."""
+    """A classifier's items between processes: (ids, the text as its n-gram head reads it, NO_NGRAM without
+    one): the text's per-word work is done where it was tokenized, not on the thread that runs the batch."""
 
     def fits(self, values: list[Any]) -> bool:
         for v in values:
-            if not (type(v) is tuple and len(v) == 2 and type(v[0]) is list and type(v[1]) is str):
+            if not (type(v) is tuple and len(v) == 2 and type(v[0]) is list and type(v[1]) is NgramText):
                 return False
         return True
 
     def write(self, w: Writer, jobs: list[list[Any]]) -> None:
         items = [item for job in jobs for item in job]
         write_runs(w, [ids for ids, _ in items])
-        w.strings(text for _, text in items)
+        write_runs(w, [ngram.words for _, ngram in items], I64)  # crc32s: unsigned 32-bit
+        w.strings(ngram.padded for _, ngram in items)
 
     def read(self, r: Reader, sizes: list[int]) -> list[list[Any]]:
-        ids = read_runs(r, sum(sizes))
-        return split([*zip(ids, r.strings(len(ids)), strict=True)], sizes)
+        n = sum(sizes)
+        ids, words, padded = read_runs(r, n), read_runs(r, n, I64), r.strings(n)
+        return split([(i, NgramText(w, p)) for i, w, p in zip(ids, words, padded, strict=True)], sizes)
 
 
 class SentimentTask(Task):
@@ -114,11 +118,11 @@ class SentimentText:
     def __init__(self, name: str, tokenizer: Tokenizer, cfg: ModelConfig) -> None:
         self.name, self.tokenizer, self.cfg = name, tokenizer, cfg
         self.labels = list(cfg.labels)
-        self._texts = bool(cfg.ngram)  # an n-gram head hashes the text itself: it goes with the ids
+        self._texts = bool(cfg.ngram)  # an n-gram head hashes the text itself: its words go with the ids
 
     def tokenize(self, text: str) -> ClassifierItem:
         ids = classifier_ids(self.tokenizer, text, self.cfg)  # truncated to max_len like training
-        return ids, text if self._texts else ""
+        return ids, ngram_text(text) if self._texts else NO_NGRAM
 
     def costs(self, items: list[ClassifierItem]) -> list[int]:
         """Work units: each item's tokens."""
@@ -174,7 +178,7 @@ class SentimentHandler(SentimentText):
 
         from model.inference import classify_ids
 
-        ids, texts = [i for i, _ in items], [t for _, t in items]  # texts: an n-gram head hashes them here
+        ids, texts = [i for i, _ in items], [t for _, t in items]  # texts: an n-gram head hashes their words
         with torch.inference_mode():
             return classify_ids(self.model, ids, max(1, len(items)), graph, texts).tolist()  # (N, C)
 

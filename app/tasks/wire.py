@@ -88,13 +88,13 @@ class FloatRows:
         return [split(flat, [w] * n) for flat, n, w in zip(rows, sizes, widths, strict=True)]
 
 
-def write_runs(w: Writer, runs: list[list[int]]) -> None:
-    """Lists of ints (e.g. token ids) as two columns: their lengths, then their values."""
+def write_runs(w: Writer, runs: list[list[int]], code: str = I32) -> None:
+    """Lists of ints (e.g. token ids) as two columns: their lengths, then their values (as `code`)."""
     w.column([len(run) for run in runs], I32)
-    w.column([x for run in runs for x in run], I32)
+    w.column([x for run in runs for x in run], code)
 
 
-def read_runs(r: Reader, n: int) -> list[list[int]]:
+def read_runs(r: Reader, n: int, code: str = I32) -> list[list[int]]:
     """`n` lists written by write_runs."""
     lengths = r.column(I32, n)
-    return split(r.column(I32), lengths)
+    return split(r.column(code), lengths)

@@ -23,12 +23,13 @@ from app.tasks.handlers import DecodeKey, Sentence
 from app.tasks.sentiment import SentimentTask
 from app.tasks.served import SERVED
 from app.tasks.translation import TranslationTask
+from model.ngram_text import NO_NGRAM, NgramText
 from model.options import Hypothesis
 from model.unknowns import ALIGN_ALL, ALIGN_UNKNOWNS, Source
 
 SUBMIT = (
     CALL, 7, "submit",
-    ("sentiment", [("sentiment-en", None, [([5, 9, 2], ""), ([2**31 - 1, 0], "a text é")], [3, 2**40])], 123.25,
+    ("sentiment", [("sentiment-en", None, [([5, 9, 2], NO_NGRAM), ([2**31 - 1, 0], NgramText([2**32 - 1, 0], " a text é "))], [3, 2**40])], 123.25,
      "texts"),
     {}, ("rid-1", "10.0.0.7"), True,
 )  # fmt: skip
@@ -104,7 +105,7 @@ def test_any_string_fits_the_compact_sections() -> None:
         CALL,
         6,
         "submit",
-        ("sentiment", [("m", None, [([1], odd)], [1])], 1.0, "text"),
+        ("sentiment", [("m", None, [([1], NgramText([1], odd))], [1])], 1.0, "text"),
         {},
         (odd, odd),
         False,
@@ -119,7 +120,7 @@ def test_a_value_no_column_holds_sends_its_messages_pickled() -> None:
         CALL,
         9,
         "submit",
-        ("sentiment", [("m", None, [([2**31], "")], [1])], 1.0, "text"),
+        ("sentiment", [("m", None, [([2**31], NO_NGRAM)], [1])], 1.0, "text"),
         {},
         None,
         False,
@@ -130,7 +131,7 @@ def test_a_value_no_column_holds_sends_its_messages_pickled() -> None:
 
 def test_an_empty_frame_and_empty_strings() -> None:
     assert round_trip([]) == []
-    empty = (CALL, 0, "submit", ("", [("", None, [([], "")], [0])], 0.0, ""), {}, ("", ""), False)
+    empty = (CALL, 0, "submit", ("", [("", None, [([], NO_NGRAM)], [0])], 0.0, ""), {}, ("", ""), False)
     assert round_trip([empty]) == [empty]
 
 
@@ -286,14 +287,14 @@ def test_a_job_takes_the_kind_whose_items_and_key_fit() -> None:
         CALL,
         5,
         "submit",
-        ("x", [("m", DecodeKey("en", 2), [([5, 2], "")], [2])], 1.0, "text"),
+        ("x", [("m", DecodeKey("en", 2), [([5, 2], NO_NGRAM)], [2])], 1.0, "text"),
         {},
         None,
         False,
     )
     sentiment, translation = (SERVED.index(t) for t in (SentimentTask, TranslationTask))
-    assert items.item_kind([([5, 2], "")], None) == sentiment
-    assert items.item_kind([([5, 2], "")], DecodeKey("en", 2)) is None
+    assert items.item_kind([([5, 2], NO_NGRAM)], None) == sentiment
+    assert items.item_kind([([5, 2], NO_NGRAM)], DecodeKey("en", 2)) is None
     assert items.item_kind([], DecodeKey("en", 2)) == translation  # e.g. every sentence passed through
     assert sections([odd])[:2] == (0, 0)
     assert round_trip([odd]) == [odd]

@@ -14,7 +14,8 @@ import torch
 from model import SentimentClassifier, Tokenizer, load_checkpoint, save_checkpoint
 from model.inference import classify_ids, classify_texts
 from model.jit import compile_classifier
-from model.ngram import NgramSpec, bags, features, hash_texts
+from model.ngram import NgramSpec, bags, features, hash_texts, text_units
+from model.ngram_text import NO_NGRAM, NgramText, ngram_text
 from model.preprocess import classifier_ids
 from tests.conftest import tiny_sentiment_config
 
@@ -87,6 +88,21 @@ def _reference(text: str, spec: NgramSpec, buckets: int) -> list[int]:
                 salt = (kind * 10 + n + 1) * 0xD6E8FEB86659FD93 & M64
                 ids.add(mix((h + salt) & M64) % buckets)
     return sorted(ids)
+
+
+def test_a_text_split_where_it_is_tokenized_hashes_the_same() -> None:
+    """text_units of texts given as their ngram_text (what an HTTP process sends) equal those of the
+    strings, mixed in one batch too: the same units, so the same n-grams."""
+    texts = ["good movie", "", "GOOD<br />movie", "재밌다 👍 good", "a \ud800 b", "  ", "not a good movie !"]
+    from_strings = text_units(texts)
+    for given in (
+        [ngram_text(t) for t in texts],
+        [ngram_text(t) if i % 2 else t for i, t in enumerate(texts)],
+    ):
+        assert all(torch.equal(a, b) for a, b in zip(text_units(given), from_strings, strict=True))
+    words = [zlib.crc32(w) for w in (b"good", b",", b"good", b".")]
+    assert ngram_text("Good, good.") == NgramText(words, " good , good . ")
+    assert all(t.numel() == 0 for t in text_units([NO_NGRAM])[::2])
 
 
 def test_hashing_matches_its_definition_on_random_texts() -> None:
