@@ -24,6 +24,7 @@ from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
+from app.core.heap import freeze_startup
 from app.core.logs import configure_logging
 from app.core.metrics import Metrics
 from app.core.settings import Settings, load_settings
@@ -387,6 +388,7 @@ def main(argv: list[str]) -> int:
             f"cores {sorted(os.sched_getaffinity(0))}" if cores else "not pinned",
             settings.inference_workers_count(), settings.inference_threads(),
         )  # fmt: skip
+    freeze_startup()  # app/core/heap.py: the imports, out of the collector's full passes
     with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(_main(settings, path, http_workers, heartbeat_fd, metrics_dir, index, processes))
     return 0

@@ -12,6 +12,7 @@ import sys
 
 import uvicorn
 
+from app.core.heap import freeze_startup
 from app.core.logs import configure_logging
 from app.core.metrics import Metrics
 from app.core.settings import Settings, load_settings
@@ -46,6 +47,7 @@ def main(argv: list[str]) -> int:
         access_log=False,  # the gate writes the access line (APP_ACCESS_LOG)
         **server_options(settings, service.metrics),
     )
+    freeze_startup()  # app/core/heap.py: the imports and the app, out of the collector's full passes
     uvicorn.Server(config).run(sockets=[socket.socket(fileno=fd)])
     return 0
 
