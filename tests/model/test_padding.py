@@ -24,6 +24,7 @@ def test_pad_ids_matches_padding_by_hand(rows: int) -> None:
     assert got.tolist() == _by_hand(seqs, 3)
 
 
-def test_pad_ids_keeps_large_ids_and_empty_rows() -> None:
-    seqs = [[2**40, 7], [], [5]]
-    assert pad_ids(seqs, -1).tolist() == [[2**40, 7], [-1, -1], [5, -1]]
+@pytest.mark.parametrize("copies", [1, 100])  # a nested list, then array ops (ARRAY_PAD_MIN)
+def test_pad_ids_keeps_large_ids_and_empty_rows(copies: int) -> None:
+    seqs = [[2**40, 7], [], [5]] * copies
+    assert pad_ids(seqs, -1).tolist() == [[2**40, 7], [-1, -1], [5, -1]] * copies
