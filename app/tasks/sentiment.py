@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from app.core.columns import I64, Reader, Writer, split
+from app.core.columns import I64, U8, Reader, Writer, split
 from app.schemas import SentimentRequest, SentimentResponse, SentimentResult
 from app.tasks.sentiment_routes import TASK, models_for, sentiment_routes
 from app.tasks.task import Context, Disconnected, Job, Task, compile_or_stay_eager
@@ -41,12 +41,18 @@ class ClassifierItems:
     def write(self, w: Writer, jobs: list[list[Any]]) -> None:
         items = [item for job in jobs for item in job]
         write_runs(w, [ids for ids, _ in items])
-        write_runs(w, [ngram.words for _, ngram in items], I64)  # crc32s: unsigned 32-bit
-        w.strings(ngram.padded for _, ngram in items)
+        ngrams = any(ngram is not NO_NGRAM for _, ngram in items)  # else (most models) no columns for them
+        w.column([ngrams], U8)
+        if ngrams:
+            write_runs(w, [ngram.words for _, ngram in items], I64)  # crc32s: unsigned 32-bit
+            w.strings(ngram.padded for _, ngram in items)
 
     def read(self, r: Reader, sizes: list[int]) -> list[list[Any]]:
         n = sum(sizes)
-        ids, words, padded = read_runs(r, n), read_runs(r, n, I64), r.strings(n)
+        ids = read_runs(r, n)
+        if not r.column(U8, 1)[0]:
+            return split([(i, NO_NGRAM) for i in ids], sizes)
+        words, padded = read_runs(r, n, I64), r.strings(n)
         return split([(i, NgramText(w, p)) for i, w, p in zip(ids, words, padded, strict=True)], sizes)
 
 
