@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")
 WARMUP_TEXT = "warm up"
-ClassifierItem = tuple[list[int], NgramText]  # token ids and the text as an n-gram head reads it
+# token ids and the text as an n-gram head reads it: its NgramText (from an HTTP process), the text itself (in
+# the process that runs the model), NO_NGRAM without a head
+ClassifierItem = tuple[list[int], NgramText | str]
 
 
 class ClassifierItems:
@@ -121,6 +123,10 @@ class SentimentText:
     (`result`). No weights: an HTTP process (app.parallel.remote) runs it beside the model process's
     SentimentHandler, which is one too."""
 
+    # an n-gram head's words split where the text is tokenized, off the thread that runs the batch: in an HTTP
+    # process, whose work spreads over several (SentimentHandler leaves them to its batches)
+    split_words = True
+
     def __init__(self, name: str, tokenizer: Tokenizer, cfg: ModelConfig) -> None:
         self.name, self.tokenizer, self.cfg = name, tokenizer, cfg
         self.labels = list(cfg.labels)
@@ -128,7 +134,9 @@ class SentimentText:
 
     def tokenize(self, text: str) -> ClassifierItem:
         ids = classifier_ids(self.tokenizer, text, self.cfg)  # truncated to max_len like training
-        return ids, ngram_text(text) if self._texts else NO_NGRAM
+        if not self._texts:
+            return ids, NO_NGRAM
+        return ids, ngram_text(text) if self.split_words else text
 
     def costs(self, items: list[ClassifierItem]) -> list[int]:
         """Work units: each item's tokens."""
@@ -146,6 +154,10 @@ class SentimentText:
 
 class SentimentHandler(SentimentText):
     """Text -> [CLS]? ids + EOS -> class probabilities."""
+
+    # one process: its event loop tokenizes every request and holds the throughput, its batches hash the words
+    # (model.ngram.text_units); split here, the loop's extra work shrank the batches (BENCHMARKS.md)
+    split_words = False
 
     def __init__(self, loaded: LoadedModel, torchscript: bool = True) -> None:
         """torchscript: build the graph now (`compile`); else eager until `compile` runs (app.lifecycle:
