@@ -10,7 +10,6 @@ import sys
 
 import uvicorn
 
-from app.core.heap import freeze_startup
 from app.core.logs import configure_logging
 from app.core.settings import SettingsError, load_settings
 from app.edge.server_options import raise_fd_limit, server_options
@@ -52,7 +51,6 @@ def main() -> int:
     from app.main import create_app
 
     app = create_app(settings)
-    freeze_startup()  # app/core/heap.py: the imports and the app, out of the collector's full passes
     uvicorn.run(
         app,
         host=settings.host,
