@@ -8,8 +8,8 @@ Rows, CPU µs per POST /sentiment of one short text (bench.load's), each the bes
   validation, the JSON answer, the metrics and the request id), called with an ASGI scope and a body, around
   a stand-in service whose `answer` returns a fixed SentimentResponse at once (bench-only; never served);
 - the same with APP_FAST_PATH=false (FastAPI's own routing and dependencies);
-- text work: the checkpoint's SentimentText (tokenizing, its n-gram head's words, the result), what
-  RemoteService runs per text before and after the model process's batch.
+- text work: the checkpoint's text half as an HTTP process loads it (SentimentTask.load_text: tokenizing, an
+  n-gram head's words, the result), what RemoteService runs per text before and after the model process's batch.
 
 The rest of bench.ceiling's figure is uvicorn's protocol and the sockets (the bare ASGI row there) and the
 channel to the model process (frames, a write and a read per loop pass, a Future per call).
@@ -28,14 +28,12 @@ from typing import Any
 from app.core.metrics import Metrics
 from app.core.settings import Settings
 from app.main import create_app
+from app.registry import read_entry
 from app.schemas import SentimentResponse
-from app.tasks.sentiment import SentimentText
+from app.tasks.sentiment import SentimentTask
 from bench.load import EN_WORDS, texts
 from bench.machine import describe
 from bench.server import REPO
-from model.config import ModelConfig
-from model.files import load_tokenizer, read_config
-from model.tokenizer import Tokenizer
 
 ANSWER = SentimentResponse.model_validate(
     {
@@ -116,11 +114,9 @@ def stack_us(settings: Settings, body: bytes, n: int) -> float:
 
 def text_us(checkpoint: Path, inputs: list[str], n: int) -> float:
     """CPU µs per text of the checkpoint's text half: tokenize, then the result of fixed probabilities."""
-    meta = read_config(checkpoint)
-    cfg = ModelConfig.from_dict(meta["model"])
-    tokenizer = load_tokenizer(checkpoint, meta, cfg)
-    assert isinstance(tokenizer, Tokenizer)
-    text = SentimentText(checkpoint.name, tokenizer, cfg)
+    entry = read_entry(checkpoint)
+    assert entry is not None
+    text = SentimentTask().load_text(entry)  # what an HTTP process loads
     probs = [0.25, 0.75]
     best = float("inf")
     for _ in range(3):
