@@ -23,6 +23,7 @@ from app.core.errors import install_error_handlers
 from app.core.metrics import Metrics
 from app.core.settings import Settings, load_settings
 from app.edge.gate import Gate
+from app.edge.gated_app import GatedFastAPI
 from app.service import Service
 from app.serving import Serving
 
@@ -55,7 +56,7 @@ def create_app(
         finally:
             await service.stop()  # ready -> 503, drain the queues, stop the batchers and the thread
 
-    app = FastAPI(
+    app = GatedFastAPI(
         title="Transformer serving",
         version=__version__,
         description=DESCRIPTION,

@@ -49,7 +49,8 @@ _SANE_ID = re.compile(rb"[A-Za-z0-9._:+/=@-]{1,%d}" % MAX_ID_LENGTH)
 
 
 class Gate:
-    """Added last with app.add_middleware (so outermost); `routes`: the app's, read once the routers are in."""
+    """Added last with app.add_middleware (so outermost); app.edge.gated_app enters it directly. `routes`: the
+    app's, read once the routers are in."""
 
     def __init__(
         self, app: ASGIApp, settings: Settings, metrics: Metrics, routes: Sequence[BaseRoute]
