@@ -8,6 +8,7 @@ complete: a connection that never finishes its head holds a descriptor forever. 
   and at APP_MIN_BODY_RATE bytes/s on average after APP_BODY_RATE_GRACE_S (app/edge/body_rate.py; else 408);
 - APP_MAX_HEADER_BYTES and APP_MAX_HEADERS (431), checked before each read reaches the parser: httptools
   concatenates a header split over many reads (`bytes +=` per read, quadratic), uvicorn its URL likewise;
+- one write per answer: a response's head goes out with its body (app/edge/held_head.py);
 - APP_MAX_CONNECTIONS: past it a new connection closes one that waits for a request (idle or sending its
   head) or whose body lags below APP_MIN_BODY_RATE (408), in the order of IdleConnections.evict; never one whose
   body keeps the rate or whose request is with the app. With none to close it is refused: GET /health is
@@ -38,6 +39,7 @@ from uvicorn.server import ServerState
 from app.core.metrics import Metrics
 from app.core.settings import ENV_PREFIX, Settings
 from app.edge.body_rate import PRESSURE_GRACE_S, BodyRate
+from app.edge.held_head import HeldHead
 
 PROBE_PATHS = frozenset({"/health", "/ready"})  # answered on refused connections too: probes stay truthful
 REFUSAL_GRACE_S = 1.0  # a refused connection's time to send its request head (then the 503 can be read)
@@ -444,6 +446,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._arm(self.limits.body_timeout_s, self._body_timed_out)
         self._start_rate_check()
         super().on_headers_complete()
+        self.cycle.transport = HeldHead(self.transport, self.cycle)  # type: ignore[assignment]
         if self.refused or self.draining:
             self.cycle.keep_alive = False
 
