@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 import time
-import uuid
 from collections.abc import Sequence
 
 from fastapi.routing import APIRoute
@@ -33,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.core.errors import ADMIN_UNAUTHORIZED, Forbidden, ServiceError, Unauthorized, error_response
 from app.core.logs import log_access
 from app.core.metrics import METRICS_PATH, Metrics
-from app.core.request_id import CURRENT, RequestInfo
+from app.core.request_id import CURRENT, RequestInfo, new_id
 from app.core.settings import ENV_PREFIX, Settings
 from app.edge.api_key import ADMIN_PREFIX, authorized, needs_key
 from app.edge.body_limit import UPLOAD_SETTING, UPLOAD_SLACK, BodyTooLarge, limited, takes_file
@@ -98,7 +97,7 @@ class Gate:
         given = next((value for name, value in scope["headers"] if name == REQUEST_ID), b"")  # the first
         client = scope.get("client")
         request = RequestInfo(
-            given.decode("ascii") if _SANE_ID.fullmatch(given) else uuid.uuid4().hex,
+            given.decode("ascii") if _SANE_ID.fullmatch(given) else new_id(),
             client[0] if client else "",
         )
         token = CURRENT.set(request)  # this task's: the route, the service and the batch queue read it

@@ -9,6 +9,7 @@ import logging
 import re
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +23,7 @@ from fastapi import FastAPI
 from app import __version__
 from app.core.logs import JsonFormatter, RequestIdFilter, TextFormatter
 from app.core.metrics import NAMESPACE
+from app.core.request_id import new_id
 from app.core.settings import REPO_ROOT, Settings, SettingsError, load_settings
 from app.tasks.sentiment import ClassifierItem, SentimentHandler
 from bench.server import free_port, server_env, stop, wait_ready
@@ -346,3 +348,11 @@ def test_metrics_key_and_public_metrics_exclude_each_other(monkeypatch: pytest.M
     assert "sup3rsecret" not in str(e.value)
     monkeypatch.setenv("APP_METRICS_API_KEY", "")  # empty = unset
     assert load_settings().metrics_public
+
+
+def test_new_request_ids_are_distinct_uuid4s() -> None:
+    ids = [new_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for i in ids:
+        u = uuid.UUID(i)
+        assert (u.hex, u.version, u.variant) == (i, 4, uuid.RFC_4122)
