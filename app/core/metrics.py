@@ -9,11 +9,13 @@ apart).
 
 from __future__ import annotations
 
+import itertools
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
@@ -23,6 +25,17 @@ METRICS_PATH = "/metrics"
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def pid_once() -> None:
+    """In prometheus_client's multiprocess mode (PROMETHEUS_MULTIPROC_DIR: app/parallel's HTTP processes),
+    each value's every inc and observe asks the kernel for the pid (getpid, a system call: about a dozen a
+    request), to start new files after a fork. A process that never forks after start can read it once: call
+    this before its first metric."""
+    if getattr(values.ValueClass, "_multiprocess", False):
+        values.ValueClass = values.MultiProcessValue(
+            process_identifier=itertools.repeat(os.getpid()).__next__
+        )
 
 
 class Metrics:

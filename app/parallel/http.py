@@ -14,7 +14,7 @@ import uvicorn
 
 from app.core.heap import freeze_startup
 from app.core.logs import configure_logging
-from app.core.metrics import Metrics
+from app.core.metrics import Metrics, pid_once
 from app.core.settings import Settings, load_settings
 from app.edge.server_options import raise_fd_limit, server_options
 from app.main import create_app
@@ -36,6 +36,7 @@ def main(argv: list[str]) -> int:
     configure_logging(settings.log_format, settings.log_level)
     die_with_parent()
     raise_fd_limit(settings.max_connections)
+    pid_once()  # it never forks
     service = RemoteService(settings, Metrics(), paths)
     if AttentionTask.name in service.tasks:  # its part of the PNG requests at once (its renderer draws them)
         service.task(AttentionTask).png.limit = max(1, MAX_PNG_REQUESTS // http_workers)
