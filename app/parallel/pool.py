@@ -15,6 +15,7 @@ never turns the server's state back to loading.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -67,11 +68,19 @@ class ModelPool:
         n = len(self.channels)
         self._turn += 1
         live = self.answering(stall_s)
+        if len(live) < 2:
+            return live
         return sorted(live, key=lambda i: (self.in_flight[i], (i - self._turn) % n))
 
     def answering(self, stall_s: float) -> list[int]:
         """The model processes in the rotation that are connected and have spoken within `stall_s`."""
-        return [i for i in self._live() if self.channels[i].silent_for() <= stall_s]
+        heard = asyncio.get_running_loop().time() - stall_s  # (Channel.silent_for, one clock read for all)
+        joined = self.joined
+        return [
+            i
+            for i, c in enumerate(self.channels)
+            if joined[i] and not c.closed.done() and c.last_heard >= heard
+        ]
 
     def _live(self) -> list[int]:
         return [i for i, c in enumerate(self.channels) if self.joined[i] and not c.closed.done()]

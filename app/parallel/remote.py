@@ -267,7 +267,7 @@ class RemoteService(TaskContext):
         CANCEL: its task there is cancelled, its queued items dropped)."""
         # fail fast when no model process answers: a call sent now would outlast the supervisor's kill of a
         # silent one (with several, a silent one is only left out of the rotation: ModelPool.order)
-        if (silent := self._silent()) is not None and not self.pool.answering(STALL_S):
+        if not self.pool.answering(STALL_S) and (silent := self._silent()) is not None:
             raise Unavailable(self._silence(*silent), retry_after=1)
         timeout_s = self.settings.request_timeout_s
         limit = asyncio.timeout(timeout_s + DEADLINE_MARGIN_S)
