@@ -40,6 +40,7 @@ from app.core.metrics import Metrics
 from app.core.settings import ENV_PREFIX, Settings
 from app.edge.body_rate import PRESSURE_GRACE_S, BodyRate
 from app.edge.held_head import HeldHead
+from app.edge.lazy_timer import LazyTimer
 
 PROBE_PATHS = frozenset({"/health", "/ready"})  # answered on refused connections too: probes stay truthful
 REFUSAL_GRACE_S = 1.0  # a refused connection's time to send its request head (then the 503 can be read)
@@ -161,7 +162,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.idle_connections = _idle_connections.setdefault(server_state, IdleConnections())
         # waiting for: a request (idle), the rest of its head, its body, the app's answer
         self.phase: Literal["idle", "head", "body", "app", "closing"] = "idle"
-        self.deadline: asyncio.TimerHandle | None = None
+        self.deadline = LazyTimer(self.loop)  # the head's or the body's, or the linger after a refusal
         self.head_begun = False  # a byte of the current request head has arrived
         self.head_bytes = 0  # bytes of whole reads fed while one head was in progress (the parser's buffer)
         self.head_size = 0  # bytes of the URL and complete header fields parsed so far (exact)
@@ -170,7 +171,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.refused = False
         self.draining = False  # shut down while waiting for a request: the next one gets a 503
         self.rate = BodyRate(self.limits.min_body_rate, self.limits.body_rate_grace_s)
-        self.rate_check: asyncio.TimerHandle | None = None  # when the body may fall below the minimum rate
+        self.rate_check = LazyTimer(self.loop)  # when the body may fall below the minimum rate
 
     # --- connection admission -------------------------------------------------------------------------
 
@@ -194,8 +195,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._arm(REFUSAL_GRACE_S if self.refused else limits.header_timeout_s, self._head_timed_out)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        self._stop_rate_check()
+        self.deadline.close()
+        self.rate_check.close()
         self.idle_connections.busy(self)
         if self.refused:
             self.refused = False
@@ -227,14 +228,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     # --- deadlines ------------------------------------------------------------------------------------
 
     def _arm(self, seconds: float, expired: Any) -> None:
-        self._disarm()
-        self.deadline = self.loop.call_later(seconds, expired)
+        self.deadline.set_in(seconds, expired)
 
     def _disarm(self) -> None:
-        self.deadline = _cancelled(self.deadline)
+        self.deadline.clear()
 
     def _head_timed_out(self) -> None:
-        self.deadline = None
         if self.transport.is_closing():
             return
         if not self.refused:  # (a refused one was counted as such)
@@ -249,7 +248,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._reply(408, f"request headers not received within {seconds:g} s ({ENV_PREFIX}HEADER_TIMEOUT_S)")
 
     def _body_timed_out(self) -> None:
-        self.deadline = None
         if self.transport.is_closing():
             return
         if self.flow.read_paused:  # we stopped reading (the app has not taken the body yet): not the client
@@ -290,14 +288,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._stop_rate_check()
         self.rate.restart(self.loop.time())
         if self.rate.rate > 0:
-            self.rate_check = self.loop.call_at(self.rate.due(), self._check_rate)
+            self.rate_check.set(self.rate.due(), self._check_rate)
 
     def _stop_rate_check(self) -> None:
-        self.rate_check = _cancelled(self.rate_check)
+        self.rate_check.clear()
 
     def _check_rate(self) -> None:
         """At the time the body would fall below the rate: cut it if it has, else look again when it may."""
-        self.rate_check = None
         if self.phase != "body" or self.transport.is_closing():
             return
         now = self.loop.time()
@@ -306,7 +303,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         elif self.rate.too_slow(now):
             self.cut_body("body_too_slow")
         else:
-            self.rate_check = self.loop.call_at(self.rate.due(), self._check_rate)
+            self.rate_check.set(self.rate.due(), self._check_rate)
 
     def shutdown(self) -> None:
         waiting = self.cycle is None or self.cycle.response_complete
@@ -369,7 +366,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.can_write_eof():
             self.transport.write_eof()  # after the answer; the client sees its end and closes
         if linger > 0:
-            self.deadline = self.loop.call_later(linger, self.transport.close)
+            self._arm(linger, self.transport.close)
         else:
             self.transport.close()
 
@@ -409,7 +406,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self.phase, self.head_begun = "head", True
         self.head_size = self.head_count = 0
-        if self.deadline is None:  # a request after a kept-alive answer, or pipelined behind one
+        if not self.deadline.pending:  # a request after a kept-alive answer, or pipelined behind one
             self._arm(self.limits.header_timeout_s, self._head_timed_out)
 
     def on_url(self, url: bytes) -> None:
@@ -492,12 +489,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.phase = "idle"
         self._disarm()
         self.idle_connections.wait(self)
-
-
-def _cancelled(timer: asyncio.TimerHandle | None) -> None:
-    """Cancel a pending timer (None: none); None, to store in its place."""
-    if timer is not None:
-        timer.cancel()
 
 
 def _detail(message: str) -> bytes:
