@@ -22,8 +22,7 @@ from app.api.routes import admin, attention, demo, detect, files, glossaries, se
 from app.core.errors import install_error_handlers
 from app.core.metrics import Metrics
 from app.core.settings import Settings, load_settings
-from app.edge.gate import Gate
-from app.edge.gated_app import GatedFastAPI
+from app.edge.gate import Gate, GatedFastAPI
 from app.service import Service
 from app.serving import Serving
 

@@ -8,13 +8,8 @@ logs under the ids of its requests, and records on each request which model ran 
 
 from __future__ import annotations
 
-import os
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-
-# uuid4's version (4) and variant (RFC 4122) bits, set on 128 random bits as uuid.uuid4() does
-_UUID4_KEEP = ~(0xF000 << 64) & ~(0xC000 << 48)
-_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
 
 
 @dataclass(eq=False, slots=True)
@@ -39,8 +34,3 @@ CURRENT: ContextVar[RequestInfo | None] = ContextVar("request", default=None)
 def current_id() -> str | None:
     info = CURRENT.get()
     return info.id if info is not None else None
-
-
-def new_id() -> str:
-    """A new request id: a uuid4 as 32 hex digits (uuid.uuid4().hex, without building a UUID object)."""
-    return f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_KEEP | _UUID4_SET:032x}"

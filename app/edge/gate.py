@@ -14,14 +14,25 @@ function's call, which this layer awaits and sends as JSON, or FastAPI routes th
 (BodyTooLarge once past the limit), by the lean path's reader or here. An unexpected error becomes a JSON 500
 inside CORS (Starlette's own 500 handler runs outside every middleware: a browser page would see a network
 error instead).
+
+`GatedFastAPI` is the app itself: it sends each HTTP request straight to the gate once the middleware stack is
+built, as Starlette would have (scope["app"], the root path). FastAPI's own outer layers (a check of whether
+OpenTelemetry is configured, a few environment lookups; Starlette's call; ServerErrorMiddleware,
+ExceptionTelemetryMiddleware, AppBodyLimitMiddleware) do nothing for the gate's requests: it answers every error
+that comes before the response has started, and keeps its own body limits. Their frames cost more per request
+than the gate itself (BENCHMARKS.md, "The machinery's ceiling"). With OpenTelemetry configured at the first
+request, or no gate in the stack, requests take FastAPI's way, so its spans still wrap them.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Sequence
+from typing import Any
 
+from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
@@ -32,7 +43,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.core.errors import ADMIN_UNAUTHORIZED, Forbidden, ServiceError, Unauthorized, error_response
 from app.core.logs import log_access
 from app.core.metrics import METRICS_PATH, Metrics
-from app.core.request_id import CURRENT, RequestInfo, new_id
+from app.core.request_id import CURRENT, RequestInfo
 from app.core.settings import ENV_PREFIX, Settings
 from app.edge.api_key import ADMIN_PREFIX, authorized, needs_key
 from app.edge.body_limit import UPLOAD_SETTING, UPLOAD_SLACK, BodyTooLarge, limited, takes_file
@@ -45,11 +56,19 @@ MAX_ID_LENGTH = 128
 # a client's id is kept when it is 1-128 of these (uuids, trace ids, base64): nothing that could break a log
 # line or a header; anything else is replaced by a new id
 _SANE_ID = re.compile(rb"[A-Za-z0-9._:+/=@-]{1,%d}" % MAX_ID_LENGTH)
+# uuid4's version (4) and variant (RFC 4122) bits, set on 128 random bits as uuid.uuid4() does
+_UUID4_KEEP = ~(0xF000 << 64) & ~(0xC000 << 48)
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
+
+
+def new_id() -> str:
+    """A new request id: a uuid4 as 32 hex digits (uuid.uuid4().hex, without building a UUID object)."""
+    return f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_KEEP | _UUID4_SET:032x}"
 
 
 class Gate:
-    """Added last with app.add_middleware (so outermost); app.edge.gated_app enters it directly. `routes`: the
-    app's, read once the routers are in."""
+    """Added last with app.add_middleware (so outermost); GatedFastAPI enters it directly. `routes`: the app's,
+    read once the routers are in."""
 
     def __init__(
         self, app: ASGIApp, settings: Settings, metrics: Metrics, routes: Sequence[BaseRoute]
@@ -291,3 +310,43 @@ def _codings(value: bytes) -> set[str]:
 def _shown(value: bytes, limit: int = 40) -> str:
     text = value.decode("latin-1").strip()
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+# --- the app that enters at the gate ---------------------------------------------------------------
+
+MAX_DEPTH = 16  # layers searched for the gate below the stack's top
+
+
+class GatedFastAPI(FastAPI):
+    """FastAPI, its HTTP requests sent to the gate among its middleware once the stack is built."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.found = False  # whether the first HTTP request has looked for the gate
+        self.gate: Gate | None = None  # None: FastAPI's own way
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":  # (not lifespan; this app has no websockets)
+            if not self.found:
+                self.gate, self.found = self._gate(), True
+            if (gate := self.gate) is not None:
+                if self.root_path:
+                    scope["root_path"] = self.root_path
+                scope["app"] = self
+                await gate(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+    def _gate(self) -> Gate | None:
+        """The gate, found below FastAPI's own layers; None when telemetry is on (its spans wrap every
+        request) or the stack has no gate."""
+        if self._native_telemetry.enabled():
+            return None
+        if self.middleware_stack is None:
+            self.middleware_stack = self.build_middleware_stack()
+        layer: Any = self.middleware_stack
+        for _ in range(MAX_DEPTH):
+            if isinstance(layer, Gate):
+                return layer
+            layer = getattr(layer, "app", None)
+        return None

@@ -1,4 +1,4 @@
-"""app.edge.gated_app.GatedFastAPI: HTTP requests enter at the gate, past FastAPI's own outer layers, and are
+"""app.edge.gate.GatedFastAPI: HTTP requests enter at the gate, past FastAPI's own outer layers, and are
 answered exactly as through them."""
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from opentelemetry.trace import NoOpTracerProvider
 
 from app.core.metrics import Metrics
 from app.core.settings import Settings
-from app.edge.gate import Gate
-from app.edge.gated_app import GatedFastAPI
+from app.edge.gate import Gate, GatedFastAPI
 
 pytestmark = pytest.mark.anyio
 

@@ -23,8 +23,8 @@ from fastapi import FastAPI
 from app import __version__
 from app.core.logs import JsonFormatter, RequestIdFilter, TextFormatter
 from app.core.metrics import NAMESPACE
-from app.core.request_id import new_id
 from app.core.settings import REPO_ROOT, Settings, SettingsError, load_settings
+from app.edge.gate import new_id
 from app.tasks.sentiment import ClassifierItem, SentimentHandler
 from bench.server import free_port, server_env, stop, wait_ready
 from tests.app.conftest import EAGER, eventually, serve
