@@ -36,11 +36,11 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from app.core.lazy_timer import LazyTimer
 from app.core.metrics import Metrics
 from app.core.settings import ENV_PREFIX, Settings
 from app.edge.body_rate import PRESSURE_GRACE_S, BodyRate
 from app.edge.held_head import HeldHead
-from app.edge.lazy_timer import LazyTimer
 
 PROBE_PATHS = frozenset({"/health", "/ready"})  # answered on refused connections too: probes stay truthful
 REFUSAL_GRACE_S = 1.0  # a refused connection's time to send its request head (then the 503 can be read)

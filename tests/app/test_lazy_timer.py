@@ -1,4 +1,4 @@
-"""app.edge.lazy_timer.LazyTimer: the callback runs once at the due time last set, never when cleared, and
+"""app.core.lazy_timer.LazyTimer: the callback runs once at the due time last set, never when cleared, and
 moving the due time later arms no new loop timer."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from app.edge.lazy_timer import LazyTimer
+from app.core.lazy_timer import LazyTimer
 
 pytestmark = pytest.mark.anyio
 
