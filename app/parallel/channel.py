@@ -28,6 +28,7 @@ from app.batching.wait import WATCH_AFTER_S, Disconnected
 from app.core.errors import ClientDisconnected
 from app.core.request_id import CURRENT, RequestInfo
 from app.parallel import frames
+from app.parallel.call_timers import EXPIRE, WATCH, CallTimers
 from app.parallel.frames import HEADER, MAX_FRAME, BadFrame
 from app.parallel.io_threads import IOThreads
 
@@ -54,6 +55,10 @@ class ChannelClosed(ConnectionError):
     """The process at the other end has gone (or the channel was closed)."""
 
 
+class CallExpired(TimeoutError):
+    """A call given up at its `expires` time (the other end was told to cancel it)."""
+
+
 class Channel:
     """One end of a connection between two processes. `handlers`: method name -> async function(*args,
     disconnected=..., **kwargs) for calls from the other end; notes (one-way, no answer) go to the same
@@ -76,6 +81,9 @@ class Channel:
         self.closed = asyncio.get_running_loop().create_future()  # set to None once closed
         self.last_heard = asyncio.get_running_loop().time()  # when the last frame arrived (loop.time())
         self._out: list[tuple[Any, ...]] = []  # messages waiting for this loop pass's frame
+        # our calls' watch starts and deadlines (app/parallel/call_timers.py); the watchers started
+        self._timers = CallTimers(asyncio.get_running_loop(), self._waiting, self._due)
+        self._watchers: dict[int, asyncio.Task[None]] = {}
 
     @classmethod
     def threaded(cls, sock: socket.socket, handlers: dict[str, Handler | Immediate]) -> Channel:
@@ -98,17 +106,30 @@ class Channel:
 
     # --- our calls --------------------------------------------------------------------------------------
 
-    async def call(self, method: str, *args: Any, disconnected: Disconnected = None, **kwargs: Any) -> Any:
+    async def call(
+        self,
+        method: str,
+        *args: Any,
+        disconnected: Disconnected = None,
+        expires: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """The other end's `handlers[method](*args, **kwargs)`; its exception is raised here (ChannelClosed
-        when it goes away first)."""
+        when it goes away first). `disconnected`: the caller's client, watched from WATCH_AFTER_S on (LEFT
+        when it leaves); `expires`: the loop time at which the call is given up (CallExpired here, CANCEL
+        there)."""
         if self.closed.done():
             raise ChannelClosed("the other process has gone")
         call_id = next(self._ids)
         info = CURRENT.get()
-        reply = self._waiting[call_id] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        reply = self._waiting[call_id] = loop.create_future()
         who = (info.id, info.client) if info else None  # the client: the model process's fair queues
         self._send((CALL, call_id, method, args, kwargs, who, disconnected is not None))
-        watcher = _Watch(disconnected, lambda: self._send((LEFT, call_id))) if disconnected else None
+        if disconnected is not None:
+            self._timers.add(loop.time() + WATCH_AFTER_S, call_id, WATCH, disconnected)
+        if expires is not None:
+            self._timers.add(expires, call_id, EXPIRE)
         try:
             ok, value, ran = await reply
         except asyncio.CancelledError:
@@ -116,7 +137,7 @@ class Channel:
             raise
         finally:
             self._waiting.pop(call_id, None)
-            if watcher is not None:
+            if (watcher := self._watchers.pop(call_id, None)) is not None:
                 watcher.cancel()
         if info is not None:  # the access line's model and batch size
             for model in ran[0]:
@@ -124,6 +145,19 @@ class Channel:
         if not ok:
             raise rebuild(*value)
         return value
+
+    def _due(self, call_id: int, kind: int, disconnected: Any) -> None:
+        """A call of ours still waiting at a due time: its client watched from now on, or expired."""
+        if kind == WATCH:
+            watcher = self._watchers[call_id] = asyncio.ensure_future(disconnected())
+            watcher.add_done_callback(partial(self._left, call_id))
+        elif not (reply := self._waiting[call_id]).done():  # (not answered in this loop pass)
+            self._send((CANCEL, call_id))
+            reply.set_exception(CallExpired())
+
+    def _left(self, call_id: int, watcher: asyncio.Task[None]) -> None:
+        if not watcher.cancelled() and watcher.exception() is None and call_id in self._waiting:
+            self._send((LEFT, call_id))
 
     def silent_for(self) -> float:
         """Seconds since the other end last sent anything."""
@@ -273,6 +307,7 @@ class Channel:
         if self.closed.done():
             return
         self.closed.set_result(None)
+        self._timers.close()
         for reply in self._waiting.values():
             if not reply.done():
                 reply.set_result((False, (ChannelClosed, ("the other process has gone",), {}), ((), 0)))
@@ -351,25 +386,3 @@ class _Gather:
         for part in self.parts:
             part.cancel()
         self.parts.clear()
-
-
-class _Watch:
-    """After WATCH_AFTER_S (most answers come sooner), wait for the client to leave, then on_left()."""
-
-    def __init__(self, disconnected: Callable[[], Awaitable[None]], on_left: Callable[[], None]) -> None:
-        self.disconnected, self.on_left = disconnected, on_left
-        self.task: asyncio.Task[None] | None = None
-        self.timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._start)
-
-    def _start(self) -> None:
-        self.task = asyncio.ensure_future(self.disconnected())
-        self.task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is None:
-            self.on_left()
-
-    def cancel(self) -> None:
-        self.timer.cancel()
-        if self.task is not None:
-            self.task.cancel()

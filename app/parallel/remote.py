@@ -42,7 +42,7 @@ from app.core.errors import Conflict, DeadlineExceeded, ServiceError, Unavailabl
 from app.core.limits import Limits
 from app.core.metrics import Metrics
 from app.core.settings import Settings
-from app.parallel.channel import Channel, ChannelClosed
+from app.parallel.channel import CallExpired, Channel, ChannelClosed
 from app.parallel.connect import connect, reconnect
 from app.parallel.heartbeat import DEADLINE_MARGIN_S, HEARTBEAT_S, STALL_S
 from app.parallel.merge import METRICS_TIMEOUT_S, count_process, merge, render
@@ -270,13 +270,10 @@ class RemoteService(TaskContext):
         if not self.pool.answering(STALL_S) and (silent := self._silent()) is not None:
             raise Unavailable(self._silence(*silent), retry_after=1)
         timeout_s = self.settings.request_timeout_s
-        limit = asyncio.timeout(timeout_s + DEADLINE_MARGIN_S)
+        expires = asyncio.get_running_loop().time() + timeout_s + DEADLINE_MARGIN_S
         try:
-            async with limit:
-                return await self._call(method, *args, items=items, **kwargs)
-        except TimeoutError:
-            if not limit.expired():  # raised by the model process's code, not our limit
-                raise
+            return await self._call(method, *args, items=items, expires=expires, **kwargs)
+        except CallExpired:
             raise DeadlineExceeded.after(timeout_s) from None
 
     async def _call(self, method: str, *args: Any, items: int = 1, **kwargs: Any) -> Any:

@@ -15,7 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from app.core.errors import ClientDisconnected, QueueFull, invalid
 from app.core.request_id import CURRENT, RequestInfo
 from app.core.settings import Settings
-from app.parallel.channel import Channel, ChannelClosed, Immediate
+from app.parallel.call_timers import SLACK
+from app.parallel.channel import CallExpired, Channel, ChannelClosed, Immediate
 from app.parallel.frames import HEADER
 from app.parallel.http import share
 from app.parallel.merge import merge, render
@@ -157,6 +158,26 @@ async def test_a_cancelled_call_cancels_the_callee(pair: tuple[Channel, Callee])
     await callee.started.wait()
     call.cancel()
     await asyncio.wait_for(callee.cancelled.wait(), 10)
+
+
+async def test_an_expired_call_raises_here_and_is_cancelled_there(pair: tuple[Channel, Callee]) -> None:
+    caller, callee = pair
+    loop = asyncio.get_running_loop()
+    with pytest.raises(CallExpired):
+        await caller.call("forever", expires=loop.time() + 0.05)
+    await asyncio.wait_for(callee.cancelled.wait(), 10)
+    assert await caller.call("echo", 1, expires=loop.time() + 30) == ((1,), {}, None)  # answered in time
+
+
+async def test_answered_calls_leave_no_timers_behind(pair: tuple[Channel, Callee]) -> None:
+    caller, _ = pair
+    gone = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for i in range(500):
+        await caller.call("echo", i, disconnected=gone.wait, expires=loop.time() + 30)
+    timers = caller._timers
+    assert len(timers.heap) <= 2 * len(caller._waiting) + SLACK + 1  # answered calls' entries dropped
+    assert not caller._watchers  # none answered late enough to start watching
 
 
 async def test_calls_fail_when_the_other_end_goes(pair: tuple[Channel, Callee]) -> None:
