@@ -1,5 +1,6 @@
 """A lean path for the POST routes whose inputs are one JSON body and dependencies that need only the request
-(APP_FAST_PATH, on by default): today /sentiment, /translate and /detect.
+(APP_FAST_PATH, on by default): today /sentiment, /translate and /detect; and for those whose function reads
+the request itself and returns its Response (the LibreTranslate API's /translate and /detect: JSON or a form).
 
 FastAPI's per-request machinery (matching across every router, solving each dependency, validating the
 response model again) costs more CPU per request than the whole rest of a request's path: the A/B in
@@ -40,18 +41,19 @@ JSON = b"application/json"
 @dataclass(frozen=True)
 class LeanRoute:
     route: APIRoute
-    body: str  # the route function's parameter for the request model
-    request: type[BaseModel]
-    response: TypeAdapter[Any]
+    body: str  # the route function's parameter for the request model ("": it reads the request itself)
+    request: type[BaseModel] | None  # None: the function reads the request and returns its Response
+    response: TypeAdapter[Any] | None
     dependencies: list[Dependant]  # those that do something (not API_KEY's)
 
 
 class LeanCall(NamedTuple):
     """A lean route's function called on its request (`answer`, to await) and how its result is sent: the
-    route's response model, with its response_model_exclude_none."""
+    route's response model, with its response_model_exclude_none; None: the result is a Response, sent as
+    it is."""
 
     answer: Coroutine[Any, Any, Any]
-    response: TypeAdapter[Any]
+    response: TypeAdapter[Any] | None
     exclude_none: bool
 
 
@@ -59,11 +61,26 @@ def lean_routes(routes: Sequence[BaseRoute]) -> dict[str, LeanRoute]:
     """The routes this path serves, by path."""
     lean = {}
     for route in routes:
-        if isinstance(route, APIRoute) and (model := _lean_body(route)) is not None:
+        if not isinstance(route, APIRoute):
+            continue
+        deps = [d for d in route.dependant.dependencies if not documents_only(d.call)]
+        if (model := _lean_body(route)) is not None:
             name = route.dependant.body_params[0].name
-            deps = [d for d in route.dependant.dependencies if not documents_only(d.call)]
             lean[route.path] = LeanRoute(route, name, model, TypeAdapter(route.response_model), deps)
+        elif _reads_request(route):
+            lean[route.path] = LeanRoute(route, "", None, None, deps)
     return lean
+
+
+def _reads_request(route: APIRoute) -> bool:
+    """A POST to a fixed path whose function takes the request (or nothing) and request-only dependencies,
+    and returns its own Response (no response model): it reads the body itself."""
+    d = route.dependant
+    if route.methods != {"POST"} or route.param_convertors or route.response_model is not None:
+        return False
+    if d.body_params or _reads_more(d) or not inspect.iscoroutinefunction(route.endpoint):
+        return False
+    return all(_request_only(sub) for sub in d.dependencies)
 
 
 def _lean_body(route: APIRoute) -> type[BaseModel] | None:
@@ -114,6 +131,12 @@ class FastPath:
         if lean is None:
             await self.app(scope, limited(receive, self.max_body_bytes), send)
             return None
+        if lean.request is None:  # it reads the request itself, with the body counted as FastAPI's is
+            scope["route"] = lean.route
+            connection = Request(scope, limited(receive, self.max_body_bytes))
+            name = lean.route.dependant.request_param_name
+            kwargs = await _solved(lean, connection, {name: connection} if name else {})
+            return LeanCall(lean.route.endpoint(**kwargs), None, False)
         body = await _read_body(receive, self.max_body_bytes)  # BodyTooLarge: the gate answers 413
         try:
             request = lean.request.model_validate_json(body)
@@ -121,12 +144,7 @@ class FastPath:
             await self.app(scope, _replay(body, receive), send)
             return None
         scope["route"] = lean.route  # as routing would: the gate's metric label
-        connection = Request(scope, receive)
-        kwargs = {lean.body: request}
-        for dep in lean.dependencies:
-            value = await dep.call(**({dep.request_param_name: connection} if dep.request_param_name else {}))
-            if dep.name is not None:
-                kwargs[dep.name] = value
+        kwargs = await _solved(lean, Request(scope, receive), {lean.body: request})
         return LeanCall(lean.route.endpoint(**kwargs), lean.response, lean.route.response_model_exclude_none)
 
     def _lean(self, scope: Scope) -> LeanRoute | None:
@@ -137,8 +155,20 @@ class FastPath:
         lean = self.routes.get(route_path(scope))
         if lean is None or scope["app"].dependency_overrides:
             return None
+        if lean.request is None:  # (any body: the function reads it)
+            return lean
         content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
         return lean if content_type.split(b";", 1)[0].strip().lower() == JSON else None
+
+
+async def _solved(lean: LeanRoute, connection: Request, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`kwargs` and the route's dependencies, each called as FastAPI calls it (with the request if it takes
+    it)."""
+    for dep in lean.dependencies:
+        value = await dep.call(**({dep.request_param_name: connection} if dep.request_param_name else {}))
+        if dep.name is not None:
+            kwargs[dep.name] = value
+    return kwargs
 
 
 def route_path(scope: Scope) -> str:

@@ -166,7 +166,11 @@ class Gate:
                 await self.app(scope, limited(receive, self.max_upload_bytes, UPLOAD_SETTING), send_started)
             elif self.fast is None:
                 await self.app(scope, limited(receive, self.max_body_bytes), send_started)
-            elif (call := await self.fast.prepare(scope, receive, send_started)) is not None:
+            elif (call := await self.fast.prepare(scope, receive, send_started)) is None:
+                pass  # FastAPI has answered
+            elif call.response is None:  # the function's own Response
+                await (await call.answer)(scope, receive, send_started)
+            else:
                 payload = call.response.dump_json(await call.answer, exclude_none=call.exclude_none)
                 headers = [(b"content-type", JSON), (b"content-length", str(len(payload)).encode())]
                 await send_started({"type": "http.response.start", "status": 200, "headers": headers})

@@ -1,4 +1,5 @@
-"""APP_FAST_PATH: the lean path for JSON POST routes answers exactly as FastAPI does, and runs the routes."""
+"""APP_FAST_PATH: the lean path for JSON POST routes (and those that read the request themselves) answers exactly
+as FastAPI does, and runs the routes."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.anyio
 
 Req = tuple[str, dict[str, Any] | bytes, dict[str, str]]
 JSON = {"content-type": "application/json"}
+FORM = {"content-type": "application/x-www-form-urlencoded"}
 VALID: list[Req] = [
     ("/sentiment", {"text": "a good film"}, {}),
     ("/sentiment", {"texts": ["bad", "좋아요", "fine"]}, {}),
@@ -42,11 +44,19 @@ VALID: list[Req] = [
     ),  # fmt: skip
     ("/translate", {"texts": ["bonjour", "merci"], "source_lang": "fr", "beam_size": 1}, {}),
     ("/translate", {"text": "hallo", "source_lang": "de", "target_lang": "fr"}, {}),
+    # the LibreTranslate API's routes read the request themselves: JSON or a form, on the lean path too
+    ("/libretranslate/translate", {"q": "le chat", "source": "fr", "target": "en"}, {}),
+    ("/libretranslate/translate", b"q=bonjour&q=merci&source=fr&target=en", FORM),
+    ("/libretranslate/detect", {"q": "le chat dort"}, {}),
 ]
 SERVICE_ERRORS: list[Req] = [  # valid bodies the service refuses: answered on the fast path too
     ("/sentiment", {"texts": ["a"] * 1000}, {}),
     ("/sentiment", {"text": "x", "model": "nope"}, {}),
     ("/translate", {"text": "x", "source_lang": "xx"}, {}),
+    ("/libretranslate/translate", {"q": "x", "source": "xx", "target": "en"}, {}),
+    ("/libretranslate/translate", b'{"q": "unterminated', JSON),
+    ("/libretranslate/translate", b"q=x", {"content-type": "text/plain"}),
+    ("/libretranslate/suggest", {}, {}),
 ]
 DEFERRED: list[Req] = [  # FastAPI answers: invalid bodies (replayed), other content types
     ("/sentiment", {"text": ""}, {}),
@@ -112,6 +122,10 @@ def test_the_lean_routes_are_read_from_the_api_routes(app: FastAPI) -> None:
         "/sentiment": (SentimentRequest, "body", False),
         "/translate": (TranslateRequest, "body", True),
         "/detect": (DetectRequest, "body", True),
+        # their functions read the request and return their Response
+        "/libretranslate/translate": (None, "", False),
+        "/libretranslate/detect": (None, "", False),
+        "/libretranslate/suggest": (None, "", False),
     }
     assert lean_routes(attention.router.routes) == {}  # a query parameter (format)
     assert lean_routes(system.router.routes) == {}  # GET routes
