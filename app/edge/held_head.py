@@ -43,7 +43,8 @@ class HeldHead:
     def close(self) -> None:
         if self.head is not None:
             head, self.head = self.head, None
-            self.transport.write(head)
+            if not self.transport.is_closing():  # (the client may have gone: uvloop raises on a closed one)
+                self.transport.write(head)
         self.transport.close()
 
     def __getattr__(self, name: str) -> Any:  # is_closing, get_extra_info, ...

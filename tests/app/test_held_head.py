@@ -99,3 +99,11 @@ async def test_100_continue_is_not_held() -> None:
     c.message_event.set()
     await c.receive()
     assert transport.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+
+
+async def test_a_close_after_the_client_left_writes_nothing() -> None:
+    c, transport = cycle()
+    await c.send(start([(b"content-length", b"2")]))
+    transport.closed = True  # the client has gone
+    c.transport.close()
+    assert transport.writes == []
