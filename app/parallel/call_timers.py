@@ -4,7 +4,7 @@ after it is sent) and when it expires (its deadline: the caller's 504).
 An HTTP process sends thousands of calls a second and each used to arm two loop timers (asyncio.timeout and
 the watcher's call_later) and cancel both when answered, well within either. Here a call pushes its due times
 on a heap; one LazyTimer (app/core/lazy_timer.py) fires at the earliest, and an answered call's entries are
-skipped when they come due (or dropped when the heap holds twice the calls in flight).
+skipped when they come due (or dropped when the heap holds twice the entries its calls in flight can have).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from app.core.lazy_timer import LazyTimer
 
 WATCH, EXPIRE = 0, 1
-SLACK = 64  # entries beyond twice the calls in flight before the answered ones are dropped
+SLACK = 64  # entries beyond four a call in flight before the answered ones are dropped
 
 
 class CallTimers:
@@ -35,7 +35,7 @@ class CallTimers:
 
     def add(self, when: float, call_id: int, kind: int, value: Any = None) -> None:
         heap = self.heap
-        if len(heap) > 2 * len(self.in_flight) + SLACK:
+        if len(heap) > 4 * len(self.in_flight) + SLACK:  # (a live call has up to 2 entries)
             heap[:] = [e for e in heap if e[1] in self.in_flight]
             heapq.heapify(heap)
         heapq.heappush(heap, (when, call_id, kind, value))
@@ -48,9 +48,11 @@ class CallTimers:
 
     def _fire(self) -> None:
         heap, now = self.heap, self.loop.time()
-        while heap and heap[0][0] <= now:
-            _, call_id, kind, value = heapq.heappop(heap)
-            if call_id in self.in_flight:
-                self.due(call_id, kind, value)
-        if heap:
-            self.timer.set(heap[0][0], self._fire)
+        try:
+            while heap and heap[0][0] <= now:
+                _, call_id, kind, value = heapq.heappop(heap)
+                if call_id in self.in_flight:
+                    self.due(call_id, kind, value)
+        finally:  # one that raised (logged by the loop) leaves the others due on time
+            if heap:
+                self.timer.set(heap[0][0], self._fire)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import logging
 import pickle
@@ -149,7 +150,10 @@ class Channel:
     def _due(self, call_id: int, kind: int, disconnected: Any) -> None:
         """A call of ours still waiting at a due time: its client watched from now on, or expired."""
         if kind == WATCH:
-            watcher = self._watchers[call_id] = asyncio.ensure_future(disconnected())
+            # its own context: the timer's is that of whichever call armed it
+            watcher = self._watchers[call_id] = asyncio.get_running_loop().create_task(
+                disconnected(), context=contextvars.Context()
+            )
             watcher.add_done_callback(partial(self._left, call_id))
         elif not (reply := self._waiting[call_id]).done():  # (not answered in this loop pass)
             self._send((CANCEL, call_id))
