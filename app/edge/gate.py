@@ -123,16 +123,24 @@ class Gate:
         token = CURRENT.set(request)  # this task's: the route, the service and the batch queue read it
         request_id = (REQUEST_ID, request.id.encode())
 
+        started = False
+
         async def send_status(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, started = message["status"], True
                 message["headers"] = [*message.get("headers", ()), request_id]
             await send(message)
 
         checked = self.lt_cors if self.lt_cors is not None and self._under_lt(scope) else self.checked
         try:
             await checked(scope, receive, send_status)
+        except (
+            Exception
+        ) as exc:  # not answered in the checks (or CORS): the JSON 500, as Starlette's layer gave
+            if started:
+                raise
+            await error_response(exc, f"{scope['method']} {scope['path']}")(scope, receive, send_status)
         finally:
             seconds, route = time.perf_counter() - start, self._label(scope)
             self.metrics.observe_request(route, scope["method"], status, seconds)

@@ -71,3 +71,18 @@ async def test_with_telemetry_requests_take_fastapis_way() -> None:
     assert r.headers["x-request-id"]  # the gate ran, inside FastAPI's layers
     assert app.found
     assert app.gate is None
+
+
+async def test_an_error_in_the_gates_checks_is_a_json_500(
+    app: FastAPI, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What Starlette's ServerErrorMiddleware gave an error outside the route, now that it is skipped."""
+
+    def broken(self: Gate, scope: Any) -> None:
+        raise RuntimeError("a bug in a check")
+
+    monkeypatch.setattr(Gate, "_refusal", broken)
+    r = await client.get("/health")
+    assert r.status_code == 500
+    assert r.headers["content-type"] == "application/json"
+    assert r.headers["x-request-id"]
