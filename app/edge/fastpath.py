@@ -21,13 +21,14 @@ from __future__ import annotations
 import inspect
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, get_type_hints
 
 from fastapi.datastructures import DefaultPlaceholder
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -74,11 +75,17 @@ def lean_routes(routes: Sequence[BaseRoute]) -> dict[str, LeanRoute]:
 
 def _reads_request(route: APIRoute) -> bool:
     """A POST to a fixed path whose function takes the request (or nothing) and request-only dependencies,
-    and returns its own Response (no response model): it reads the body itself."""
+    and is declared to return a Response (sent as it is; no response model): it reads the body itself."""
     d = route.dependant
     if route.methods != {"POST"} or route.param_convertors or route.response_model is not None:
         return False
     if d.body_params or _reads_more(d) or not inspect.iscoroutinefunction(route.endpoint):
+        return False
+    try:
+        returns = get_type_hints(route.endpoint).get("return")
+    except (NameError, TypeError):  # an annotation that does not resolve: FastAPI's way
+        return False
+    if not (inspect.isclass(returns) and issubclass(returns, Response)):
         return False
     return all(_request_only(sub) for sub in d.dependencies)
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from app.api.routes import attention, system
 from app.api.routes import sentiment as sentiment_route
@@ -155,3 +156,17 @@ async def test_a_valid_request_runs_the_route_function(
         r = await (client if fast else without).post("/sentiment", json={"text": "a good film"})
     assert r.status_code == 200
     assert frames
+
+
+def test_a_route_that_reads_the_request_is_lean_only_when_it_returns_a_response() -> None:
+    r = APIRouter()
+
+    @r.post("/own")
+    async def own(request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    @r.post("/plain", response_model=None)
+    async def plain(request: Request):  # type: ignore[no-untyped-def]  # noqa: ANN202 (FastAPI serializes it)
+        return {"ok": True}
+
+    assert set(lean_routes(r.routes)) == {"/own"}
