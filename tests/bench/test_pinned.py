@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -10,20 +11,31 @@ import pytest
 
 from bench.pinned import Served, children, measured, table
 
+# a stand-in server: a process whose two children carry the modules' names in their command lines
+ROOT = """
+import subprocess, sys, time
+sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+kids = [subprocess.Popen([*sleep, name]) for name in ("app.parallel.http", "app.parallel.engine")]
+print(*(k.pid for k in kids), flush=True)
+time.sleep(60)
+"""
+
 
 def test_the_process_of_a_role_is_found_among_the_servers_children() -> None:
-    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
-    kids = [subprocess.Popen([*sleep, name]) for name in ("app.parallel.http", "app.parallel.engine")]
+    root = subprocess.Popen([sys.executable, "-c", ROOT], stdout=subprocess.PIPE, text=True)
     try:
-        assert set(children(os.getpid())) >= {k.pid for k in kids}
-        assert measured(os.getpid(), "http") == kids[0].pid
-        assert measured(os.getpid(), "model") == kids[1].pid
+        assert root.stdout is not None
+        http, engine = map(int, root.stdout.readline().split())
+        assert set(children(root.pid)) == {http, engine}
+        assert measured(root.pid, "http") == http
+        assert measured(root.pid, "model") == engine
     finally:
-        for k in kids:
-            k.kill()
-            k.wait()
-    with pytest.raises(RuntimeError, match="0 processes"):
-        measured(os.getpid(), "http")
+        for pid in children(root.pid):
+            os.kill(pid, signal.SIGKILL)
+        root.kill()
+        root.communicate()
+    with pytest.raises(RuntimeError, match="0 processes"):  # it has gone, with its children
+        measured(root.pid, "model")
 
 
 def test_the_table_gives_each_checkouts_median_and_range() -> None:
