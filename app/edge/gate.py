@@ -135,9 +135,8 @@ class Gate:
         checked = self.lt_cors if self.lt_cors is not None and self._under_lt(scope) else self.checked
         try:
             await checked(scope, receive, send_status)
-        except (
-            Exception
-        ) as exc:  # not answered in the checks (or CORS): the JSON 500, as Starlette's layer gave
+        # an error the checks (or CORS) did not answer: the JSON 500, as Starlette's outer layer gave it
+        except Exception as exc:
             if started:
                 raise
             await error_response(exc, f"{scope['method']} {scope['path']}")(scope, receive, send_status)
