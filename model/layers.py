@@ -87,6 +87,33 @@ class Embeddings(nn.Module):
 FEW_QUERIES = (
     16  # up to this many queries (a decoder step: 1 per hypothesis of an example), explicit attention
 )
+# torch's CPU softmax over rows shorter than one vector register (16 floats under AVX-512, 8 under AVX2) takes
+# a scalar path several times slower than a row of 16 (BENCHMARKS.md, "Short softmax rows")
+SHORT_ROW = 16
+
+
+def softmax_rows(scores: Tensor) -> Tensor:
+    """softmax(scores, -1); on a CPU, rows shorter than SHORT_ROW padded with -inf to it and cut back (the
+    padding's exp is 0: same values). In a trace the check runs as a scripted function, per call."""
+    if torch.jit.is_tracing():
+        return _traced_softmax()(scores, SHORT_ROW)
+    return _padded_softmax(scores, SHORT_ROW)
+
+
+def _padded_softmax(scores: Tensor, row: int) -> Tensor:
+    s = scores.size(-1)
+    if s >= row or scores.is_cuda:
+        return scores.softmax(-1)
+    return F.pad(scores, [0, row - s], value=float("-inf")).softmax(-1).narrow(-1, 0, s)
+
+
+_SCRIPTED: list[torch.jit.ScriptFunction] = []  # _padded_softmax scripted at the first trace that needs it
+
+
+def _traced_softmax() -> torch.jit.ScriptFunction:
+    if not _SCRIPTED:
+        _SCRIPTED.append(torch.jit.script(_padded_softmax))
+    return _SCRIPTED[0]
 
 
 class MultiHeadAttention(nn.Module):
@@ -122,7 +149,7 @@ class MultiHeadAttention(nn.Module):
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
             weights = (
-                scores.float().softmax(dim=-1).nan_to_num(0.0).to(q.dtype)
+                softmax_rows(scores.float()).nan_to_num(0.0).to(q.dtype)
             )  # an all-masked row -> 0, as SDPA
             out = F.dropout(weights, p) @ v
         elif q.size(2) <= FEW_QUERIES and not self.training:
@@ -130,7 +157,7 @@ class MultiHeadAttention(nn.Module):
             scores = (q @ k.transpose(-2, -1)) * self.head_dim**-0.5  # (B, H, T, S)
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
-            out = scores.softmax(dim=-1) @ v
+            out = softmax_rows(scores) @ v
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         b, _, t, _ = out.shape

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from model.jit import tracing
 from model.layers import (
     Decoder,
     DecoderLayer,
@@ -19,6 +20,7 @@ from model.layers import (
     init_weights,
     make_causal_mask,
     make_padding_mask,
+    softmax_rows,
 )
 from tests.conftest import tiny_translation_config
 
@@ -141,6 +143,33 @@ def test_fully_masked_row_is_zero_on_both_paths() -> None:
     assert not w.isnan().any()
     assert torch.all(w[1] == 0.0)
     torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("row", [1, 2, 9, 15, 16, 17, 40])
+def test_softmax_rows_is_softmax_at_every_row_length(row: int) -> None:
+    """Short rows go padded to SHORT_ROW (the CPU's fast path): the same probabilities, the shape kept, and an
+    all-masked row NaN as torch's (the weights path turns it into zeros)."""
+    torch.manual_seed(0)
+    scores = torch.randn(3, 2, 4, row)
+    scores[0, 0, 0] = float("-inf")
+    scores[1, :, :, : row // 2] = float("-inf")
+    got, want = softmax_rows(scores), scores.softmax(-1)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, atol=1e-7, rtol=0, equal_nan=True)
+    assert got[0, 0, 0].isnan().all()
+
+
+def test_softmax_rows_in_a_trace_keeps_its_check_for_every_row_length() -> None:
+    """Traced on a short row, the padding is decided per call (a scripted check in the graph), not baked in
+    at the trace's length: the graph answers as torch's softmax on rows shorter and longer than SHORT_ROW."""
+    with tracing():  # the library's way: torch.jit.trace's deprecation notice silenced
+        traced = torch.jit.trace(lambda s: softmax_rows(s) * 1.0, (torch.randn(2, 5),))
+    assert "aten::pad" in str(traced.inlined_graph)
+    for row in (3, 5, 15, 16, 33):
+        scores = torch.randn(4, row)
+        got = traced(scores)
+        assert got.shape == (4, row)
+        torch.testing.assert_close(got, scores.softmax(-1), atol=1e-7, rtol=0)
 
 
 def test_attention_dropout_only_in_training() -> None:
