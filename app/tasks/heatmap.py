@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import io
 import os
+import threading
+import time
 import warnings
 
 import numpy as np
 
 MAX_LABELED_TOKENS = 48  # beyond this, tick labels are unreadable: leave them out
 NICE = 10  # the renderer process's CPU priority below the server's (model work first)
+ORPHAN_CHECK_S = 1.0  # how often the renderer process looks whether the process that started it is gone
 
 
 def lower_priority() -> None:
@@ -23,6 +26,16 @@ def lower_priority() -> None:
     from matplotlib.figure import Figure  # noqa: F401
 
     os.nice(NICE)
+    parent = os.getppid()
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), name="orphan-watch", daemon=True).start()
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    """End this process once its parent is gone (killed, crashed): a pool's worker waits for work on a pipe it
+    holds both ends of itself, so it would otherwise outlive the server forever."""
+    while os.getppid() == parent:
+        time.sleep(ORPHAN_CHECK_S)
+    os._exit(0)
 
 
 def heatmap_grid(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pytest
 from app.core.settings import Settings
 from app.service import Service
 from app.tasks import attention_png
+from app.tasks.heatmap import ORPHAN_CHECK_S
 from tests.app.conftest import eventually, serve
 from tests.app.renderer_death import die
 
@@ -52,3 +55,38 @@ async def test_a_renderer_that_dies_again_gives_503_with_retry_after(
         monkeypatch.undo()
         r = await client.post("/attention", json=BODY)  # a new renderer for the next request
         assert r.status_code == 200
+
+
+# A server process: starts the renderer, says both pids, then waits to be killed.
+SERVER = """
+import os, sys, time
+from app.tasks.attention_png import PngRenderer
+pool = PngRenderer().executor()
+print(pool.submit(os.getpid).result(), flush=True)
+time.sleep(600)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_the_renderer_process_ends_when_its_server_is_killed() -> None:
+    """A server killed outright (SIGKILL, the OOM killer) shuts nothing down: its renderer, which waits for
+    work on a pipe it holds both ends of, must see its parent gone and end, not outlive it."""
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-c", SERVER], cwd=repo, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    with proc.stdout:
+        renderer = int(proc.stdout.readline())  # the renderer inherits this pipe: read, then closed here
+    assert alive(renderer)
+    proc.kill()
+    proc.wait()
+    end = time.monotonic() + 10 * ORPHAN_CHECK_S
+    while alive(renderer):  # a wait for a state: the renderer's end
+        assert time.monotonic() < end, f"the renderer (pid {renderer}) outlived its killed server"
+        time.sleep(0.01)
