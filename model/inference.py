@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from model.alignment import align, eager
+from model.chunks import length_sorted_chunks
 from model.classifier import SentimentClassifier, calibrated
 from model.decoding import Decodable, DecodeOptions, Hypothesis, StopCheck, decode
 from model.ngram import CHUNK, text_units
@@ -26,32 +27,6 @@ def _device(model: Any) -> torch.device:
 # A classifier forward pass costs about this many padded tokens on top of its tokens: its fixed per-call
 # dispatch in units of the per-token cost (`python -m bench.forward_cost`; BENCHMARKS.md)
 FORWARD_COST_TOKENS = 64
-
-
-def length_sorted_chunks(lengths: Sequence[int], batch_size: int, forward_cost: int = 0) -> list[list[int]]:
-    """Indices sorted by length (longest first) and cut into chunks of at most batch_size.
-
-    forward_cost=0: equal cuts. Otherwise the cuts minimise sum(forward_cost + size * longest) over chunks
-    (dynamic programming): a batch of 32 mixed lengths runs as a few length buckets when the padding
-    saved outweighs the extra passes.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    if forward_cost <= 0:
-        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    n, sl = len(order), [lengths[i] for i in order]
-    best, cut = [0] * (n + 1), [n] * (n + 1)  # best[i]: cost of items i.., first chunk ends at cut[i]
-    for i in range(n - 1, -1, -1):
-        best[i] = forward_cost + sl[i] + best[i + 1]
-        cut[i] = i + 1
-        for j in range(i + 2, min(n, i + batch_size) + 1):
-            cost = forward_cost + (j - i) * sl[i] + best[j]  # sl[i] is the chunk's longest
-            if cost < best[i]:
-                best[i], cut[i] = cost, j
-    chunks, i = [], 0
-    while i < n:
-        chunks.append(order[i : cut[i]])
-        i = cut[i]
-    return chunks
 
 
 class ClassifierGraph(nn.Module):

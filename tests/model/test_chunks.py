@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from model.inference import length_sorted_chunks
+from model.chunks import anchored_sizes, length_sorted_chunks, positional_sizes
 
 
 def _check_partition(chunks: list[list[int]], lengths: list[int], batch_size: int) -> None:
@@ -35,3 +35,41 @@ def test_buckets_split_mixed_lengths_when_the_padding_saved_outweighs_a_pass() -
     # equal lengths: one pass is cheapest; a huge pass cost never splits below batch_size
     assert len(length_sorted_chunks([7] * 32, 32, forward_cost=64)) == 1
     assert len(length_sorted_chunks(lengths, 32, forward_cost=10**6)) == 1
+
+
+def _cost(sl: list[int], sizes: list[int], forward_cost: int) -> int:
+    total, i = 0, 0
+    for size in sizes:
+        total += forward_cost + size * sl[i]  # sl sorted longest first: a chunk's first is its longest
+        i += size
+    return total
+
+
+@pytest.mark.parametrize("forward_cost", [1, 7, 64, 500])
+@pytest.mark.parametrize("batch_size", [1, 3, 8, 32, 512])
+def test_the_anchored_search_finds_the_positional_optimum(forward_cost: int, batch_size: int) -> None:
+    """Both searches are exact: on runs of equal lengths (a GPU's batches), on all-distinct lengths and on
+    a single length, the same least cost, in chunks that partition the items within batch_size."""
+    rng = random.Random(batch_size * 1000 + forward_cost)
+    for _ in range(40):
+        n = rng.choice([1, 2, 5, 31, 64, 200])
+        spread = rng.choice([1, 3, 12, 60, 10**4])  # few distinct lengths ... all distinct
+        sl = sorted((rng.randint(1, spread) for _ in range(n)), reverse=True)
+        anchors = [0, *(p for p in range(1, n) if sl[p] != sl[p - 1]), n]
+        slow, fast = (
+            positional_sizes(sl, batch_size, forward_cost),
+            anchored_sizes(sl, anchors, batch_size, forward_cost),
+        )
+        assert sum(fast) == n
+        assert all(1 <= s <= batch_size for s in fast)
+        assert _cost(sl, fast, forward_cost) == _cost(sl, slow, forward_cost), (sl, slow, fast)
+
+
+def test_a_large_batch_of_few_lengths_takes_the_anchored_search() -> None:
+    """512 texts of 20 distinct lengths: 21 anchors, so the O(R^2) search runs (its answer: the optimum)."""
+    rng = random.Random(1)
+    lengths = [rng.randint(5, 24) for _ in range(512)]
+    chunks = length_sorted_chunks(lengths, 512, forward_cost=64)
+    _check_partition(chunks, lengths, 512)
+    sl = sorted(lengths, reverse=True)
+    assert _cost(sl, [len(c) for c in chunks], 64) == _cost(sl, positional_sizes(sl, 512, 64), 64)
