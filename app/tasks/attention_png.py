@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import multiprocessing
+import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -61,7 +62,9 @@ class PngRenderer:
         `if __name__ == "__main__":` guard."""
         if self._executor is None:
             context = multiprocessing.get_context("spawn")  # not fork: this process runs threads
-            self._executor = ProcessPoolExecutor(1, mp_context=context, initializer=lower_priority)
+            self._executor = ProcessPoolExecutor(
+                1, mp_context=context, initializer=lower_priority, initargs=(os.getpid(),)
+            )
         return self._executor
 
     @contextmanager

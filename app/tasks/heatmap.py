@@ -19,20 +19,22 @@ NICE = 10  # the renderer process's CPU priority below the server's (model work 
 ORPHAN_CHECK_S = 1.0  # how often the renderer process looks whether the process that started it is gone
 
 
-def lower_priority() -> None:
+def lower_priority(server: int | None = None) -> None:
     """Initializer of the renderer process: matplotlib imported first, at the server's priority (most of a first
-    PNG's CPU time; niced, a busy machine starved it past the request deadline), then the process niced."""
+    PNG's CPU time; niced, a busy machine starved it past the request deadline), then the process niced.
+    server: the pid of the process that started it (default: the parent now), watched while it lives."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401 (imported for its cost now)
     from matplotlib.figure import Figure  # noqa: F401
 
     os.nice(NICE)
-    parent = os.getppid()
+    parent = os.getppid() if server is None else server
     threading.Thread(target=_exit_when_orphaned, args=(parent,), name="orphan-watch", daemon=True).start()
 
 
 def _exit_when_orphaned(parent: int) -> None:
-    """End this process once its parent is gone (killed, crashed): a pool's worker waits for work on a pipe it
-    holds both ends of itself, so it would otherwise outlive the server forever."""
+    """End this process once `parent` is no longer its parent (killed, crashed; also when that happened before
+    this thread started): a pool's worker waits for work on a pipe it holds both ends of itself, so it would
+    otherwise outlive the server forever."""
     while os.getppid() == parent:
         time.sleep(ORPHAN_CHECK_S)
     os._exit(0)
