@@ -19,16 +19,16 @@ NICE = 10  # the renderer process's CPU priority below the server's (model work 
 ORPHAN_CHECK_S = 1.0  # how often the renderer process looks whether the process that started it is gone
 
 
-def lower_priority(server: int | None = None) -> None:
+def lower_priority(server: int) -> None:
     """Initializer of the renderer process: matplotlib imported first, at the server's priority (most of a first
     PNG's CPU time; niced, a busy machine starved it past the request deadline), then the process niced.
-    server: the pid of the process that started it (default: the parent now), watched while it lives."""
+    server: the pid of the process that started it, watched while it lives (not the parent as read here: the
+    server may have died already)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401 (imported for its cost now)
     from matplotlib.figure import Figure  # noqa: F401
 
     os.nice(NICE)
-    parent = os.getppid() if server is None else server
-    threading.Thread(target=_exit_when_orphaned, args=(parent,), name="orphan-watch", daemon=True).start()
+    threading.Thread(target=_exit_when_orphaned, args=(server,), name="orphan-watch", daemon=True).start()
 
 
 def _exit_when_orphaned(parent: int) -> None:
