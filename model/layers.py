@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.config import ModelConfig
+from model.script import script
 
 
 def make_padding_mask(ids: Tensor, pad_id: int) -> Tensor:
@@ -94,26 +95,21 @@ SHORT_ROW = 16
 
 def softmax_rows(scores: Tensor) -> Tensor:
     """softmax(scores, -1); on a CPU, rows shorter than SHORT_ROW padded with -inf to it and cut back (the
-    padding's exp is 0: same values). In a trace the check runs as a scripted function, per call."""
+    padding's exp is 0: the same values, within float32 rounding). In a trace the check runs as a scripted
+    function, per call."""
     if torch.jit.is_tracing():
-        return _traced_softmax()(scores, SHORT_ROW)
+        return _SCRIPTED_SOFTMAX(scores, SHORT_ROW)
     return _padded_softmax(scores, SHORT_ROW)
 
 
 def _padded_softmax(scores: Tensor, row: int) -> Tensor:
     s = scores.size(-1)
-    if s >= row or scores.is_cuda:
+    if s >= row or not scores.is_cpu:
         return scores.softmax(-1)
     return F.pad(scores, [0, row - s], value=float("-inf")).softmax(-1).narrow(-1, 0, s)
 
 
-_SCRIPTED: list[torch.jit.ScriptFunction] = []  # _padded_softmax scripted at the first trace that needs it
-
-
-def _traced_softmax() -> torch.jit.ScriptFunction:
-    if not _SCRIPTED:
-        _SCRIPTED.append(torch.jit.script(_padded_softmax))
-    return _SCRIPTED[0]
+_SCRIPTED_SOFTMAX = script(_padded_softmax)
 
 
 class MultiHeadAttention(nn.Module):

@@ -10,8 +10,7 @@ the classifier's one graph call, without the GIL).
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import chain
 
 import numpy as np
@@ -20,6 +19,7 @@ from torch import Tensor, nn
 
 from model.config import NgramSpec
 from model.ngram_text import NgramText, ngram_text
+from model.script import script
 
 # texts hashed at once when there are many: bounded memory (a long review has thousands of n-grams)
 CHUNK = 1024
@@ -62,29 +62,22 @@ def text_units(texts: Sequence[str | NgramText], device: torch.device | str = "c
     ]
 
 
-def _script(fn: Callable) -> Callable:
-    """torch.jit.script(fn) without its deprecation notice (why TorchScript: see ClassifierGraph)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated")
-        return torch.jit.script(fn)
-
-
 # TorchScript reads no global ints: the scripted functions below take the constants as default arguments.
 
 
-@_script
+@script
 def _shr(h: Tensor, k: int) -> Tensor:
     """Logical (uint64) right shift of int64 bits, 1 <= k < 64: the low 64 - k bits of the arithmetic shift."""
     return (h >> k) & (9223372036854775807 >> (k - 1))  # (2^63 - 1) >> (k - 1)
 
 
-@_script
+@script
 def _mod(h: Tensor, m: int) -> Tensor:
     """The uint64 value of int64 bits h, mod m (1 <= m < 2^62)."""
     return (_shr(h, 1) % m * 2 + (h & 1)) % m
 
 
-@_script
+@script
 def _mix(h: Tensor, mix1: int = MIX1, mix2: int = MIX2) -> Tensor:
     """splitmix64's finalizer: every input bit reaches every output bit."""
     h = (h ^ _shr(h, 30)) * mix1
@@ -92,7 +85,7 @@ def _mix(h: Tensor, mix1: int = MIX1, mix2: int = MIX2) -> Tensor:
     return h ^ _shr(h, 31)
 
 
-@_script
+@script
 def _orders(
     units: Tensor,
     counts: Tensor,
@@ -116,7 +109,7 @@ def _orders(
         rows.append(row[: h.numel()][inside])
 
 
-@_script
+@script
 def hash_units(
     units: list[Tensor], words: int, chars: int, buckets: int, salts: Tensor
 ) -> tuple[Tensor, Tensor]:
