@@ -17,7 +17,7 @@ from collections.abc import Callable
 from functools import partial
 
 from bench.machine import describe
-from model.chunks import anchored_sizes, length_sorted_chunks, positional_sizes
+from model.chunks import anchored_sizes, anchors_of, length_sorted_chunks, positional_sizes
 from model.inference import FORWARD_COST_TOKENS
 
 SIZES = (32, 128, 512, 1024)
@@ -32,13 +32,24 @@ def best_ms(fn: Callable[[], object], repeats: int) -> float:
     return best * 1000
 
 
+def cost(sl: list[int], sizes: list[int]) -> int:
+    """What both searches minimise: per chunk, the forward cost plus its size times its longest."""
+    total, i = 0, 0
+    for size in sizes:
+        total, i = total + FORWARD_COST_TOKENS + size * sl[i], i + size
+    return total
+
+
 def rows(repeats: int, sizes: tuple[int, ...] = SIZES) -> list[tuple[int, int, float, float, float]]:
     """Per n: (n, anchors, positional ms, anchored ms, length_sorted_chunks ms)."""
     rng, out = random.Random(0), []
     for n in sizes:
         lengths = [rng.randint(5, 40) for _ in range(n)]
         sl = sorted(lengths, reverse=True)
-        anchors = [0, *(p for p in range(1, n) if sl[p] != sl[p - 1]), n]
+        anchors = anchors_of(sl)
+        assert cost(sl, positional_sizes(sl, n, FORWARD_COST_TOKENS)) == cost(
+            sl, anchored_sizes(sl, anchors, n, FORWARD_COST_TOKENS)
+        )
         out.append((
             n, len(anchors),
             best_ms(partial(positional_sizes, sl, n, FORWARD_COST_TOKENS), repeats),

@@ -19,7 +19,7 @@ def length_sorted_chunks(lengths: Sequence[int], batch_size: int, forward_cost: 
     if forward_cost <= 0:
         return [order[i : i + batch_size] for i in range(0, n, batch_size)]
     sl = [lengths[i] for i in order]
-    anchors = [0, *(p for p in range(1, n) if sl[p] != sl[p - 1]), n] if n else [0]
+    anchors = anchors_of(sl)
     if 4 * len(anchors) ** 2 < n * min(n, batch_size):  # an anchor pair costs about 4 positional steps
         sizes = anchored_sizes(sl, anchors, batch_size, forward_cost)
     else:
@@ -29,6 +29,12 @@ def length_sorted_chunks(lengths: Sequence[int], batch_size: int, forward_cost: 
         chunks.append(order[i : i + size])
         i += size
     return chunks
+
+
+def anchors_of(sl: Sequence[int]) -> list[int]:
+    """0, each position where the sorted lengths `sl` change, and len(sl) ([0] when empty)."""
+    n = len(sl)
+    return [0, *(p for p in range(1, n) if sl[p] != sl[p - 1]), n] if n else [0]
 
 
 def positional_sizes(sl: Sequence[int], batch_size: int, forward_cost: int) -> list[int]:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from model.chunks import anchored_sizes, length_sorted_chunks, positional_sizes
+from model.chunks import anchored_sizes, anchors_of, length_sorted_chunks, positional_sizes
 
 
 def _check_partition(chunks: list[list[int]], lengths: list[int], batch_size: int) -> None:
@@ -55,7 +55,7 @@ def test_the_anchored_search_finds_the_positional_optimum(forward_cost: int, bat
         n = rng.choice([1, 2, 5, 31, 64, 200])
         spread = rng.choice([1, 3, 12, 60, 10**4])  # few distinct lengths ... all distinct
         sl = sorted((rng.randint(1, spread) for _ in range(n)), reverse=True)
-        anchors = [0, *(p for p in range(1, n) if sl[p] != sl[p - 1]), n]
+        anchors = anchors_of(sl)
         slow, fast = (
             positional_sizes(sl, batch_size, forward_cost),
             anchored_sizes(sl, anchors, batch_size, forward_cost),
