@@ -59,7 +59,8 @@ class Server:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             except OSError:  # exited since pids() listed it
                 continue
-            if cmd[-3] == str(index).encode():
+            # a process killed and not yet reaped (a zombie) has an empty command line
+            if len(cmd) >= 3 and cmd[-3] == str(index).encode():
                 return pid
         raise AssertionError(f"no model process {index}")
 
