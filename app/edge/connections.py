@@ -468,6 +468,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_response_complete()  # starts a pipelined request, or arms uvicorn's keep-alive timeout
         if self.phase == "app" and not self.transport.is_closing() and self.cycle.response_complete:
             self._idle()
+        elif self.phase == "head" and self.timeout_keep_alive_task is not None:
+            # a head pipelined behind this answer is still coming: its deadline rules, not the idle one's
+            # (else the keep-alive timeout could close the connection first, with no 408)
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
 
     def eof_received(self) -> bool | None:
         """End of the client's input. With APP_ANSWER_HALF_CLOSED, a request with the app still gets its

@@ -83,7 +83,9 @@ def run_server(checkpoint_dir: Path, **env: str) -> Iterator[Server]:
 def server(sentiment_only_dir: Path) -> Iterator[Server]:
     with run_server(
         sentiment_only_dir,
-        APP_HEADER_TIMEOUT_S="0.5",
+        # longer than the keep-alive timeout: a partial head pipelined behind an answer is under the head's
+        # deadline, which the keep-alive timeout must not cut short
+        APP_HEADER_TIMEOUT_S="1.0",
         APP_BODY_TIMEOUT_S="0.5",
         APP_KEEPALIVE_TIMEOUT_S="0.5",
         APP_MAX_HEADER_BYTES="4096",
