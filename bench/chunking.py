@@ -1,4 +1,4 @@
-"""Length buckets per batch (model.chunks): the exact search over every position against the one over anchors.
+"""Length buckets per batch (model.inference.length_sorted_chunks): the exact search over every position against the one over anchors.
 
   python -m bench.chunking [--repeats 5]
 
@@ -17,8 +17,13 @@ from collections.abc import Callable
 from functools import partial
 
 from bench.machine import describe
-from model.chunks import anchored_sizes, anchors_of, length_sorted_chunks, positional_sizes
-from model.inference import FORWARD_COST_TOKENS
+from model.inference import (
+    FORWARD_COST_TOKENS,
+    anchored_sizes,
+    anchors_of,
+    length_sorted_chunks,
+    positional_sizes,
+)
 
 SIZES = (32, 128, 512, 1024)
 

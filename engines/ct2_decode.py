@@ -36,10 +36,9 @@ import torch
 from engines.ct2_convert import export_ctranslate2, require_ctranslate2
 from model.alignment import align, eager, pick_sources
 from model.checkpoint import LoadedModel
-from model.chunks import length_sorted_chunks
 from model.config import ModelConfig
 from model.decoding import Decodable, DecodeOptions, Hypothesis, length_penalty
-from model.inference import translate_ids
+from model.inference import length_sorted_chunks, translate_ids
 from model.tokenizer import Tokenizer
 from model.translator import Translator
 from model.unknowns import ALIGN_ALL, needs_alignment

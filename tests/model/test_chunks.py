@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from model.chunks import anchored_sizes, anchors_of, length_sorted_chunks, positional_sizes
+from model.inference import anchored_sizes, anchors_of, length_sorted_chunks, positional_sizes
 
 
 def _check_partition(chunks: list[list[int]], lengths: list[int], batch_size: int) -> None:
