@@ -2,6 +2,7 @@
 when the model costs (almost) nothing, beside the shipped models and a bare ASGI app, in one run.
 
   python -m bench.ceiling [--duration 4] [--connections 64] [--http-workers 2] [--clients 2]
+                          [--setups ...] [--routes ...] [--profile DIR]
 
 Setups, each served with APP_HTTP_WORKERS HTTP processes and one model process:
 - near-free: sentiment-en and translate-fr-en rebuilt with d_model 16, one layer, one head, around the
@@ -27,6 +28,7 @@ serving machinery's own share of the model process is "model µs/item" less it (
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -194,15 +196,37 @@ def alone_us(checkpoints: Path, route: str) -> float:
 
 
 def cell(
-    url: str, root: int, route: str, connections: int, duration: float, clients: int
+    url: str, root: int, route: str, connections: int, duration: float, clients: int, spy: Path | None = None
 ) -> tuple[Load, dict[str, float]]:
-    """One route under load -> (the load, CPU seconds by "http" and model thread kind over it)."""
+    """One route under load -> (the load, CPU seconds by "http" and model thread kind over it). With `spy`
+    (a file stem), py-spy samples the model process and one HTTP process over the load, into stem-*.txt."""
     path, _ = ROUTES[route]
     reqs = [requests(url + path, bodies(route))]
+    spies = profile(root, duration, spy) if spy is not None else []
     before = cpu_by_kind(root)
     load = blast([url + path], reqs, connections, duration, clients)
     after = cpu_by_kind(root)
+    for p in spies:
+        p.wait(timeout=30)
     return load, {k: after.get(k, 0.0) - before.get(k, 0.0) for k in ("http", *THREADS)}
+
+
+def profile(root: int, seconds: float, stem: Path) -> list[subprocess.Popen[bytes]]:
+    """py-spy record, started now for `seconds`, of the model process and the first HTTP process: busy
+    samples only, by thread, without pausing them (--nonblocking), as collapsed stacks (stem-model.txt,
+    stem-http.txt). py-spy is not a dependency: found on PATH or beside this interpreter."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    procs: list[subprocess.Popen[bytes]] = []
+    for kind in ("model", "http"):
+        tree = process_tree(root)
+        pid = next((p for p in tree if (p != root or len(tree) == 1) and role(p) == kind), None)
+        if pid is None:
+            continue
+        out = stem.with_name(f"{stem.name}-{kind}.txt")
+        cmd = [spy, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))), "--rate", "200",
+               "--threads", "--nonblocking", "--format", "raw", "--output", str(out)]  # fmt: skip
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return procs
 
 
 def near_free(tmp: Path) -> Path:
@@ -223,7 +247,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=2, help="client processes (bench/blast.py)")
     p.add_argument("--setups", nargs="+", default=["near-free", "shipped", "bare ASGI"])
     p.add_argument("--routes", nargs="+", default=list(ROUTES), choices=list(ROUTES))
+    p.add_argument("--profile", type=Path, default=None, help="a folder for py-spy profiles of each cell")
     args = p.parse_args(argv)
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     print(  # noqa: T201
         f"# {describe()}; {args.http_workers} HTTP processes + 1 model process; {args.connections} "
         f"connections from {args.clients} client processes; {args.duration:g} s a cell\n"
@@ -246,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
                     # 64 texts a request: fewer connections, so that what waits stays within APP_MAX_QUEUE
                     # (1,024 items) and every answer carries its items (a 429 carries none)
                     conns = max(1, min(args.connections, QUEUE // n))
-                    load, cpu = cell(url, root, route, conns, args.duration, args.clients)
+                    spy = args.profile / f"{setup}-{route}".replace(" ", "_") if args.profile else None
+                    load, cpu = cell(url, root, route, conns, args.duration, args.clients, spy)
                     items = max(1, (load.answered - load.errors) * n)
                     us = {k: 1e6 * v / items for k, v in cpu.items()}
                     model = sum(us[k] for k in THREADS)
