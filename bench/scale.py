@@ -7,10 +7,12 @@ table with the server's CPU (its whole process tree) and the clients' beside the
 client-bound cells; then the model alone on the same inputs (bench/ceilings.py: no HTTP), in the same run.
 
   python -m bench.scale [--duration 5] [--connections 64] [--baseline /path/to/main/checkout] [--quick]
+                        [--only NAME ...] [--env "APP_X=1 APP_Y=2" ...]
 
 --baseline also runs that checkout's `python -m app` (its defaults, batched and not, and with N HTTP processes
 when the defaults are one: its model process's loop) in the same run: the no-regression check (this
-branch's defaults vs main's /sentiment throughput and batching gain).
+branch's defaults vs main's /sentiment throughput and batching gain). Each --env adds a row: the defaults
+with those settings (a setting to choose by measurement, beside the defaults in the same run).
 """
 
 from __future__ import annotations
@@ -236,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--baseline", type=Path, default=None, help="a checkout of main, measured in the same run")
     p.add_argument("--only", nargs="*", default=None, help="setup names to run (default: all)")
+    p.add_argument("--env", nargs="*", default=[], help='more rows: "NAME=VALUE NAME=VALUE" each')
     p.add_argument("--routes", nargs="*", default=None, help="routes to measure (default: both)")
     p.add_argument("--budget-s", type=float, default=400.0, help="no new cell after this many seconds")
     p.add_argument("--no-ceiling", action="store_true", help="skip the model-alone ceiling")
@@ -247,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (3 if cores < 8 else 1)
     device = torch.cuda.get_device_name() if cuda else "no GPU"
     rows = [s for s in setups(cores, cuda, args.baseline) if args.only is None or s.name in args.only]
+    rows += [Setup(env, dict(kv.split("=", 1) for kv in env.split())) for env in args.env]
     cells = [
         (s, r, c)
         for i, s in enumerate(rows)
