@@ -95,11 +95,17 @@ mark("imports")
 s = load_settings()
 device = s.torch_device()
 dtype = s.torch_dtype(device)
+mark("device (imports torch)")
+if device.type == "cuda":  # its context, made by the first tensor there
+    import torch
+    torch.zeros(1, device=device)
+    torch.cuda.synchronize(device)
+    mark("CUDA context")
 registry = Registry.discover(s.check_checkpoint_dir(), device, dtype)
 tasks = default_tasks()
 for task in tasks:
     task.prepare(s, registry)
-mark("device (imports torch), registry")
+mark("registry")
 after = []
 for name, entry in registry.entries.items():
     loaded = registry.load(entry if "entry" in inspect.signature(registry.load).parameters else name)
