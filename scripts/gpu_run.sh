@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 36's measurement on a lent device machine, as one prepared call of at most 8 minutes (docs/gpu-run.md):
+# Issues 36 and 46 on a lent device machine, as one prepared call of at most 8.5 minutes (docs/gpu-run.md):
 # run from the repository root there, with .whl/ carried (scripts/gpu_wheels.sh) and only the checkpoints the
 # run serves in the tree (sentiment-en and translate-fr-en: the 64 MiB limit). Writes every table to $OUT.
 # DRY=1 runs the same steps briefly on any machine (that the script works before device time is spent).
@@ -10,7 +10,7 @@ PY=${PY:-python3}
 if ! $PY -c "import fastapi, uvicorn, pydantic_settings, sentencex, py3langid" 2>/dev/null; then
     DEPS=$(mktemp -d)
     $PY -m pip install -q --no-index --no-deps --target "$DEPS" .whl/*.whl || exit 1
-    export PYTHONPATH="$PWD:$DEPS"
+    export PYTHONPATH="$PWD:$DEPS" PATH="$DEPS/bin:$PATH"  # py-spy's binary, for the ceiling's profiles
 else
     export PYTHONPATH="$PWD"
 fi
@@ -19,15 +19,39 @@ fi
     $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
     git log -1 --format='%h %s'; ls checkpoints
 } > "$OUT/machine.txt" 2>&1
+# knobs: STAGES (a subset of "startup scale ceiling"), BASELINE (another checkout, e.g. main's code carried in
+# the tree: bench.startup measures it first), SCALE_ONLY (setup names), SCALE_ENV (more rows, '|' between
+# rows: "APP_X=1 APP_Y=2|APP_X=2"), SCALE_CONNS (connections; the first for every row)
+STAGES=${STAGES:-"startup scale ceiling"}
 if [ "${DRY:-0}" = 1 ]; then
-    STARTUP="--workers 2 --repeats 1"; SCALE=(--duration 1 --budget-s 20 --routes /sentiment --no-ceiling)
+    STARTUP=(--workers 2 --repeats 1); SCALE=(--duration 1 --budget-s 20 --routes /sentiment --no-ceiling)
+    CEILING=(--duration 1 --http-workers 2 --clients 1 --setups near-free --routes "sentiment x1")
 else
-    STARTUP="--workers 8 --repeats 2"
-    ONLY=${SCALE_ONLY:-"defaults (8 HTTP processes, 1 model process)|1 process|CPU only|8 plain replica(s) x 2 cores (CPU)|CPU pinned to 2 core(s)"}
+    STARTUP=(--workers 8 --repeats 2)
+    ONLY=${SCALE_ONLY:-"defaults (8 HTTP processes, 1 model process)|CPU only"}
     IFS='|' read -r -a NAMES <<< "$ONLY"
-    SCALE=(--duration 4 --budget-s 240 --only "${NAMES[@]}")
+    SCALE=(--duration 4 --budget-s 150 --only "${NAMES[@]}")
+    CEILING=(--duration 4 --http-workers 8 --clients 4 --connections 256
+             --routes "sentiment x1" "sentiment x64" "translate beam 4")
 fi
+[ -n "${BASELINE:-}" ] && STARTUP+=(--baseline "$BASELINE")
+if [ -n "${SCALE_ENV:-}" ]; then IFS='|' read -r -a ROWS <<< "$SCALE_ENV"; SCALE+=(--env "${ROWS[@]}"); fi
+# shellcheck disable=SC2206  # connection counts: words
+[ -n "${SCALE_CONNS:-}" ] && SCALE+=(--connections $SCALE_CONNS)
+[ -n "${SCALE_ROUTES:-}" ] && SCALE+=(--routes $SCALE_ROUTES)
 # ready with the defaults (and where the time goes), then the matrix with the model-alone ceiling
-timeout 150 $PY -m bench.startup $STARTUP > "$OUT/startup.txt" 2>&1; echo "startup: rc $?" >> "$OUT/machine.txt"
-timeout 300 $PY -m bench.scale "${SCALE[@]}" > "$OUT/scale.txt" 2>&1; echo "scale: rc $?" >> "$OUT/machine.txt"
-tail -n 30 "$OUT/startup.txt" "$OUT/scale.txt"
+if [[ $STAGES == *startup* ]]; then
+    timeout 150 $PY -m bench.startup "${STARTUP[@]}" > "$OUT/startup.txt" 2>&1
+    echo "startup: rc $?" >> "$OUT/machine.txt"
+fi
+if [[ $STAGES == *scale* ]]; then
+    timeout 190 $PY -m bench.scale "${SCALE[@]}" > "$OUT/scale.txt" 2>&1; echo "scale: rc $?" >> "$OUT/machine.txt"
+fi
+# the machinery's ceiling by thread (issue 46), with py-spy profiles of each cell (one archive: $OUT's limits)
+if [[ $STAGES == *ceiling* ]]; then
+    PROF=$(mktemp -d)
+    timeout 170 $PY -m bench.ceiling "${CEILING[@]}" --profile "$PROF" > "$OUT/ceiling.txt" 2>&1
+    echo "ceiling: rc $?" >> "$OUT/machine.txt"
+    tar -czf "$OUT/profiles.tar.gz" -C "$PROF" .
+fi
+tail -n 30 "$OUT"/*.txt

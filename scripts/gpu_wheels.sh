@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 NAMES="fastapi starlette pydantic pydantic-core pydantic-settings python-dotenv uvicorn httptools click h11
 annotated-types annotated-doc typing-inspection typing-extensions python-multipart sentencex py3langid anyio
-idna opentelemetry-api"
+idna opentelemetry-api python-docx python-pptx xlsxwriter"
+SDISTS="srt"  # pure Python, published without a wheel: built here
 mkdir -p .whl
 for name in $NAMES; do
     pin=$(grep -iE "^${name}==" requirements.lock | head -1 | cut -d' ' -f1)
@@ -14,5 +15,11 @@ for name in $NAMES; do
         --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
         --platform any -d .whl "$pin"
 done
+for name in $SDISTS; do
+    pin=$(grep -iE "^${name}==" requirements.lock | head -1 | cut -d' ' -f1)
+    .venv/bin/python -m pip wheel -q --no-deps -w .whl "$pin"
+done
+# bench/ceiling.py --profile's sampler (not a dependency of the service)
+.venv/bin/python -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_5_x86_64 -d .whl py-spy==0.4.3
 ls .whl | wc -l
 du -sh .whl
