@@ -59,11 +59,9 @@ def pinned(settings: Settings, processes: int) -> bool:
 def gpu_env(settings: Settings, index: int) -> dict[str, str]:
     """CUDA_VISIBLE_DEVICES for model process `index`: one visible GPU each (round-robin when there are
     more processes than GPUs); nothing on a CPU or for an explicit APP_DEVICE=cuda:N."""
-    if settings.device_type() != "cuda" or settings.torch_device().index is not None:
+    if settings.device_type() != "cuda" or settings.cuda_index() is not None:
         return {}
-    import torch  # CUDA: the supervisor has imported it already (Settings.device_type)
-
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     gpus = [g.strip() for g in visible.split(",")] if visible else []
-    gpus = gpus or [str(i) for i in range(torch.cuda.device_count())]
+    gpus = gpus or [str(i) for i in range(settings.gpu_count())]
     return {"CUDA_VISIBLE_DEVICES": gpus[index % len(gpus)]} if gpus else {}

@@ -79,7 +79,7 @@ def test_cuda_runs_one_model_process_per_gpu(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
     assert Settings().model_processes_count() == 3
     monkeypatch.setattr(Settings, "torch_device", lambda self: torch.device("cuda", 1))
-    assert Settings().model_processes_count() == 1  # APP_DEVICE=cuda:1: that GPU
+    assert Settings(device="cuda:1").model_processes_count() == 1  # that GPU
 
 
 def test_a_split_that_could_never_admit_a_request_is_refused() -> None:

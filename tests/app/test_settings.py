@@ -250,3 +250,54 @@ def test_the_gpu_build_is_read_from_torch_files_as_torch_says(monkeypatch: pytes
     if not says:  # a CPU build: auto is the CPU, without importing torch
         assert Settings().device_type() == "cpu"
         assert "torch" not in sys.modules
+
+
+_DRIVER_PROBE = """
+import json, sys
+from app.core.settings import Settings, SettingsError, machine
+from app.parallel.shares import gpu_env
+machine.torch_gpu_build = lambda: True  # a CUDA machine's torch, not imported
+machine.usable_cores = lambda: 2
+out = {}
+for gpus, device in [(2, "auto"), (2, "cuda"), (2, "cuda:1"), (2, "cuda:3"), (0, "auto"), (0, "cuda")]:
+    machine.cuda_driver_devices = lambda gpus=gpus: gpus  # what the driver says
+    s = Settings(device=device, http_workers=0, model_processes=0)
+    try:
+        out[f"{gpus} {device}"] = [s.device_type(), s.model_processes_count(), gpu_env(s, 1)]
+    except SettingsError as e:
+        out[f"{gpus} {device}"] = str(e)
+out["torch imported"] = "torch" in sys.modules
+print(json.dumps(out))
+"""
+
+
+def test_the_supervisor_lays_out_gpus_from_the_driver_without_torch() -> None:
+    """Where the NVIDIA driver answers (machine.cuda_driver_devices), the supervisor's decisions (the device,
+    model processes, each one's GPU) and its errors come without importing torch, as torch would make them."""
+    import json
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("APP_") and k != "CUDA_VISIBLE_DEVICES"}
+    run = subprocess.run([sys.executable, "-c", _DRIVER_PROBE], env=clean, cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=60, check=True)  # fmt: skip
+    assert json.loads(run.stdout) == {
+        # one model process per GPU, the second on GPU 1
+        "2 auto": ["cuda", 2, {"CUDA_VISIBLE_DEVICES": "1"}],
+        "2 cuda": ["cuda", 2, {"CUDA_VISIBLE_DEVICES": "1"}],
+        "2 cuda:1": ["cuda", 1, {}],  # the GPU named: one process, torch picks it by index
+        "2 cuda:3": "APP_DEVICE=cuda:3: only 2 CUDA device(s)",
+        "0 auto": ["cpu", 1, {}],
+        "0 cuda": "APP_DEVICE=cuda: CUDA is not available on this machine",
+        "torch imported": False,
+    }
+
+
+def test_the_driver_probe_defers_to_torch_without_an_nvidia_driver() -> None:
+    """No libcuda (this CI machine, a ROCm box): None, and torch's own answer decides."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        assert app.core.settings.machine.cuda_driver_devices() is None
+    else:  # a machine with the driver: the same count as torch's
+        assert app.core.settings.machine.cuda_driver_devices() in (None, torch.cuda.device_count())

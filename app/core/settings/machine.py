@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import importlib.util
 import os
 import re
@@ -35,15 +37,58 @@ def torch_gpu_build() -> bool:
     the caller then imports torch to find out."""
     if (torch := sys.modules.get("torch")) is not None:
         return bool(torch.version.cuda or torch.version.hip)
+    found = _torch_version_fields()
+    if found is None:
+        return False  # no torch at all: no GPU build either (the model processes say what is missing)
+    return found.keys() != {"cuda", "hip"} or any(v != "None" for v in found.values())
+
+
+def _torch_version_fields() -> dict[str, str] | None:
+    """torch/version.py's `cuda` and `hip` as written ("13.0", "'13.0'", "None"), without importing torch;
+    None without torch, {} when the file cannot be read."""
     spec = importlib.util.find_spec("torch")
     if spec is None or spec.origin is None:
-        return False  # no torch at all: no GPU build either (the model processes say what is missing)
+        return None
     try:
         text = (Path(spec.origin).parent / "version.py").read_text()
     except OSError:
-        return True
-    found = dict(re.findall(r"^(cuda|hip)\s*(?::[^=\n]*)?=\s*(.*?)\s*$", text, re.MULTILINE))
-    return found.keys() != {"cuda", "hip"} or any(v != "None" for v in found.values())
+        return {}
+    return dict(re.findall(r"^(cuda|hip)\s*(?::[^=\n]*)?=\s*(.*?)\s*$", text, re.MULTILINE))
+
+
+def _torch_version_field(name: str) -> str | None:
+    """torch.version.`name` ("13.0"), unquoted; None when unset or unknown."""
+    if (torch := sys.modules.get("torch")) is not None:
+        return getattr(torch.version, name, None)
+    value = (_torch_version_fields() or {}).get(name, "None").strip("'\"")
+    return None if value == "None" else value
+
+
+CUDA_ERROR_NO_DEVICE = 100  # cuInit's answer with no GPU visible (CUDA_VISIBLE_DEVICES="", say)
+
+
+@functools.cache  # asked for the device, each count and each model process's GPU: the answer stays
+def cuda_driver_devices() -> int | None:
+    """The GPUs the NVIDIA driver shows this process (CUDA_VISIBLE_DEVICES applied), without importing torch:
+    cuInit and cuDeviceGetCount from libcuda, as torch.cuda.device_count() asks them through its runtime.
+    The supervisor lays out its processes from it: importing torch there kept every process from starting
+    for seconds on the GPU box (BENCHMARKS.md, "The GPU box"). None where the answer is torch's to give: no
+    driver library (no NVIDIA GPU; ROCm), a failing driver, or one older than torch's CUDA (its runtime would
+    refuse it)."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    rc = cuda.cuInit(0)
+    if rc == CUDA_ERROR_NO_DEVICE:
+        return 0
+    driver, count = ctypes.c_int(0), ctypes.c_int(0)
+    if rc != 0 or cuda.cuDriverGetVersion(ctypes.byref(driver)) != 0:
+        return None
+    built = _torch_version_field("cuda")  # "13.0": the CUDA that torch's runtime needs, major first
+    if built is None or not built.split(".")[0].isdigit() or driver.value // 1000 < int(built.split(".")[0]):
+        return None
+    return count.value if cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 else None
 
 
 def usable_cores() -> int:

@@ -4,6 +4,7 @@ inference workers and threads serve them (0 = auto, sized from the machine: app/
 from __future__ import annotations
 
 import re
+import sys
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
@@ -101,9 +102,7 @@ class ProcessSettings(BaseSettings):
         if self.model_processes:
             return self.model_processes
         if self.device_type() == "cuda":
-            import torch
-
-            return 1 if self.torch_device().index is not None else max(1, torch.cuda.device_count())
+            return 1 if self.cuda_index() is not None else max(1, self.gpu_count())
         cores = machine.usable_cores()
         if cores < MANY_CORES:
             return 1
@@ -141,11 +140,40 @@ class ProcessSettings(BaseSettings):
 
     def device_type(self) -> str:
         """torch_device()'s type ("cpu" or "cuda"), without importing torch where the answer is certain:
-        APP_DEVICE=cpu, or auto with a torch built for CPUs only. The supervisor (app/parallel/) then starts
-        its processes without it; SettingsError as torch_device's."""
+        APP_DEVICE=cpu, auto with a torch built for CPUs only, or where the NVIDIA driver answers. The
+        supervisor (app/parallel/) then starts its processes without it; SettingsError as torch_device's."""
         if self.device == "cpu" or (self.device == "auto" and not machine.torch_gpu_build()):
             return "cpu"
-        return self.torch_device().type
+        if (gpus := self._driver_gpus()) is None:
+            return self.torch_device().type
+        if self.device == "auto":
+            return "cuda" if gpus else "cpu"
+        self._check_cuda(gpus)
+        return "cuda"
+
+    def cuda_index(self) -> int | None:
+        """N of APP_DEVICE=cuda:N (one GPU named), else None."""
+        return int(self.device.split(":")[1]) if self.device.startswith("cuda:") else None
+
+    def gpu_count(self) -> int:
+        """The GPUs visible to this process: the driver's count, or torch's where torch is imported already."""
+        if (gpus := self._driver_gpus()) is not None:
+            return gpus
+        import torch
+
+        return torch.cuda.device_count()
+
+    def _driver_gpus(self) -> int | None:
+        """The NVIDIA driver's count (machine.cuda_driver_devices) while torch is not imported (the supervisor:
+        it starts its processes seconds sooner), else None: torch, once imported, answers for free."""
+        return None if "torch" in sys.modules else machine.cuda_driver_devices()
+
+    def _check_cuda(self, gpus: int) -> None:
+        """SettingsError unless APP_DEVICE=cuda or cuda:N names a GPU among the `gpus` visible."""
+        if not gpus:
+            raise SettingsError(f"{ENV_PREFIX}DEVICE={self.device}: CUDA is not available on this machine")
+        if (index := self.cuda_index()) is not None and index >= gpus:
+            raise SettingsError(f"{ENV_PREFIX}DEVICE={self.device}: only {gpus} CUDA device(s)")
 
     def torch_device(self) -> torch.device:
         """The device to serve on; `auto` takes CUDA when present. Raises SettingsError if unavailable."""
@@ -155,14 +183,7 @@ class ProcessSettings(BaseSettings):
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         dev = torch.device(self.device)
         if dev.type == "cuda":
-            if not torch.cuda.is_available():
-                raise SettingsError(
-                    f"{ENV_PREFIX}DEVICE={self.device}: CUDA is not available on this machine"
-                )
-            if dev.index is not None and dev.index >= torch.cuda.device_count():
-                raise SettingsError(
-                    f"{ENV_PREFIX}DEVICE={self.device}: only {torch.cuda.device_count()} CUDA device(s)"
-                )
+            self._check_cuda(torch.cuda.device_count() if torch.cuda.is_available() else 0)
         return dev
 
     def torch_dtype(self, device: torch.device) -> torch.dtype:
