@@ -73,13 +73,17 @@ def test_model_processes_follow_the_cores_and_the_limits(
     assert Settings(device="cpu", model_processes=3).model_processes_count() == 3
 
 
-def test_cuda_runs_one_model_process_per_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cuda_runs_two_model_processes_per_gpu_as_the_limits_allow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(app.core.settings.machine, "torch_gpu_build", lambda: True)  # a CUDA machine's torch
     monkeypatch.setattr(Settings, "torch_device", lambda self: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert Settings().model_processes_count() == 4
+    # 3 GPUs: 6 shares of APP_MAX_QUEUE_WORK=200,000 would be below APP_MAX_WORK=50,000: one each
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
     assert Settings().model_processes_count() == 3
+    assert Settings(max_queue_work=300_000).model_processes_count() == 6
     monkeypatch.setattr(Settings, "torch_device", lambda self: torch.device("cuda", 1))
-    assert Settings(device="cuda:1").model_processes_count() == 1  # that GPU
+    assert Settings(device="cuda:1").model_processes_count() == 2  # that GPU, twice
 
 
 def test_a_split_that_could_never_admit_a_request_is_refused() -> None:

@@ -280,10 +280,10 @@ def test_the_supervisor_lays_out_gpus_from_the_driver_without_torch() -> None:
     run = subprocess.run([sys.executable, "-c", _DRIVER_PROBE], env=clean, cwd=REPO_ROOT, capture_output=True,
                          text=True, timeout=60, check=True)  # fmt: skip
     assert json.loads(run.stdout) == {
-        # one model process per GPU, the second on GPU 1
-        "2 auto": ["cuda", 2, {"CUDA_VISIBLE_DEVICES": "1"}],
-        "2 cuda": ["cuda", 2, {"CUDA_VISIBLE_DEVICES": "1"}],
-        "2 cuda:1": ["cuda", 1, {}],  # the GPU named: one process, torch picks it by index
+        # two model processes per GPU, in turns: the second on GPU 1
+        "2 auto": ["cuda", 4, {"CUDA_VISIBLE_DEVICES": "1"}],
+        "2 cuda": ["cuda", 4, {"CUDA_VISIBLE_DEVICES": "1"}],
+        "2 cuda:1": ["cuda", 2, {}],  # the GPU named: torch picks it by index
         "2 cuda:3": "APP_DEVICE=cuda:3: only 2 CUDA device(s)",
         "0 auto": ["cpu", 1, {}],
         "0 cuda": "APP_DEVICE=cuda: CUDA is not available on this machine",

@@ -17,6 +17,9 @@ CHEAP_LANE_HOLD_S = 2.0
 
 
 CUDA_WORKERS = 2  # inference workers per model process on CUDA (auto)
+# model processes per GPU (auto): one process's Python per item, on one GIL, bounds a GPU at one text a request;
+# two on an H200 served 1.41x (/sentiment) and 1.38x (/translate) one, interleaved (BENCHMARKS.md, "The GPU box")
+CUDA_PROCESSES_PER_GPU = 2
 MANY_CORES = 8  # from this many usable cores, APP_HTTP_WORKERS=0 serves from several processes
 MAX_AUTO_HTTP_WORKERS = 8
 MAX_AUTO_INFERENCE_WORKERS = 8
