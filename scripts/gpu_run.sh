@@ -21,7 +21,7 @@ fi
 } > "$OUT/machine.txt" 2>&1
 # knobs: STAGES (a subset of "startup scale ceiling"), BASELINE (another checkout, e.g. main's code carried in
 # the tree: bench.startup measures it first), SCALE_ONLY (setup names), SCALE_ENV (more rows, '|' between
-# rows: "APP_X=1 APP_Y=2|APP_X=2"), SCALE_CONNS (connections; the first for every row)
+# rows: "APP_X=1 APP_Y=2|APP_X=2"), SCALE_CONNS (connections; the first for every row), SCALE_ARGS (more)
 STAGES=${STAGES:-"startup scale ceiling"}
 if [ "${DRY:-0}" = 1 ]; then
     STARTUP=(--workers 2 --repeats 1); SCALE=(--duration 1 --budget-s 20 --routes /sentiment --no-ceiling)
@@ -39,6 +39,8 @@ if [ -n "${SCALE_ENV:-}" ]; then IFS='|' read -r -a ROWS <<< "$SCALE_ENV"; SCALE
 # shellcheck disable=SC2206  # connection counts: words
 [ -n "${SCALE_CONNS:-}" ] && SCALE+=(--connections $SCALE_CONNS)
 [ -n "${SCALE_ROUTES:-}" ] && SCALE+=(--routes $SCALE_ROUTES)
+# shellcheck disable=SC2206  # more options, as words (--repeats 2 --no-ceiling)
+[ -n "${SCALE_ARGS:-}" ] && SCALE+=($SCALE_ARGS)
 # ready with the defaults (and where the time goes), then the matrix with the model-alone ceiling
 if [[ $STAGES == *startup* ]]; then
     timeout 150 $PY -m bench.startup "${STARTUP[@]}" > "$OUT/startup.txt" 2>&1
