@@ -27,8 +27,8 @@ def main() -> int:
         settings = load_settings()
         # APP_LOG_FORMAT, APP_LOG_LEVEL, the request id on every record: for uvicorn's loggers too
         configure_logging(settings.log_format, settings.log_level)
-        # an unavailable APP_DEVICE fails here; torch is imported only where a GPU may serve (the model
-        # processes import it themselves: the supervisor starts them that much sooner)
+        # an unavailable APP_DEVICE fails here; torch is imported only where a GPU may serve and the NVIDIA
+        # driver cannot count them (the model processes import it themselves: they start that much sooner)
         settings.device_type()
         root, empty_ok = settings.check_checkpoint_dir(), bool(settings.models)
         registry = Registry.discover(root, None, None, allow_empty=empty_ok)  # every config, no weights

@@ -62,6 +62,7 @@ def gpu_env(settings: Settings, index: int) -> dict[str, str]:
     if settings.device_type() != "cuda" or settings.cuda_index() is not None:
         return {}
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    gpus = [g.strip() for g in visible.split(",")] if visible else []
-    gpus = gpus or [str(i) for i in range(settings.gpu_count())]
+    count = settings.gpu_count()  # CUDA stops at the list's first GPU that does not exist: only those before
+    gpus = [g.strip() for g in visible.split(",")][:count] if visible else []
+    gpus = gpus or [str(i) for i in range(count)]
     return {"CUDA_VISIBLE_DEVICES": gpus[index % len(gpus)]} if gpus else {}

@@ -75,9 +75,9 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         s = self.settings
-        # what start-up left alive (with a GPU build of torch, torch itself: Settings.device_type) is
-        # permanent: the collections at exit skip it too, which otherwise rescan torch's objects and hold the
-        # exit status back after every drain
+        # what start-up left alive (torch itself, where the driver could not count the GPUs:
+        # Settings.device_type) is permanent: the collections at exit skip it too, which otherwise rescan
+        # torch's objects and hold the exit status back after every drain
         gc.freeze()
         try:
             listener = listen(s.host, s.port)

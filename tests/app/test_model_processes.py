@@ -74,9 +74,13 @@ def test_model_processes_follow_the_cores_and_the_limits(
 
 
 def test_cuda_runs_two_model_processes_per_gpu_as_the_limits_allow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From 8 cores (several HTTP processes): below, one process serves HTTP and models alike."""
     monkeypatch.setattr(app.core.settings.machine, "torch_gpu_build", lambda: True)  # a CUDA machine's torch
     monkeypatch.setattr(Settings, "torch_device", lambda self: torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(app.core.settings.machine, "usable_cores", lambda: 4)
+    assert Settings().model_processes_count() == 2
+    monkeypatch.setattr(app.core.settings.machine, "usable_cores", lambda: 16)
     assert Settings().model_processes_count() == 4
     # 3 GPUs: 6 shares of APP_MAX_QUEUE_WORK=200,000 would be below APP_MAX_WORK=50,000: one each
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)

@@ -101,7 +101,7 @@ EAGER = {"APP_TORCHSCRIPT": "false"}
 
 @pytest.fixture(scope="module")
 def one(app_checkpoint_dir: Path) -> Iterator[Server]:
-    with serve(app_checkpoint_dir, APP_HTTP_WORKERS="1", **EAGER) as server:
+    with serve(app_checkpoint_dir, APP_HTTP_WORKERS="1", APP_MODEL_PROCESSES="1", **EAGER) as server:
         yield server
 
 

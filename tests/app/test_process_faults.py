@@ -38,7 +38,11 @@ DRAIN = {"APP_MIN_BODY_RATE": "0", "APP_SHUTDOWN_TIMEOUT_S": "10"}
 
 @pytest.fixture(scope="module")
 def one_model_server(sentiment_only_dir: Path) -> Iterator[Server]:
-    env = {"APP_HTTP_WORKERS": "2", "APP_REQUEST_TIMEOUT_S": str(TIMEOUT_S)} | DRAIN
+    env = {
+        "APP_HTTP_WORKERS": "2",
+        "APP_MODEL_PROCESSES": "1",
+        "APP_REQUEST_TIMEOUT_S": str(TIMEOUT_S),
+    } | DRAIN
     with serve(sentiment_only_dir, **env) as s:
         yield s
 

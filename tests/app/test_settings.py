@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -253,19 +254,24 @@ def test_the_gpu_build_is_read_from_torch_files_as_torch_says(monkeypatch: pytes
 
 
 _DRIVER_PROBE = """
-import json, sys
+import json, os, sys
 from app.core.settings import Settings, SettingsError, machine
 from app.parallel.shares import gpu_env
 machine.torch_gpu_build = lambda: True  # a CUDA machine's torch, not imported
-machine.usable_cores = lambda: 2
 out = {}
-for gpus, device in [(2, "auto"), (2, "cuda"), (2, "cuda:1"), (2, "cuda:3"), (0, "auto"), (0, "cuda")]:
+cases = [(2, "auto", 16, None), (2, "cuda", 16, None), (2, "cuda:1", 16, None), (2, "cuda:3", 16, None),
+         (2, "auto", 4, None), (0, "auto", 4, None), (0, "cuda", 4, None), (2, "auto", 16, "3,1,5,7")]
+for gpus, device, cores, visible in cases:
     machine.cuda_driver_devices = lambda gpus=gpus: gpus  # what the driver says
+    machine.usable_cores = lambda cores=cores: cores
+    if visible:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
     s = Settings(device=device, http_workers=0, model_processes=0)
     try:
-        out[f"{gpus} {device}"] = [s.device_type(), s.model_processes_count(), gpu_env(s, 1)]
+        n = s.model_processes_count()
+        out[f"{gpus} {device} {cores} {visible}"] = [s.device_type(), n, [gpu_env(s, i) for i in range(n)]]
     except SettingsError as e:
-        out[f"{gpus} {device}"] = str(e)
+        out[f"{gpus} {device} {cores} {visible}"] = str(e)
 out["torch imported"] = "torch" in sys.modules
 print(json.dumps(out))
 """
@@ -279,22 +285,72 @@ def test_the_supervisor_lays_out_gpus_from_the_driver_without_torch() -> None:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("APP_") and k != "CUDA_VISIBLE_DEVICES"}
     run = subprocess.run([sys.executable, "-c", _DRIVER_PROBE], env=clean, cwd=REPO_ROOT, capture_output=True,
                          text=True, timeout=60, check=True)  # fmt: skip
+    gpu = [{"CUDA_VISIBLE_DEVICES": str(i)} for i in range(2)]
     assert json.loads(run.stdout) == {
-        # two model processes per GPU, in turns: the second on GPU 1
-        "2 auto": ["cuda", 4, {"CUDA_VISIBLE_DEVICES": "1"}],
-        "2 cuda": ["cuda", 4, {"CUDA_VISIBLE_DEVICES": "1"}],
-        "2 cuda:1": ["cuda", 2, {}],  # the GPU named: torch picks it by index
-        "2 cuda:3": "APP_DEVICE=cuda:3: only 2 CUDA device(s)",
-        "0 auto": ["cpu", 1, {}],
-        "0 cuda": "APP_DEVICE=cuda: CUDA is not available on this machine",
+        # from 8 cores two model processes per GPU, in turns
+        "2 auto 16 None": ["cuda", 4, gpu + gpu],
+        "2 cuda 16 None": ["cuda", 4, gpu + gpu],
+        "2 cuda:1 16 None": ["cuda", 2, [{}, {}]],  # the GPU named: torch picks it by index
+        "2 cuda:3 16 None": "APP_DEVICE=cuda:3: only 2 CUDA device(s)",
+        "2 auto 4 None": ["cuda", 2, gpu],  # below 8 cores one per GPU
+        "0 auto 4 None": ["cpu", 1, [{}]],
+        "0 cuda 4 None": "APP_DEVICE=cuda: CUDA is not available on this machine",
+        # CUDA_VISIBLE_DEVICES names 4, the driver finds the first 2: those alone are handed out
+        "2 auto 16 3,1,5,7": ["cuda", 4, [{"CUDA_VISIBLE_DEVICES": g} for g in "3131"]],
         "torch imported": False,
     }
+
+
+class FakeLibcuda:
+    """libcuda's three calls, answering as told (ctypes.byref's object is written as the driver would)."""
+
+    def __init__(self, init: int = 0, driver: int = 13000, count: int = 2) -> None:
+        self.init, self.driver, self.count = init, driver, count
+
+    def cuInit(self, flags: int) -> int:  # noqa: N802 (the driver's names)
+        return self.init
+
+    def cuDriverGetVersion(self, ref: Any) -> int:  # noqa: N802
+        ref._obj.value = self.driver
+        return 0
+
+    def cuDeviceGetCount(self, ref: Any) -> int:  # noqa: N802
+        ref._obj.value = self.count
+        return 0
+
+
+@pytest.mark.parametrize(
+    ("fake", "built", "count"),
+    [
+        (FakeLibcuda(), "'13.0'", 2),
+        (FakeLibcuda(init=100), "'13.0'", 0),  # CUDA_ERROR_NO_DEVICE: none visible
+        (FakeLibcuda(init=100), "None", None),  # a ROCm (or CPU) torch: torch counts its own GPUs
+        (FakeLibcuda(init=999), "'13.0'", None),  # a failing driver: torch says what is wrong
+        (FakeLibcuda(driver=12080), "'13.0'", None),  # a driver older than torch's CUDA
+        (FakeLibcuda(driver=12020), "'12.8'", 2),  # the same major: minor-version compatibility
+    ],
+)
+def test_the_driver_probe_answers_as_the_driver_and_torch_build_allow(
+    monkeypatch: pytest.MonkeyPatch, fake: FakeLibcuda, built: str, count: int | None
+) -> None:
+    import ctypes
+
+    machine = app.core.settings.machine
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: fake)
+    monkeypatch.delitem(sys.modules, "torch")  # as in the supervisor: torch/version.py is read, not imported
+    monkeypatch.setattr(machine, "_torch_version_fields", lambda: {"cuda": built, "hip": "None"})
+    machine.cuda_driver_devices.cache_clear()
+    try:
+        assert machine.cuda_driver_devices() == count
+    finally:
+        machine.cuda_driver_devices.cache_clear()
 
 
 def test_the_driver_probe_defers_to_torch_without_an_nvidia_driver() -> None:
     """No libcuda (this CI machine, a ROCm box): None, and torch's own answer decides."""
     import ctypes
 
+    app.core.settings.machine.cuda_driver_devices.cache_clear()
     try:
         ctypes.CDLL("libcuda.so.1")
     except OSError:

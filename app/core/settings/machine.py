@@ -17,8 +17,9 @@ CHEAP_LANE_HOLD_S = 2.0
 
 
 CUDA_WORKERS = 2  # inference workers per model process on CUDA (auto)
-# model processes per GPU (auto): one process's Python per item, on one GIL, bounds a GPU at one text a request;
-# two on an H200 served 1.41x (/sentiment) and 1.38x (/translate) one, interleaved (BENCHMARKS.md, "The GPU box")
+# model processes per GPU from MANY_CORES cores (auto): one process's Python per item, on one GIL, bounds a GPU
+# at one text a request; two on an H200 with 16 cores served 1.41x (/sentiment) and 1.38x (/translate) one,
+# interleaved (BENCHMARKS.md, "The GPU box")
 CUDA_PROCESSES_PER_GPU = 2
 MANY_CORES = 8  # from this many usable cores, APP_HTTP_WORKERS=0 serves from several processes
 MAX_AUTO_HTTP_WORKERS = 8
@@ -77,7 +78,10 @@ def cuda_driver_devices() -> int | None:
     The supervisor lays out its processes from it: importing torch there kept every process from starting
     for seconds on the GPU box (BENCHMARKS.md, "The GPU box"). None where the answer is torch's to give: no
     driver library (no NVIDIA GPU; ROCm), a failing driver, or one older than torch's CUDA (its runtime would
-    refuse it)."""
+    refuse it), or a torch not built for CUDA (ROCm's counts AMD GPUs)."""
+    built = _torch_version_field("cuda")  # "13.0": the CUDA that torch's runtime needs, major first
+    if built is None or not built.split(".")[0].isdigit():
+        return None
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
@@ -88,8 +92,7 @@ def cuda_driver_devices() -> int | None:
     driver, count = ctypes.c_int(0), ctypes.c_int(0)
     if rc != 0 or cuda.cuDriverGetVersion(ctypes.byref(driver)) != 0:
         return None
-    built = _torch_version_field("cuda")  # "13.0": the CUDA that torch's runtime needs, major first
-    if built is None or not built.split(".")[0].isdigit() or driver.value // 1000 < int(built.split(".")[0]):
+    if driver.value // 1000 < int(built.split(".")[0]):
         return None
     return count.value if cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 else None
 

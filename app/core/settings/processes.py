@@ -47,7 +47,7 @@ class ProcessSettings(BaseSettings):
     # 1 = one process for everything; 0 = auto (http_workers_count)
     http_workers: int = Field(default=0, ge=0, le=64)
     # model processes (app/parallel/), each with its own models, batches and share of the admission limits;
-    # on a CPU each pinned to its own slice of the cores, with CUDA 2 per visible GPU; 0 = auto
+    # on a CPU each pinned to its own slice of the cores, with CUDA 1 or 2 per visible GPU; 0 = auto
     # (model_processes_count)
     model_processes: int = Field(default=0, ge=0, le=64)
     # of those, how many may run expensive batches (decoding, attention maps) at once; 0 = auto: all but one
@@ -96,18 +96,19 @@ class ProcessSettings(BaseSettings):
         return max(2, min(MAX_AUTO_HTTP_WORKERS, share))
 
     def model_processes_count(self) -> int:
-        """APP_MODEL_PROCESSES, or for 0: with CUDA CUDA_PROCESSES_PER_GPU per visible GPU (on the one GPU of
-        APP_DEVICE=cuda:N), one per GPU where the admission limits cannot be shared out between that many
-        (split_limits_error); on a CPU one below MANY_CORES cores, else one per CORES_PER_MODEL_PROCESS
-        cores left after the HTTP processes, at most MAX_AUTO_MODEL_PROCESSES and at most as many as the
-        admission limits can be shared out between."""
+        """APP_MODEL_PROCESSES, or for 0: with CUDA one per visible GPU (the GPU of APP_DEVICE=cuda:N), and
+        from MANY_CORES cores CUDA_PROCESSES_PER_GPU per GPU where the admission limits can be shared out
+        between that many (split_limits_error); on a CPU one below MANY_CORES cores, else one per
+        CORES_PER_MODEL_PROCESS cores left after the HTTP processes, at most MAX_AUTO_MODEL_PROCESSES and at
+        most as many as the admission limits can be shared out between."""
         if self.model_processes:
             return self.model_processes
+        cores = machine.usable_cores()
         if self.device_type() == "cuda":
+            # below MANY_CORES one process serves HTTP too (http_workers_count): a split would add a hop
             gpus = 1 if self.cuda_index() is not None else max(1, self.gpu_count())
             several = gpus * CUDA_PROCESSES_PER_GPU
-            return gpus if self.split_limits_error(several) else several
-        cores = machine.usable_cores()
+            return several if cores >= MANY_CORES and not self.split_limits_error(several) else gpus
         if cores < MANY_CORES:
             return 1
         http = self.http_workers_count()
