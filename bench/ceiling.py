@@ -207,15 +207,22 @@ def cell(
     load = blast([url + path], reqs, connections, duration, clients)
     after = cpu_by_kind(root)
     for p in spies:
-        p.wait(timeout=30)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # a sampler that hangs: its cell's table row still counts
+            p.kill()
     return load, {k: after.get(k, 0.0) - before.get(k, 0.0) for k in ("http", *THREADS)}
 
 
 def profile(root: int, seconds: float, stem: Path) -> list[subprocess.Popen[bytes]]:
     """py-spy record, started now for `seconds`, of the model process and the first HTTP process: busy
     samples only, by thread, without pausing them (--nonblocking), as collapsed stacks (stem-model.txt,
-    stem-http.txt). py-spy is not a dependency: found on PATH or beside this interpreter."""
+    stem-http.txt). py-spy is not a dependency: found on PATH or beside this interpreter. Its sampling takes
+    a little CPU from the cell it profiles (measure without --profile for the cleanest figures)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        print(f"# no py-spy ({spy}): {stem.name} not profiled", flush=True)  # noqa: T201
+        return []
     procs: list[subprocess.Popen[bytes]] = []
     for kind in ("model", "http"):
         tree = process_tree(root)

@@ -117,6 +117,14 @@ def setups(cores: int, cuda: bool, baseline: Path | None) -> list[Setup]:
     return rows
 
 
+def env_rows(envs: list[str]) -> list[Setup]:
+    """--env's rows: the defaults with each "NAME=VALUE NAME=VALUE" string's settings, named by it (once
+    each). ValueError for a word without a NAME=."""
+    if bad := [kv for env in envs for kv in env.split() if "=" not in kv[1:]]:
+        raise ValueError(f"--env takes NAME=VALUE settings, got {bad}")
+    return [Setup(env, dict(kv.split("=", 1) for kv in env.split())) for env in dict.fromkeys(envs)]
+
+
 def _count(n: int, what: str) -> str:
     return f"{n} {what}{'es' if n > 1 else ''}"
 
@@ -250,7 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (3 if cores < 8 else 1)
     device = torch.cuda.get_device_name() if cuda else "no GPU"
     rows = [s for s in setups(cores, cuda, args.baseline) if args.only is None or s.name in args.only]
-    rows += [Setup(env, dict(kv.split("=", 1) for kv in env.split())) for env in args.env]
+    try:
+        rows += env_rows(args.env)
+    except ValueError as e:
+        p.error(str(e))
     cells = [
         (s, r, c)
         for i, s in enumerate(rows)

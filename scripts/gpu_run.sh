@@ -28,7 +28,7 @@ if [ "${DRY:-0}" = 1 ]; then
     CEILING=(--duration 1 --http-workers 2 --clients 1 --setups near-free --routes "sentiment x1")
 else
     STARTUP=(--workers 8 --repeats 2)
-    ONLY=${SCALE_ONLY:-"defaults (8 HTTP processes, 1 model process)|CPU only"}
+    ONLY=${SCALE_ONLY:-"defaults (8 HTTP processes, 2 model processes)|CPU only"}
     IFS='|' read -r -a NAMES <<< "$ONLY"
     SCALE=(--duration 4 --budget-s 150 --only "${NAMES[@]}")
     CEILING=(--duration 4 --http-workers 8 --clients 4 --connections 256
@@ -38,6 +38,7 @@ fi
 if [ -n "${SCALE_ENV:-}" ]; then IFS='|' read -r -a ROWS <<< "$SCALE_ENV"; SCALE+=(--env "${ROWS[@]}"); fi
 # shellcheck disable=SC2206  # connection counts: words
 [ -n "${SCALE_CONNS:-}" ] && SCALE+=(--connections $SCALE_CONNS)
+# shellcheck disable=SC2206  # routes: words
 [ -n "${SCALE_ROUTES:-}" ] && SCALE+=(--routes $SCALE_ROUTES)
 # shellcheck disable=SC2206  # more options, as words (--repeats 2 --no-ceiling)
 [ -n "${SCALE_ARGS:-}" ] && SCALE+=($SCALE_ARGS)
@@ -52,7 +53,7 @@ fi
 # the machinery's ceiling by thread (issue 46), with py-spy profiles of each cell (one archive: $OUT's limits)
 if [[ $STAGES == *ceiling* ]]; then
     PROF=$(mktemp -d)
-    timeout 170 $PY -m bench.ceiling "${CEILING[@]}" --profile "$PROF" > "$OUT/ceiling.txt" 2>&1
+    timeout 150 $PY -m bench.ceiling "${CEILING[@]}" --profile "$PROF" > "$OUT/ceiling.txt" 2>&1
     echo "ceiling: rc $?" >> "$OUT/machine.txt"
     tar -czf "$OUT/profiles.tar.gz" -C "$PROF" .
 fi

@@ -17,6 +17,7 @@ for name in $NAMES; do
 done
 for name in $SDISTS; do
     pin=$(grep -iE "^${name}==" requirements.lock | head -1 | cut -d' ' -f1)
+    [ -n "$pin" ] || { echo "no pin for $name in requirements.lock" >&2; exit 1; }
     .venv/bin/python -m pip wheel -q --no-deps -w .whl "$pin"
 done
 # bench/ceiling.py --profile's sampler (not a dependency of the service)

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from app.core.threads import name_os_thread
+from bench import ceiling
 from bench.ceiling import ROUTES, alone_us, bare_app, bodies, thread_kind
 
 
@@ -62,3 +63,13 @@ async def test_the_bare_app_answers_a_fixed_json() -> None:
 def test_the_model_alone_costs_cpu_per_item(two_models_dir: Path, route: str) -> None:
     """The "model alone" column: the same model, inputs and engine as served, timed in this process."""
     assert 0 < alone_us(two_models_dir, route) < 1e6
+
+
+def test_profiles_are_skipped_without_py_spy(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """py-spy is not a dependency: without it a --profile run goes on, unprofiled, and says so."""
+    monkeypatch.setattr(ceiling.shutil, "which", lambda name: None)
+    monkeypatch.setattr(ceiling.sys, "executable", str(tmp_path / "bin" / "python"))
+    assert ceiling.profile(os.getpid(), 1, tmp_path / "cell") == []
+    assert "no py-spy" in capsys.readouterr().out

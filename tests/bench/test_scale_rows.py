@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import app.core.settings.machine
-from bench.scale import setups
+from bench.scale import env_rows, setups
 
 
 def test_a_16_core_box_gets_the_issue_36_rows(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -24,3 +24,13 @@ def test_a_16_core_box_gets_the_issue_36_rows(monkeypatch: pytest.MonkeyPatch) -
     assert plain.replicas == 8
     assert plain.pins == [f"{i},{i + 1}" for i in range(0, 16, 2)]
     assert plain.env == {"APP_HTTP_WORKERS": "1", "APP_MODEL_PROCESSES": "1", "APP_DEVICE": "cpu"}
+
+
+def test_env_rows_are_the_defaults_with_those_settings() -> None:
+    rows = env_rows(["APP_MODEL_PROCESSES=2", "APP_X=1 APP_Y=a=b", "APP_MODEL_PROCESSES=2"])
+    assert [(r.name, r.env) for r in rows] == [
+        ("APP_MODEL_PROCESSES=2", {"APP_MODEL_PROCESSES": "2"}),  # once
+        ("APP_X=1 APP_Y=a=b", {"APP_X": "1", "APP_Y": "a=b"}),
+    ]
+    with pytest.raises(ValueError, match=r"NAME=VALUE settings, got \['APP_X', '=1'\]"):
+        env_rows(["APP_X", "=1"])
