@@ -23,8 +23,8 @@ from app.core.errors import install_error_handlers
 from app.core.metrics import Metrics
 from app.core.settings import Settings, load_settings
 from app.edge.gate import Gate, GatedFastAPI
-from app.service import Service
-from app.serving import Serving
+from app.serving.protocol import Serving
+from app.serving.service import Service
 
 DESCRIPTION = """From-scratch Transformers (sentiment, translation) with cross-request dynamic batching.
 

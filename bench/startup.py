@@ -155,11 +155,11 @@ def log_times(log: str, start: float) -> tuple[float | None, float | None, float
         at = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp() - start
         if "app.parallel " in line and ": serving on " in line:
             spawned = at
-        elif "app.lifecycle" in line and ": ready: " in line:
+        elif "app.runtime.lifecycle" in line and ": ready: " in line:
             models = at
         elif "Application startup complete" in line:
             http = at
-        elif "app.lifecycle" in line and ": graphs ready in " in line:
+        elif "app.runtime.lifecycle" in line and ": graphs ready in " in line:
             graphs = at
     return spawned, models, http, graphs
 

@@ -37,8 +37,8 @@ def test_a_back_import_from_core_to_the_service_breaks_the_layers(tmp_path: Path
     for package in PACKAGES:
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     errors = tmp_path / "app" / "core" / "errors.py"
-    errors.write_text(errors.read_text() + "\nimport app.service  # noqa: E402\n")
+    errors.write_text(errors.read_text() + "\nimport app.serving.service  # noqa: E402\n")
     r = lint_imports(tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "app.core.errors -> app.service" in r.stdout
+    assert "app.core.errors -> app.serving.service" in r.stdout
     assert "No cycles are allowed in app." in r.stdout

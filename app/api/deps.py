@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from app.serving import Serving
+from app.serving.protocol import Serving
 
 
 async def get_service(request: Request) -> Serving:

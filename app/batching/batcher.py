@@ -21,7 +21,7 @@
    at batch time, and a decoding batch whose requests have all gone stops between two steps. A failing
    batch fails only its requests.
 
-The batchers themselves (one per task, model and key) are made by app/queues.py from each task's `batching`.
+The batchers themselves (one per task, model and key) are made by app/runtime/queues.py from each task's `batching`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Watching for a client that leaves while its request waits for batch results (app.service.wait_all; the
+"""Watching for a client that leaves while its request waits for batch results (app.serving.service.wait_all; the
 model process's channel, app/parallel/channel.py): the watcher's type and when it starts."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from app.batching.wait import Disconnected
 from app.core.errors import invalid
 from app.files.document import Format
 from app.schemas import AUTO, MAX_TEXTS, TranslateRequest, TranslateResponse
-from app.serving import Serving
+from app.serving.protocol import Serving
 from app.tasks.translation import TranslationTask
 from app.tasks.translation_routes import translation_routes
 from app.text.sentences import split_sentences

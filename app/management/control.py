@@ -5,7 +5,7 @@ then on), retired (its batchers drained, its handlers dropped), aborted, or a mo
 A version is its model@fingerprint key (app/registry.py): an HTTP process tokenizes with one version's text
 half and its items are batched on that version's handlers, so a reload swaps atomically: what was queued
 finishes on the old weights, what comes after the swap runs on the new ones. The caller orders the steps
-(app.service.Service.manage in one process; app.parallel.remote.RemoteService.manage across processes: every
+(app.serving.service.Service.manage in one process; app.parallel.remote.RemoteService.manage across processes: every
 model process stages before any commits, and every HTTP process has switched before an old version is
 retired).
 """
@@ -25,7 +25,7 @@ from app.schemas import ManagedModel, StoredModel
 from app.tasks.task import Task
 
 if TYPE_CHECKING:
-    from app.lifecycle import Lifecycle
+    from app.runtime.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 Action = Literal["load", "reload", "unload"]
@@ -173,7 +173,7 @@ class ModelControl:
 
 
 async def manage_here(control: ModelControl, action: Action, name: str) -> ManagedModel:
-    """A load, reload or unload in one process: stage, commit, retire (app.service.Service.manage)."""
+    """A load, reload or unload in one process: stage, commit, retire (app.serving.service.Service.manage)."""
     start = time.perf_counter()
     registry = control.life.ready_registry()
     before = registry.entries.get(name)

@@ -38,7 +38,7 @@ from app.parallel.merge import METRICS_TIMEOUT_S, count_process, merge, render
 from app.parallel.shares import model_settings, pinned
 from app.parallel.waiting import Deadlines
 from app.schemas import ModelInfo, Readiness
-from app.service import Service
+from app.serving.service import Service
 from app.tasks.task import Job
 
 log = logging.getLogger("app.parallel.engine")  # run as __main__

@@ -1,4 +1,4 @@
-"""The service of an HTTP process: what the routes call (app.service.Serving), answered by the model
+"""The service of an HTTP process: what the routes call (app.serving.service.Serving), answered by the model
 processes' Services (one, or APP_MODEL_PROCESSES: each request goes to one of them, app/parallel/pool.py).
 
 Routing metadata (the registry read from the configs, without weights) and language detection are local:
@@ -49,7 +49,7 @@ from app.parallel.merge import METRICS_TIMEOUT_S, count_process, merge, render
 from app.parallel.pool import ModelPool
 from app.registry import ModelEntry, Registry, public_reason, read_entry, split_key
 from app.schemas import ManagedModel, ModelInfo, Readiness, StoredModel
-from app.service import TaskContext, detect_texts
+from app.serving.service import TaskContext, detect_texts
 from app.tasks import routing
 from app.tasks.served import default_tasks
 from app.tasks.task import Job, Task

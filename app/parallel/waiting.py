@@ -1,6 +1,6 @@
 """The model process's deadlines for the requests it queues without a task (the channel's Immediate
 `submit`, at thousands a second): one timer, at the earliest deadline of all, instead of one per request
-(app.service.wait_all's), fails those past theirs with the same 504. The timer is a LazyTimer
+(app.serving.service.wait_all's), fails those past theirs with the same 504. The timer is a LazyTimer
 (app/core/lazy_timer.py), as the HTTP side's call timers are."""
 
 from __future__ import annotations

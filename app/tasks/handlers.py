@@ -278,7 +278,7 @@ class TranslationHandler(TranslationText):
 
     def __init__(self, loaded: LoadedModel, torchscript: bool = True) -> None:
         """torchscript: trace the graphs now (`compile`); else it decodes with the eager model until
-        `compile` runs (app.lifecycle: after ready) or for good. /attention keeps the eager path, which
+        `compile` runs (app.runtime.lifecycle: after ready) or for good. /attention keeps the eager path, which
         returns every attention map."""
         from model.translator import Translator  # torch: the text half above needs none
 

@@ -160,7 +160,7 @@ class SentimentHandler(SentimentText):
     split_words = False
 
     def __init__(self, loaded: LoadedModel, torchscript: bool = True) -> None:
-        """torchscript: build the graph now (`compile`); else eager until `compile` runs (app.lifecycle:
+        """torchscript: build the graph now (`compile`); else eager until `compile` runs (app.runtime.lifecycle:
         after ready) or for good."""
         from model.classifier import SentimentClassifier  # torch: the text half above needs none
 

@@ -1,5 +1,5 @@
 """What a task is: one object per kind of request (sentiment, translation, attention), which the shared
-machinery (app/service.py, app/lifecycle.py, app/queues.py, app/parallel/) loops over without knowing it.
+machinery (app/serving/service.py, app/runtime/lifecycle.py, app/runtime/queues.py, app/parallel/) loops over without knowing it.
 
 A task says
 - which discovered models it serves (`serves`) and how it loads one of them into a *handler* (`load`: the
@@ -13,7 +13,7 @@ A task says
 
 A handler (app/tasks/handlers.py, attention_maps.py, and the imported kinds ctranslate2.py, argos.py) runs one
 batch: `run(items[, key=...][, should_stop=...]) -> outputs` in item order, and optionally `warmup()`, and
-`compile()` with `compiled` (a torch handler's TorchScript graphs, which app/lifecycle.py builds after ready;
+`compile()` with `compiled` (a torch handler's TorchScript graphs, which app/runtime/lifecycle.py builds after ready;
 `compiled` None: it has none); the key is passed when it is not None. The task prices its items as it makes them (`Job.costs`, from its handler's
 `costs`), so the machinery that admits and shares them never calls back into the task per item.
 
@@ -62,7 +62,7 @@ class Job(NamedTuple):
 
 @dataclass(frozen=True)
 class BatchSpec:
-    """How a task's items for one model and key are batched (app/queues.py makes the batcher).
+    """How a task's items for one model and key are batched (app/runtime/queues.py makes the batcher).
 
     name: the batcher's (its logs); label: its metrics' model label (None: the model's name); expensive: runs
     in the workers' expensive lane, in batches of at most APP_MAX_BATCH_WORK units; stoppable: `run` takes
@@ -79,7 +79,7 @@ class BatchSpec:
 
 
 class Context(Protocol):
-    """What a task's `answer` runs on: the service (app/service.py implements it)."""
+    """What a task's `answer` runs on: the service (app/serving/service.py implements it)."""
 
     settings: Settings
     limits: Limits
@@ -105,7 +105,7 @@ class Context(Protocol):
 
 class Task:
     """One kind of request. `name`: its key in the service (routes, the channel between processes, the
-    batchers' pool); `handlers`: its handler of each model it serves, filled by app/lifecycle.py."""
+    batchers' pool); `handlers`: its handler of each model it serves, filled by app/runtime/lifecycle.py."""
 
     name: ClassVar[str]
     expensive: ClassVar[bool] = False  # its batches are expensive (see BatchSpec); cheap ones keep a lane
@@ -171,7 +171,7 @@ class Task:
 def compile_or_stay_eager(handler: Any) -> None:
     """handler.compile() as it loads: a graph that fails (its check against eager, a scripting error on
     another torch) leaves the model eager, with the same answers, instead of failing its load; it stays
-    `compiled` False, and app/lifecycle.py tries once more after ready before it says "failed"."""
+    `compiled` False, and app/runtime/lifecycle.py tries once more after ready before it says "failed"."""
     try:
         handler.compile()
     except Exception as e:  # noqa: BLE001 (any error of the graph: the eager model still serves)

@@ -13,7 +13,7 @@ import pytest
 from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers, ModelQueue
 from app.core.errors import DeadlineExceeded, InferenceFailed, QueueFull, Unavailable
 from app.core.metrics import Metrics
-from app.queues import BatcherPool
+from app.runtime.queues import BatcherPool
 from tests.app.conftest import eventually
 
 pytestmark = pytest.mark.anyio

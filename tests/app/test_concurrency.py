@@ -16,7 +16,7 @@ import torch
 from fastapi import FastAPI
 
 from app.core.settings import Settings
-from app.service import Service
+from app.serving.service import Service
 from app.tasks.sentiment import ClassifierItem, SentimentHandler
 from tests.app.conftest import eventually, json_post_scope, serve, wait_ready
 from tests.conftest import make_corpus

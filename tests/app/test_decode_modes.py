@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from app.core.settings import Settings
-from app.service import Service
+from app.serving.service import Service
 from tests.app.conftest import serve
 
 pytestmark = pytest.mark.anyio

@@ -11,7 +11,7 @@ from fastapi import FastAPI, Request
 
 from app.api.deps import Answer, answer_for
 from app.core.settings import Settings
-from app.service import Service
+from app.serving.service import Service
 from tests.app.conftest import json_post_scope, serve
 
 pytestmark = pytest.mark.anyio

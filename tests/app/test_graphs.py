@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from app import lifecycle
 from app.core.settings import Settings
+from app.runtime import lifecycle
 from app.tasks.handlers import TranslationHandler
 from app.tasks.sentiment import SentimentHandler
 from tests.app.conftest import eventually, serve, wait_graphs

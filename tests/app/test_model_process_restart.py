@@ -21,7 +21,7 @@ from app.parallel.engine import Engine
 from app.parallel.remote import RemoteService
 from app.parallel.shares import model_settings
 from app.parallel.supervisor import Deaths
-from app.service import Service
+from app.serving.service import Service
 from tests.app.conftest import eventually, wait_ready
 
 

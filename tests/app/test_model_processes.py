@@ -24,7 +24,7 @@ from app.main import create_app
 from app.parallel.engine import Engine
 from app.parallel.remote import RemoteService
 from app.parallel.shares import core_slices, model_settings, share
-from app.service import Service
+from app.serving.service import Service
 from app.tasks.handlers import TranslationHandler
 from app.tasks.sentiment import SentimentHandler
 from tests.app.conftest import eventually, wait_ready

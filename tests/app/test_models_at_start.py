@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from app.core.settings import Settings
-from app.lifecycle import Lifecycle
+from app.runtime.lifecycle import Lifecycle
 from tests.app.conftest import EAGER, serve
 from tests.app.test_parallel import serve as serve_processes
 from tests.training.standin import Site

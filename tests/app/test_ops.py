@@ -152,7 +152,7 @@ async def test_the_access_line_carries_the_request_id_model_and_batch_size(
 ) -> None:
     async with serve(make_settings(access_log=True)) as (_, client):
         # "ready: ...", "graphs ready in ...": start-up's, no request's
-        assert [r.request_id for r in records.records if r.name == "app.lifecycle"] == [None, None]
+        assert [r.request_id for r in records.records if r.name == "app.runtime.lifecycle"] == [None, None]
         records.clear()
         headers = {"X-Request-ID": "access-1"}
         assert (await client.post("/sentiment", json=SENTIMENT, headers=headers)).status_code == 200
@@ -265,7 +265,7 @@ def test_python_m_app_logs_json_lines(sentiment_only_dir: Path) -> None:
     finally:
         output = stop(proc)
     lines = [json.loads(line) for line in output.splitlines()]  # raises on a line that is not JSON
-    assert {"uvicorn.error", "app.lifecycle", "app.access"} <= {line["logger"] for line in lines}
+    assert {"uvicorn.error", "app.runtime.lifecycle", "app.access"} <= {line["logger"] for line in lines}
     [access] = [line for line in lines if line["request_id"] == "json-1"]
     assert access | {"time": None, "latency_ms": None} == {
         "time": None, "level": "INFO", "logger": "app.access", "message": access["message"],

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from app.core.settings import Settings
-from app.service import Service
+from app.serving.service import Service
 from app.tasks import attention_png
 from app.tasks.heatmap import ORPHAN_CHECK_S
 from tests.app.conftest import eventually, serve

@@ -17,7 +17,7 @@ from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers, Model
 from app.core.errors import QueueFull
 from app.core.metrics import NAMESPACE
 from app.core.settings import Settings
-from app.service import Service
+from app.serving.service import Service
 from app.tasks import attention_png
 from app.tasks.handlers import DecodeKey, Sentence, TranslationHandler
 from app.tasks.heatmap import NICE

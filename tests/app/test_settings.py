@@ -73,7 +73,7 @@ async def test_start_up_logs_the_dtype_warning(
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     settings = Settings(checkpoint_dir=sentiment_only_dir, device="cpu", dtype="bfloat16", warmup=False)
-    with caplog.at_level("WARNING", logger="app.lifecycle"):
+    with caplog.at_level("WARNING", logger="app.runtime.lifecycle"):
         async with LifespanManager(create_app(settings)):
             pass
     assert any("APP_DTYPE=bfloat16 on a CPU without AVX512-BF16" in r.getMessage() for r in caplog.records)

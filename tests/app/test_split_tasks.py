@@ -26,7 +26,7 @@ from app.parallel.engine import Engine
 from app.parallel.remote import RemoteService
 from app.registry import fingerprint
 from app.schemas import AttentionRequest, SentimentRequest, TranslateRequest
-from app.service import Service
+from app.serving.service import Service
 from tests.app.conftest import wait_graphs, wait_ready
 
 pytestmark = pytest.mark.anyio

@@ -23,7 +23,7 @@ from app.main import create_app
 from app.parallel.engine import Engine
 from app.parallel.remote import RemoteService
 from app.registry import ModelEntry
-from app.service import Service
+from app.serving.service import Service
 from app.tasks.sentiment import group_by_model, scatter
 from app.tasks.sentiment_routes import sentiment_routes
 from app.tasks.served import default_tasks

@@ -1,4 +1,4 @@
-"""app.service.wait_all: results, the first error, 504 at the deadline, a client leaving, our own cancellation."""
+"""app.serving.service.wait_all: results, the first error, 504 at the deadline, a client leaving, our own cancellation."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from app.batching.wait import WATCH_AFTER_S
 from app.core.errors import ClientDisconnected, DeadlineExceeded
-from app.service import wait_all
+from app.serving.service import wait_all
 
 pytestmark = pytest.mark.anyio
 

@@ -16,9 +16,9 @@ def test_log_times_reads_the_supervisor_model_http_and_graph_lines() -> None:
         "2026-11-28 03:00:01,500 INFO app.parallel [-]: serving on 127.0.0.1:1 from 2 HTTP processes (1, 2)",
         "2026-11-28 03:00:03,000 INFO uvicorn.error [-]: Application startup complete.",
         "2026-11-28 03:00:04,250 INFO uvicorn.error [-]: Application startup complete.",
-        "2026-11-28 03:00:09,000 INFO app.lifecycle [-]: ready: sentiment-en, translate-fr-en",
+        "2026-11-28 03:00:09,000 INFO app.runtime.lifecycle [-]: ready: sentiment-en, translate-fr-en",
         "not a log line: ready: nothing",
-        "2026-11-28 03:00:10,500 INFO app.lifecycle [-]: graphs ready in 1.5 s: sentiment-en ready",
+        "2026-11-28 03:00:10,500 INFO app.runtime.lifecycle [-]: graphs ready in 1.5 s: sentiment-en ready",
     ])  # fmt: skip
     assert log_times(log, start) == (1.5, 9.0, 4.25, 10.5)
 

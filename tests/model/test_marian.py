@@ -298,7 +298,7 @@ def test_bin_weights_are_read_without_unpickling(marian_dir: Path, tmp_path: Pat
 
 def test_server_and_model_never_import_transformers() -> None:
     code = (
-        "import sys, app.main, app.service, model, engines.ct2_decode, training.import_marian, training.imports, training.import_xlmr\n"
+        "import sys, app.main, app.serving.service, model, engines.ct2_decode, training.import_marian, training.imports, training.import_xlmr\n"
         "assert 'transformers' not in sys.modules, 'transformers imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])

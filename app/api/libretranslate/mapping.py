@@ -29,7 +29,7 @@ from app.schemas import (
     TranslateResponse,
     TranslationResult,
 )
-from app.serving import Serving
+from app.serving.protocol import Serving
 from app.tasks.translation import TranslationTask
 from app.tasks.translation_routes import translation_routes
 from app.text.blank import is_blank

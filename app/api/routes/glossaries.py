@@ -15,7 +15,7 @@ from app.core.limits import Limits
 from app.edge.api_key import API_KEY
 from app.glossaries.schemas import GlossaryCreate, GlossaryEntries, GlossaryInfo, GlossaryList
 from app.glossaries.store import GlossaryStore, StoredGlossary, StoreFull
-from app.serving import Serving
+from app.serving.protocol import Serving
 
 router = APIRouter(prefix="/glossaries", tags=["glossaries"], dependencies=API_KEY)
 COMMON: dict[int | str, dict[str, Any]] = {k: ERRORS[k] for k in (400, 401, 413, 415)}

@@ -1,7 +1,7 @@
 """The service's life cycle: discovery at start, loading and warm-up in the background, readiness, the models'
 graphs after ready, shutdown.
 
-It holds what the tasks' flows (app/service.py, app/tasks/) run on: the registry, the inference workers, the
+It holds what the tasks' flows (app/serving/service.py, app/tasks/) run on: the registry, the inference workers, the
 batchers' queues, the language detector, and the tasks, into which it loads each model's handlers.
 """
 
@@ -25,8 +25,8 @@ from app.core.errors import Unavailable
 from app.core.metrics import Metrics
 from app.core.settings import ENV_PREFIX, Settings
 from app.core.threads import name_os_thread
-from app.queues import Queues
 from app.registry import ModelEntry, Registry, public_reason
+from app.runtime.queues import Queues
 from app.schemas import ModelInfo, Readiness
 from app.tasks import routing
 from app.tasks.task import Task

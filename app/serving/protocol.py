@@ -1,4 +1,4 @@
-"""What the routes call, whichever process answers: app.service.Service (the models in this process) or
+"""What the routes call, whichever process answers: app.serving.service.Service (the models in this process) or
 app.parallel.remote.RemoteService (an HTTP process, the models in model processes)."""
 
 from __future__ import annotations

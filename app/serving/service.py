@@ -1,5 +1,5 @@
 """The routes' one entry: `answer(task name, request)` runs that task's flow (app/tasks/task.py) on the
-models its Lifecycle (app/lifecycle.py) serves, and gives the task what it runs on (the Context): limits,
+models its Lifecycle (app/runtime/lifecycle.py) serves, and gives the task what it runs on (the Context): limits,
 routing, language detection, and `submit`, which queues its items in their batchers and waits for them."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from app.text.langid import Detection, LanguageDetector
 # the model machinery (torch) is imported where a Service is built: an HTTP process never is
 if TYPE_CHECKING:
     from app.management.control import Action
-    from app.queues import BatcherPool, Queues
     from app.registry import Registry
+    from app.runtime.queues import BatcherPool, Queues
 
 T = TypeVar("T", bound=Task)
 log = logging.getLogger(__name__)
@@ -90,8 +90,8 @@ class Service(TaskContext):
         detector: bool = True,
         pulls: bool = True,
     ) -> None:
-        from app.lifecycle import Lifecycle
         from app.management.control import ModelControl
+        from app.runtime.lifecycle import Lifecycle
 
         self.settings, self.metrics = settings, metrics
         self.limits = Limits(settings)
