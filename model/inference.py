@@ -112,6 +112,16 @@ def anchored_sizes(
 # A classifier forward pass costs about this many padded tokens on top of its tokens: its fixed per-call
 # dispatch in units of the per-token cost (`python -m bench.forward_cost`; BENCHMARKS.md)
 FORWARD_COST_TOKENS = 64
+# The same on a GPU, where a forward's fixed cost is its kernel launches (about a hundred, launch-bound on an
+# H200: BENCHMARKS.md, "The GPU box") and a token costs a fraction of a microsecond: estimated, to be measured
+# with `python -m bench.forward_cost --device cuda`. With the CPU's 64, a CUDA batch of 256 short texts ran as
+# 5 forwards; with this, as one
+GPU_FORWARD_COST_TOKENS = 2048
+
+
+def forward_cost_tokens(device: torch.device) -> int:
+    """length_sorted_chunks' forward_cost for a classifier on `device`."""
+    return FORWARD_COST_TOKENS if device.type == "cpu" else GPU_FORWARD_COST_TOKENS
 
 
 class ClassifierGraph(nn.Module):
@@ -184,7 +194,7 @@ def classifier_logits(
     parts = []
     for start in range(0, len(seqs), CHUNK):
         group = seqs[start : start + CHUNK]
-        chunks = length_sorted_chunks([len(s) for s in group], batch_size, FORWARD_COST_TOKENS)
+        chunks = length_sorted_chunks([len(s) for s in group], batch_size, forward_cost_tokens(dev))
         units = []
         if texts is not None and graph.has_ngram:
             units = text_units([texts[start + i] for c in chunks for i in c], dev)  # in bucket order

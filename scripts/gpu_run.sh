@@ -19,10 +19,10 @@ fi
     $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
     git log -1 --format='%h %s'; ls checkpoints
 } > "$OUT/machine.txt" 2>&1
-# knobs: STAGES (a subset of "startup scale ceiling"), BASELINE (another checkout, e.g. main's code carried in
+# knobs: STAGES (a subset of "startup scale ceiling forward"), BASELINE (another checkout, e.g. main's code carried in
 # the tree: bench.startup measures it first), SCALE_ONLY (setup names), SCALE_ENV (more rows, '|' between
 # rows: "APP_X=1 APP_Y=2|APP_X=2"), SCALE_CONNS (connections; the first for every row), SCALE_ARGS (more)
-STAGES=${STAGES:-"startup scale ceiling"}
+STAGES=${STAGES:-"startup scale ceiling forward"}
 if [ "${DRY:-0}" = 1 ]; then
     STARTUP=(--workers 2 --repeats 1); SCALE=(--duration 1 --budget-s 20 --routes /sentiment --no-ceiling)
     CEILING=(--duration 1 --http-workers 2 --clients 1 --setups near-free --routes "sentiment x1")
@@ -44,7 +44,7 @@ if [ -n "${SCALE_ENV:-}" ]; then IFS='|' read -r -a ROWS <<< "$SCALE_ENV"; SCALE
 [ -n "${SCALE_ARGS:-}" ] && SCALE+=($SCALE_ARGS)
 # ready with the defaults (and where the time goes), then the matrix with the model-alone ceiling
 if [[ $STAGES == *startup* ]]; then
-    timeout 150 $PY -m bench.startup "${STARTUP[@]}" > "$OUT/startup.txt" 2>&1
+    timeout 140 $PY -m bench.startup "${STARTUP[@]}" > "$OUT/startup.txt" 2>&1
     echo "startup: rc $?" >> "$OUT/machine.txt"
 fi
 if [[ $STAGES == *scale* ]]; then
@@ -53,8 +53,13 @@ fi
 # the machinery's ceiling by thread (issue 46), with py-spy profiles of each cell (one archive: $OUT's limits)
 if [[ $STAGES == *ceiling* ]]; then
     PROF=$(mktemp -d)
-    timeout 150 $PY -m bench.ceiling "${CEILING[@]}" --profile "$PROF" > "$OUT/ceiling.txt" 2>&1
+    timeout 140 $PY -m bench.ceiling "${CEILING[@]}" --profile "$PROF" > "$OUT/ceiling.txt" 2>&1
     echo "ceiling: rc $?" >> "$OUT/machine.txt"
     tar -czf "$OUT/profiles.tar.gz" -C "$PROF" .
+fi
+# a classifier forward's fixed cost on the GPU, in tokens: model.inference.GPU_FORWARD_COST_TOKENS's estimate
+if [[ $STAGES == *forward* && "${DRY:-0}" != 1 ]]; then
+    timeout 50 $PY -m bench.forward_cost --device cuda --repeats 10 > "$OUT/forward_cost.txt" 2>&1
+    echo "forward_cost: rc $?" >> "$OUT/machine.txt"
 fi
 tail -n 30 "$OUT"/*.txt

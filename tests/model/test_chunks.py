@@ -5,8 +5,17 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 
-from model.inference import anchored_sizes, anchors_of, length_sorted_chunks, positional_sizes
+from model.inference import (
+    FORWARD_COST_TOKENS,
+    GPU_FORWARD_COST_TOKENS,
+    anchored_sizes,
+    anchors_of,
+    forward_cost_tokens,
+    length_sorted_chunks,
+    positional_sizes,
+)
 
 
 def _check_partition(chunks: list[list[int]], lengths: list[int], batch_size: int) -> None:
@@ -73,3 +82,15 @@ def test_a_large_batch_of_few_lengths_takes_the_anchored_search() -> None:
     _check_partition(chunks, lengths, 512)
     sl = sorted(lengths, reverse=True)
     assert _cost(sl, [len(c) for c in chunks], 64) == _cost(sl, positional_sizes(sl, 512, 64), 64)
+
+
+def test_a_gpu_runs_a_batch_of_short_texts_as_one_forward() -> None:
+    """A GPU's forward costs its launches, not its tokens: the 256 short texts a CUDA batch holds (6-17
+    tokens, as bench.scale sends) go as one chunk there, and as length buckets on a CPU."""
+    cpu, cuda = forward_cost_tokens(torch.device("cpu")), forward_cost_tokens(torch.device("cuda"))
+    assert (cpu, cuda) == (FORWARD_COST_TOKENS, GPU_FORWARD_COST_TOKENS)
+    lengths = [random.Random(i).randint(6, 17) for i in range(256)]
+    assert len(length_sorted_chunks(lengths, 512, cpu)) > 1
+    assert len(length_sorted_chunks(lengths, 512, cuda)) == 1
+    # a long text among short ones still runs apart: padding every short one to it costs more than a pass
+    assert len(length_sorted_chunks([400] + lengths, 512, cuda)) == 2
