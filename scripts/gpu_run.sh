@@ -31,6 +31,7 @@ else
     ONLY=${SCALE_ONLY:-"defaults (8 HTTP processes, 2 model processes)|CPU only"}
     IFS='|' read -r -a NAMES <<< "$ONLY"
     SCALE=(--duration 4 --budget-s 150 --only "${NAMES[@]}")
+    SCALE_ENV=${SCALE_ENV-"APP_MODEL_PROCESSES=1"}  # beside the defaults' 2 per GPU (2026-11-30); "" for none
     CEILING=(--duration 4 --http-workers 8 --clients 4 --connections 256
              --routes "sentiment x1" "sentiment x64" "translate beam 4")
 fi
