@@ -79,8 +79,9 @@ def cuda_driver_devices() -> int | None:
     for seconds on the GPU box (BENCHMARKS.md, "The GPU box"). None where the answer is torch's to give: no
     driver library (no NVIDIA GPU; ROCm), a failing driver, or one older than torch's CUDA (its runtime would
     refuse it), or a torch not built for CUDA (ROCm's counts AMD GPUs)."""
-    built = _torch_version_field("cuda")  # "13.0": the CUDA that torch's runtime needs, major first
-    if built is None or not built.split(".")[0].isdigit():
+    # the major version of the CUDA that torch's runtime needs ("13" of "13.0")
+    built = (_torch_version_field("cuda") or "").split(".")[0]
+    if not built.isdigit():
         return None
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
@@ -92,7 +93,7 @@ def cuda_driver_devices() -> int | None:
     driver, count = ctypes.c_int(0), ctypes.c_int(0)
     if rc != 0 or cuda.cuDriverGetVersion(ctypes.byref(driver)) != 0:
         return None
-    if driver.value // 1000 < int(built.split(".")[0]):
+    if driver.value // 1000 < int(built):
         return None
     return count.value if cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 else None
 
