@@ -110,12 +110,17 @@ def thread_kind(pid: int, tid: int) -> str:
     return "I/O" if name.startswith("channel-") else "other"
 
 
+def roles(root: int) -> list[tuple[int, str]]:
+    """(pid, role) of `root` and every process below it; a root with children is their supervisor (the app's,
+    or uvicorn --workers' parent)."""
+    tree = process_tree(root)
+    return [(pid, "supervisor" if pid == root and len(tree) > 1 else role(pid)) for pid in tree]
+
+
 def cpu_by_kind(root: int) -> dict[str, float]:
     """CPU seconds so far: "http" (every HTTP process) and each model process thread kind."""
     out: dict[str, float] = defaultdict(float)
-    tree = process_tree(root)
-    for pid in tree:
-        kind = "supervisor" if pid == root and len(tree) > 1 else role(pid)  # uvicorn --workers' parent
+    for pid, kind in roles(root):
         if kind == "http":
             out["http"] += process_cpu_s(pid)
         elif kind == "model":
@@ -224,9 +229,9 @@ def profile(root: int, seconds: float, stem: Path) -> list[subprocess.Popen[byte
         print(f"# no py-spy ({spy}): {stem.name} not profiled", flush=True)  # noqa: T201
         return []
     procs: list[subprocess.Popen[bytes]] = []
+    found = roles(root)
     for kind in ("model", "http"):
-        tree = process_tree(root)
-        pid = next((p for p in tree if (p != root or len(tree) == 1) and role(p) == kind), None)
+        pid = next((p for p, r in found if r == kind), None)
         if pid is None:
             continue
         out = stem.with_name(f"{stem.name}-{kind}.txt")
