@@ -155,18 +155,20 @@ def serve(checkpoint_dir: Path, env: dict[str, str]) -> Iterator[tuple[str, floa
 
 @contextmanager
 def serve_many(
-    checkpoint_dir: Path, envs: list[dict[str, str]], side_by_side: bool = False
+    checkpoint_dir: Path, envs: list[dict[str, str]], side_by_side: bool = False, cwd: Path = REPO
 ) -> Iterator[list[tuple[str, float, int]]]:
     """A `serve` per env -> [(base url, seconds from spawn to /ready 200, pid)], all SIGTERMed at once at
     exit. One after the other (each /ready time taken while the ones before it sit idle), or `side_by_side`:
-    all spawned, then each waited for (sooner ready, but on a machine the others are loading too)."""
+    all spawned, then each waited for (sooner ready, but on a machine the others are loading too). `cwd`:
+    the checkout whose code serves."""
     procs: list[subprocess.Popen] = []
     servers: list[tuple[str, float, int]] = []
     with ExitStack() as logs:
         try:
             waiting = []
             for env in envs:
-                waiting.append(_spawn(checkpoint_dir, env, logs.enter_context(tempfile.TemporaryFile())))
+                log = logs.enter_context(tempfile.TemporaryFile())
+                waiting.append(_spawn(checkpoint_dir, env, log, cwd))
                 procs.append(waiting[-1][0])
                 if not side_by_side:
                     servers.append(_wait(*waiting.pop()))
@@ -177,7 +179,7 @@ def serve_many(
 
 
 def _spawn(
-    checkpoint_dir: Path, env: dict[str, str], log: IO[bytes]
+    checkpoint_dir: Path, env: dict[str, str], log: IO[bytes], cwd: Path
 ) -> tuple[subprocess.Popen, str, float, Callable[[], str]]:
     """`python -m app` on a free port, its output to `log` -> (process, url, spawn time, output so far)."""
     port = free_port()
@@ -189,7 +191,7 @@ def _spawn(
 
     start = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app"], env=server_env(base | env), cwd=REPO, stdout=log, stderr=log
+        [sys.executable, "-m", "app"], env=server_env(base | env), cwd=cwd, stdout=log, stderr=log
     )
     return proc, f"http://127.0.0.1:{port}", start, output
 
