@@ -43,6 +43,7 @@ class Item:
 class Batch:
     items: list[Item]
     work: int
+    backlog: bool = False  # a whole batch more waited behind it: it may run beside the others (workers.py)
     started: bool = False  # set by the worker thread that runs it
 
 

@@ -115,9 +115,11 @@ class FairQueue(Generic[T]):
         self._finish[client] = tag
         self.work += sum(works)
 
-    def full(self, max_items: int, max_work: int | None) -> bool:
-        """Whether the queue holds a whole batch, by items or by work units."""
-        return len(self._heap) >= max_items or (max_work is not None and self.work >= max_work)
+    def full(self, max_items: int, max_work: int | None, batches: int = 1) -> bool:
+        """Whether the queue holds `batches` whole batches, by items or by work units."""
+        return len(self._heap) >= batches * max_items or (
+            max_work is not None and self.work >= batches * max_work
+        )
 
     def take(self, max_items: int, max_work: int | None) -> tuple[list[T], int]:
         """3. The next batch and its work units: the first item whatever its work, then the next turns
@@ -307,7 +309,7 @@ class Batcher(Generic[I, O]):
                 break
             timer = None
             if self._queue.full(s.max_batch_size, s.max_batch_work):
-                if len(running) <= self._worker.capacity(s.expensive):
+                if len(running) <= self._worker.capacity(s.expensive, self._backlog()):
                     break
             else:
                 free = self._worker.free_for(s.expensive)
@@ -322,7 +324,12 @@ class Batcher(Generic[I, O]):
             await self._wakeup.wait()  # a new item, the first item's deadline, a free worker, a batch done
             if timer is not None:
                 timer.cancel()
-        return Batch(*self._queue.take(s.max_batch_size, s.max_batch_work))  # fair turns, cut to the limits
+        backlog = self._backlog()
+        return Batch(*self._queue.take(s.max_batch_size, s.max_batch_work), backlog)  # fair turns, cut
+
+    def _backlog(self) -> bool:
+        """A whole batch more waits behind the next one: the workers are behind (InferenceWorkers.run)."""
+        return self._queue.full(self.settings.max_batch_size, self.settings.max_batch_work, batches=2)
 
     async def _execute_guarded(self, batch: Batch) -> None:
         _log_as(item.pending.request for item in batch.items)  # this task's (and its thread's) logs
@@ -342,7 +349,7 @@ class Batcher(Generic[I, O]):
             offset = loop.time() - time.monotonic()  # the loop's clock, read in the worker thread
             live, outputs = await self._worker.run(
                 run_live, info, self._run, self.settings.stoppable, offset,
-                expensive=self.settings.expensive,
+                expensive=self.settings.expensive, backlog=info.backlog,
             )  # fmt: skip
         except Exception as e:
             log.exception("batch of %d item(s) failed in %s", len(batch), self.name)

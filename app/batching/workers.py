@@ -4,6 +4,9 @@ Each of `workers` threads runs one call at a time. Calls are cheap (a classifier
 expensive (decoding, attention maps: up to a second per batch). Expensive calls hold at most
 `expensive_slots` workers (default all but one; the service's APP_EXPENSIVE_WORKERS), so with 2+ workers a
 cheap call never waits behind more than the one running cheap call; otherwise calls are taken oldest first.
+Cheap calls run at most `cheap_slots` at once (default every worker; the service's:
+Settings.cheap_workers_count, 1 on a 2-core CPU whose event loop answers HTTP too), and on every worker
+while a cheap call with a whole batch more behind it waits (`backlog`: the workers are behind).
 With `lane_hold_s` the lane is kept only that long after the last cheap call: without cheap traffic expensive
 calls take every worker (translation-only load keeps its throughput), and the first cheap call after a quiet
 spell waits for at most one running batch. The threads pick their next call themselves, so a batch submitted
@@ -34,6 +37,7 @@ class _Call:
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     expensive: bool
+    backlog: bool  # a cheap call with a batch more waiting behind it: cheap calls may pass cheap_slots
     future: Future[Any]
 
 
@@ -52,20 +56,25 @@ class InferenceWorkers:
         threads: int = 0,
         expensive: int | None = None,
         lane_hold_s: float | None = None,
+        cheap: int | None = None,
     ) -> None:
         """expensive: how many workers expensive calls may hold (default: all but one, at least 1);
-        lane_hold_s: hold that limit only this long after a cheap call was last submitted (None: always)."""
+        lane_hold_s: hold that limit only this long after a cheap call was last submitted (None: always);
+        cheap: how many cheap calls may run at once (default: every worker)."""
         assert workers >= 1, workers
         self.workers = workers
         self.expensive_slots = max(1, min(workers, workers - 1 if expensive is None else expensive))
+        self.cheap_slots = max(1, min(workers, workers if cheap is None else cheap))
         self.lane_hold_s = lane_hold_s
         self._last_cheap = -float("inf")  # time.monotonic() of the last cheap call (a float: atomic to read)
         self.busy = 0  # calls submitted and not finished (event loop side)
         self.busy_expensive = 0
+        self.busy_cheap = 0
         self._on_idle: set[Callable[[], None]] = set()
         self._cond = threading.Condition()
         self._waiting: deque[_Call] = deque()  # submitted, not started; guarded by _cond
         self._running_expensive = 0  # guarded by _cond
+        self._running_cheap = 0  # guarded by _cond
         self._stopping = False
         self._threads = [
             threading.Thread(target=self._serve, args=(threads,), name=f"inference_{i}", daemon=True)
@@ -74,13 +83,17 @@ class InferenceWorkers:
         for t in self._threads:
             t.start()
 
-    def capacity(self, expensive: bool) -> int:
-        """How many calls of this kind may run at once now."""
-        return self._expensive_limit() if expensive else self.workers
+    def capacity(self, expensive: bool, backlog: bool = False) -> int:
+        """How many calls of this kind may run at once now (backlog: cheap calls with more waiting)."""
+        if expensive:
+            return self._expensive_limit()
+        return self.workers if backlog else self.cheap_slots
 
     def free_for(self, expensive: bool) -> bool:
         """A call of this kind submitted now would start at once."""
-        return self.busy < self.workers and (not expensive or self.busy_expensive < self._expensive_limit())
+        if expensive:
+            return self.busy < self.workers and self.busy_expensive < self._expensive_limit()
+        return self.busy < self.workers and self.busy_cheap < self.cheap_slots
 
     def _expensive_limit(self) -> int:
         """expensive_slots while the lane is held (always, or within lane_hold_s of a cheap call), else all."""
@@ -93,14 +106,18 @@ class InferenceWorkers:
         """Every worker has a call (a new cheap one would wait)."""
         return not self.free_for(False)
 
-    async def run(self, fn: Callable[..., O], *args: Any, expensive: bool = False) -> O:
-        """fn(*args) on a worker; cancelled before it starts, it never runs."""
+    async def run(
+        self, fn: Callable[..., O], *args: Any, expensive: bool = False, backlog: bool = False
+    ) -> O:
+        """fn(*args) on a worker; cancelled before it starts, it never runs. backlog: a cheap call with a whole
+        batch more waiting behind it, which may start beside cheap_slots running ones."""
         self.busy += 1
         self.busy_expensive += expensive
+        self.busy_cheap += not expensive
         if not expensive:
             self._last_cheap = time.monotonic()
         # in the caller's context: what the batch logs in the thread names its requests
-        call = _Call(contextvars.copy_context().run, (fn, *args), expensive, Future())
+        call = _Call(contextvars.copy_context().run, (fn, *args), expensive, backlog, Future())
         try:
             with self._cond:
                 if self._stopping:
@@ -111,6 +128,7 @@ class InferenceWorkers:
         finally:
             self.busy -= 1
             self.busy_expensive -= expensive
+            self.busy_cheap -= not expensive
             callbacks, self._on_idle = self._on_idle, set()  # a waiting batcher checks again for itself
             for callback in callbacks:
                 callback()
@@ -130,10 +148,15 @@ class InferenceWorkers:
     def _next(self) -> _Call | None:
         """The oldest waiting call this thread may start (under _cond)."""
         limit = self._expensive_limit()
+        # past cheap_slots while a backlog waits: then the oldest cheap call first, as always
+        cheap = self._running_cheap < self.cheap_slots or any(
+            c.backlog and not c.expensive for c in self._waiting
+        )
         for call in self._waiting:
-            if not call.expensive or self._running_expensive < limit:
+            if self._running_expensive < limit if call.expensive else cheap:
                 self._waiting.remove(call)
                 self._running_expensive += call.expensive
+                self._running_cheap += not call.expensive
                 return call
         return None
 
@@ -157,5 +180,6 @@ class InferenceWorkers:
                     call.future.set_exception(e)
             with self._cond:
                 self._running_expensive -= call.expensive
-                if call.expensive:
-                    self._cond.notify_all()  # an expensive call may have waited for this slot
+                self._running_cheap -= not call.expensive
+                if call.expensive or self.cheap_slots < self.workers:
+                    self._cond.notify_all()  # a call may have waited for this slot

@@ -95,6 +95,7 @@ class Lifecycle:
             s.inference_threads(),
             s.expensive_workers_count(cheap),
             s.cheap_lane_hold_s(),
+            s.cheap_workers_count(),
         )
         self.queues.workers = self.workers
         self._load_slots = asyncio.Semaphore(self.workers.workers)

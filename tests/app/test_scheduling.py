@@ -16,7 +16,7 @@ from torch import Tensor
 from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers, ModelQueue
 from app.core.errors import QueueFull
 from app.core.metrics import NAMESPACE
-from app.core.settings import Settings
+from app.core.settings import Settings, machine
 from app.serving.service import Service
 from app.tasks import attention_png
 from app.tasks.handlers import DecodeKey, Sentence, TranslationHandler
@@ -330,6 +330,95 @@ class Gate:
         self.running.set()
         assert self.open.wait(10)
         return items
+
+
+# --- cheap batches on a small CPU --------------------------------------------------------------------------
+
+
+class Held:
+    """Calls that record their names as they start and hold their worker until `release` is set."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.release = threading.Event()
+
+    def __call__(self, name: str) -> str:
+        self.started.append(name)
+        assert self.release.wait(10)
+        return name
+
+
+async def test_a_cheap_call_past_its_slots_waits_while_a_worker_is_free() -> None:
+    workers, held = InferenceWorkers(2, threads=1, expensive=1, cheap=1), Held()
+    first = asyncio.ensure_future(workers.run(held, "c1"))
+    await eventually(lambda: held.started == ["c1"])
+    assert not workers.free_for(False)  # a worker is free, the cheap slot is not
+    assert (workers.capacity(False), workers.capacity(False, backlog=True)) == (1, 2)
+    second = asyncio.ensure_future(workers.run(held, "c2"))
+    third = asyncio.ensure_future(workers.run(held, "e1", expensive=True))
+    await eventually(lambda: len(held.started) == 2)
+    assert held.started == ["c1", "e1"]  # the free worker passed over the older c2
+    held.release.set()
+    assert await asyncio.gather(first, second, third) == ["c1", "c2", "e1"]
+    workers.shutdown()
+
+
+async def test_a_backlog_lets_the_oldest_cheap_call_take_the_free_worker() -> None:
+    workers, held = InferenceWorkers(2, threads=1, cheap=1), Held()
+    first = asyncio.ensure_future(workers.run(held, "c1"))
+    await eventually(lambda: held.started == ["c1"])
+    second = asyncio.ensure_future(workers.run(held, "c2"))
+    third = asyncio.ensure_future(workers.run(held, "c3", backlog=True))  # a whole batch more behind it
+    await eventually(lambda: len(held.started) == 2)
+    assert held.started == ["c1", "c2"]  # oldest first, past the slot
+    held.release.set()
+    assert await asyncio.gather(first, second, third) == ["c1", "c2", "c3"]
+    workers.shutdown()
+
+
+async def test_a_batcher_runs_a_second_cheap_batch_beside_the_first_behind_a_backlog() -> None:
+    workers = InferenceWorkers(2, threads=1, cheap=1)
+    running, release, lock = [0, 0], threading.Event(), threading.Lock()  # [now, most at once]
+
+    def run(items: list[int]) -> list[int]:
+        with lock:
+            running[0] += 1
+            running[1] = max(running[1], running[0])
+        assert release.wait(10)
+        with lock:
+            running[0] -= 1
+        return items
+
+    settings = BatchSettings(max_batch_size=2, max_delay_s=0.0)
+    b: Batcher[int, int] = Batcher("c", run, workers, ModelQueue("c", 100), settings)
+    answer = b.enqueue([1, 2, 3, 4, 5, 6], FAR)  # three batches: the first two go side by side
+    await eventually(lambda: running[1] == 2)
+    release.set()
+    assert await answer == [1, 2, 3, 4, 5, 6]
+    assert running[1] == 2
+    await b.close()
+    workers.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("cores", "kw", "want"),
+    [
+        (2, {}, 1),
+        (4, {}, 2),
+        (2, {"http_workers": 2}, 2),
+        (2, {"max_batch_size": 1}, 2),
+        (2, {"inference_workers": 3}, 1),
+    ],
+)
+def test_cheap_batches_side_by_side_leave_the_event_loop_a_core(
+    cores: int, kw: dict[str, int], want: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One process on 2 cores: one cheap batch at a time (else every worker); 4 cores: 2 workers, both."""
+    import torch
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: cores)
+    monkeypatch.setattr(machine, "usable_cores", lambda: cores)
+    assert Settings(device="cpu", **kw).cheap_workers_count() == want
 
 
 @pytest.fixture

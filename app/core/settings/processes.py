@@ -143,6 +143,22 @@ class ProcessSettings(BaseSettings):
         http = self.http_workers_count()
         return max(1, (cores - 1 - (http if http > 1 else 0)) // self.inference_workers_count())
 
+    def cheap_workers_count(self) -> int:
+        """How many cheap (classifier) batches may run at once, unless a whole batch more waits behind them
+        (app/batching/workers.py): in one process on a CPU, where the event loop answers HTTP too, as many
+        as the cores left after the loop hold at inference_threads() each, at least 1 (on 2 cores 1: a
+        second batch would take the loop's core, while the items that wait for the running batch make the
+        next one fuller: BENCHMARKS.md, "The cores of a small machine"); else, and without batching
+        (APP_MAX_BATCH_SIZE=1: nothing to gather), every worker."""
+        import torch
+
+        workers = self.inference_workers_count()
+        if self.http_workers_count() > 1 or self.model_processes_count() > 1 or self.max_batch_size == 1:
+            return workers
+        if self.torch_device().type == "cuda":
+            return workers
+        return max(1, min(workers, (torch.get_num_threads() - 1) // self.inference_threads()))
+
     def device_type(self) -> str:
         """torch_device()'s type ("cpu" or "cuda"), without importing torch where the answer is certain:
         APP_DEVICE=cpu, auto with a torch built for CPUs only, or where the NVIDIA driver answers. The
