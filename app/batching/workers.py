@@ -123,7 +123,10 @@ class InferenceWorkers:
                 if self._stopping:
                     raise RuntimeError("the inference workers are shut down")
                 self._waiting.append(call)
-                self._cond.notify()
+                if backlog and not expensive:  # the cheap calls that wait for a slot may start too
+                    self._cond.notify_all()
+                else:
+                    self._cond.notify()
             return await asyncio.wrap_future(call.future)  # type: ignore[no-any-return]
         finally:
             self.busy -= 1

@@ -33,13 +33,15 @@ def core_slices(cores: list[int], processes: int, http_workers: int) -> list[lis
 
 
 def model_settings(settings: Settings, index: int, processes: int, cores: int | None) -> Settings:
-    """Model process `index`'s settings: its share of APP_MAX_QUEUE, APP_MAX_QUEUE_WORK and
-    APP_MAX_DECODE_QUEUES (the PNG limit: app/parallel/engine.py), and on `cores` cores of its own (a CPU slice; None: not pinned) the inference
-    workers and threads that auto gives a server of that many cores (unless set)."""
+    """Model process `index`'s settings: the number of model processes (a process on a slice of the cores
+    would count itself alone), its share of APP_MAX_QUEUE, APP_MAX_QUEUE_WORK and APP_MAX_DECODE_QUEUES (the
+    PNG limit: app/parallel/engine.py), and on `cores` cores of its own (a CPU slice; None: not pinned) the
+    inference workers and threads that auto gives a server of that many cores (unless set)."""
     if processes <= 1:
         return settings
     s = settings
     update: dict[str, int] = {
+        "model_processes": processes,
         "max_queue": share(s.max_queue, processes, index),
         "max_queue_work": share(s.max_queue_work, processes, index),
         "max_decode_queues": share(s.max_decode_queues, processes, index),

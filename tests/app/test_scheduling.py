@@ -17,6 +17,7 @@ from app.batching.batcher import Batcher, BatchSettings, InferenceWorkers, Model
 from app.core.errors import QueueFull
 from app.core.metrics import NAMESPACE
 from app.core.settings import Settings, machine
+from app.parallel.shares import model_settings
 from app.serving.service import Service
 from app.tasks import attention_png
 from app.tasks.handlers import DecodeKey, Sentence, TranslationHandler
@@ -347,33 +348,50 @@ class Held:
         assert self.release.wait(10)
         return name
 
+    async def first(self, workers: InferenceWorkers) -> asyncio.Future[str]:
+        """c1 submitted and running: it holds a cheap slot."""
+        call = asyncio.ensure_future(workers.run(self, "c1"))
+        await eventually(lambda: self.started == ["c1"])
+        return call
+
+    async def answers(self, workers: InferenceWorkers, calls: list[asyncio.Future[str]]) -> list[str]:
+        """Every call released -> their results; the workers shut down."""
+        self.release.set()
+        try:
+            return await asyncio.gather(*calls)
+        finally:
+            workers.shutdown()
+
 
 async def test_a_cheap_call_past_its_slots_waits_while_a_worker_is_free() -> None:
     workers, held = InferenceWorkers(2, threads=1, expensive=1, cheap=1), Held()
-    first = asyncio.ensure_future(workers.run(held, "c1"))
-    await eventually(lambda: held.started == ["c1"])
+    calls = [await held.first(workers)]
     assert not workers.free_for(False)  # a worker is free, the cheap slot is not
     assert (workers.capacity(False), workers.capacity(False, backlog=True)) == (1, 2)
-    second = asyncio.ensure_future(workers.run(held, "c2"))
-    third = asyncio.ensure_future(workers.run(held, "e1", expensive=True))
+    calls.append(asyncio.ensure_future(workers.run(held, "c2")))
+    calls.append(asyncio.ensure_future(workers.run(held, "e1", expensive=True)))
     await eventually(lambda: len(held.started) == 2)
     assert held.started == ["c1", "e1"]  # the free worker passed over the older c2
-    held.release.set()
-    assert await asyncio.gather(first, second, third) == ["c1", "c2", "e1"]
-    workers.shutdown()
+    assert await held.answers(workers, calls) == ["c1", "c2", "e1"]
 
 
 async def test_a_backlog_lets_the_oldest_cheap_call_take_the_free_worker() -> None:
     workers, held = InferenceWorkers(2, threads=1, cheap=1), Held()
-    first = asyncio.ensure_future(workers.run(held, "c1"))
-    await eventually(lambda: held.started == ["c1"])
-    second = asyncio.ensure_future(workers.run(held, "c2"))
-    third = asyncio.ensure_future(workers.run(held, "c3", backlog=True))  # a whole batch more behind it
+    calls = [await held.first(workers), asyncio.ensure_future(workers.run(held, "c2"))]
+    calls.append(asyncio.ensure_future(workers.run(held, "c3", backlog=True)))  # a whole batch behind it
     await eventually(lambda: len(held.started) == 2)
     assert held.started == ["c1", "c2"]  # oldest first, past the slot
-    held.release.set()
-    assert await asyncio.gather(first, second, third) == ["c1", "c2", "c3"]
-    workers.shutdown()
+    assert await held.answers(workers, calls) == ["c1", "c2", "c3"]
+
+
+async def test_a_backlog_wakes_a_worker_for_each_cheap_call_it_lets_start() -> None:
+    workers, held = InferenceWorkers(3, threads=1, cheap=1), Held()
+    calls = [await held.first(workers), asyncio.ensure_future(workers.run(held, "c2"))]
+    # c2 queued and the thread its notify woke asleep again: both idle threads wait on the condition
+    await eventually(lambda: len(workers._waiting) == 1 and len(workers._cond._waiters) == 2)  # type: ignore[attr-defined]
+    calls.append(asyncio.ensure_future(workers.run(held, "c3", backlog=True)))
+    await eventually(lambda: len(held.started) == 3)  # both idle workers, not one of them
+    assert await held.answers(workers, calls) == ["c1", "c2", "c3"]
 
 
 async def test_a_batcher_runs_a_second_cheap_batch_beside_the_first_behind_a_backlog() -> None:
@@ -411,7 +429,7 @@ async def test_a_batcher_runs_a_second_cheap_batch_beside_the_first_behind_a_bac
     ],
 )
 def test_cheap_batches_side_by_side_leave_the_event_loop_a_core(
-    cores: int, kw: dict[str, int], want: int, monkeypatch: pytest.MonkeyPatch
+    cores: int, kw: dict[str, Any], want: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One process on 2 cores: one cheap batch at a time (else every worker); 4 cores: 2 workers, both."""
     import torch
@@ -419,6 +437,19 @@ def test_cheap_batches_side_by_side_leave_the_event_loop_a_core(
     monkeypatch.setattr(torch, "get_num_threads", lambda: cores)
     monkeypatch.setattr(machine, "usable_cores", lambda: cores)
     assert Settings(device="cpu", **kw).cheap_workers_count() == want
+
+
+def test_a_model_process_on_its_slice_of_the_cores_runs_cheap_batches_on_every_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Several model processes, each on 2 cores: the layout is the supervisor's, not a 2-core one-process
+    server's, whatever a process's own slice would count."""
+    import torch
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(machine, "usable_cores", lambda: 2)  # the slice, as the process sees it
+    s = model_settings(Settings(device="cpu"), 0, 4, cores=2)
+    assert s.cheap_workers_count() == s.inference_workers_count() == 2
 
 
 @pytest.fixture
